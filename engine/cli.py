@@ -1,0 +1,265 @@
+"""`ktree`: the command line. With no arguments it opens the sessions screen.
+
+Usage errors print one line and exit 2; nothing here prints a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ktree", description="LLM-driven search for faster CUDA kernels.")
+    parser.add_argument("--db", help="SQLite database (default: $KTREE_DB or ./store.db)")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="search for a faster kernel for a problem")
+    run.add_argument("problem", help="built-in problem name (see `ktree problems`) or a .py path")
+    run.add_argument("--db", help=argparse.SUPPRESS, dest="run_db")
+    run.add_argument("--provider", default="scripted", choices=["scripted"],
+                     help="LLM provider (default: scripted, offline canned answers)")
+    run.add_argument("--model", default="scripted", help="model name")
+    run.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    run.add_argument("--rounds", type=_positive, default=2)
+    run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
+    run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
+    run.add_argument("--top", type=_positive, default=2, help="parents kept per round (T)")
+    run.add_argument("--atol", type=float, default=1e-2)
+    run.add_argument("--rtol", type=float, default=1e-2)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--compile-workers", type=_positive, default=None)
+    run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
+    run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
+
+    ev = sub.add_parser("eval", help="evaluate one solution file against a reference")
+    ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
+    ev.add_argument("solution", help="solution file defining ModelNew")
+    ev.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    ev.add_argument("--atol", type=float, default=1e-2)
+    ev.add_argument("--rtol", type=float, default=1e-2)
+    ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
+
+    sub.add_parser("sessions", help="list past sessions in the database")
+    sub.add_parser("problems", help="list the built-in problems")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"ktree: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("ktree: interrupted", file=sys.stderr)
+        return 130
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    from engine.store import default_db_path
+
+    chosen = getattr(args, "run_db", None) or args.db
+    return Path(chosen) if chosen else default_db_path()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command is None:
+        return _open_tui(_db_path(args))
+    if args.command == "run":
+        return _run(args)
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "sessions":
+        return _sessions(_db_path(args))
+    if args.command == "problems":
+        return _problems()
+    raise UsageError(f"unknown command {args.command}")
+
+
+def resolve_backend(requested: str) -> tuple[str, str | None]:
+    """(backend, cuda arch list) — `auto` picks cuda when a GPU is visible."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if requested == "cuda" and not has_gpu:
+        raise UsageError("--backend cuda: no CUDA GPU is visible")
+    backend = "cuda" if requested == "cuda" or (requested == "auto" and has_gpu) else "cpu"
+    arch = None
+    if backend == "cuda":
+        arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        if not arch:
+            major, minor = torch.cuda.get_device_capability(0)
+            arch = f"{major}.{minor}"
+    return backend, arch
+
+
+def _load_problem(spec: str) -> Any:
+    from engine.problems import ProblemError, load_problem
+
+    try:
+        return load_problem(spec)
+    except ProblemError as exc:
+        raise UsageError(str(exc)) from None
+
+
+async def _open_store(path: Path) -> Any:
+    from engine.store import Store, StoreError
+
+    try:
+        return await Store.open(path)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _make_search(args: argparse.Namespace, store: Any, bus: Any) -> Any:
+    from engine.evaluate.evaluator import Evaluator
+    from engine.llm.base import LLMError
+    from engine.llm.scripted import ScriptedProvider
+    from engine.search import Search, SearchConfig
+
+    problem = _load_problem(args.problem)
+    backend, arch = resolve_backend(args.backend)
+    try:
+        provider = ScriptedProvider(problem.name, backend, seed=args.seed,
+                                    latency_s=float(os.environ.get("KTREE_SCRIPTED_LATENCY", "0")))
+    except LLMError as exc:
+        raise UsageError(str(exc)) from None
+    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
+    config = SearchConfig(
+        rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
+        model=args.model, atol=args.atol, rtol=args.rtol, seed=args.seed,
+    )
+    return Search(store, bus, provider, evaluator, problem, config)
+
+
+def _run(args: argparse.Namespace) -> int:
+    db = _db_path(args)
+    # Validate everything before any screen opens, so bad input is one line and exit 2.
+    _load_problem(args.problem)
+    if args.json and not args.headless:
+        raise UsageError("--json needs --headless")
+    if args.headless:
+        return asyncio.run(_run_headless(args, db))
+    from tui.app import KtreeApp
+
+    # The search is built inside the app's event loop (aiosqlite binds to it).
+    app = KtreeApp(db_path=db, search_factory=lambda store, bus: _make_search(args, store, bus))
+    app.run()
+    return app.return_code or 0
+
+
+async def _run_headless(args: argparse.Namespace, db: Path) -> int:
+    from engine.events import EventBus
+    from engine.headless import HeadlessPrinter
+
+    store = await _open_store(db)
+    try:
+        bus = EventBus()
+        search = _make_search(args, store, bus)
+        printer = HeadlessPrinter(quiet=args.json)
+        bus.subscribe(printer)
+        summary = await search.run()
+    finally:
+        await store.close()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        printer.print_summary(summary)
+    return 0 if summary["status"] == "finished" else 1
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from engine.evaluate.evaluator import Evaluator
+
+    problem = _load_problem(args.reference)
+    solution = Path(args.solution)
+    try:
+        source = solution.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{solution}: cannot read: {exc}") from None
+    if "ModelNew" not in source:
+        raise UsageError(f"{solution}: defines no ModelNew")
+    backend, arch = resolve_backend(args.backend)
+
+    async def go() -> Any:
+        evaluator = Evaluator(backend, cuda_arch=arch)
+        job = evaluator.job(problem.path, source, problem.sizes_for(backend),
+                            atol=args.atol, rtol=args.rtol)
+        return await evaluator.evaluate(job)
+
+    verdict = asyncio.run(go())
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        from engine.headless import format_verdict
+
+        print(format_verdict(verdict.to_dict()))
+    return 0
+
+
+def _sessions(db: Path) -> int:
+    from engine.headless import format_session_row
+
+    async def go() -> list[dict[str, Any]]:
+        store = await _open_store(db)
+        try:
+            return await store.sessions()
+        finally:
+            await store.close()
+
+    if not db.exists():
+        print(f"no database at {db}")
+        return 0
+    for row in asyncio.run(go()):
+        print(format_session_row(row))
+    return 0
+
+
+def _problems() -> int:
+    from engine.problems import builtin_problems, load_problem
+
+    for name, path in builtin_problems().items():
+        p = load_problem(str(path))
+        sizes = ", ".join(f"{k}={v}" for k, v in p.sizes.items())
+        print(f"{name:<16} level {p.metadata.get('level', '?')}  {p.title}  ({sizes})")
+    return 0
+
+
+def _open_tui(db: Path) -> int:
+    from tui.app import KtreeApp
+
+    app = KtreeApp(db_path=db)
+    app.run()
+    return app.return_code or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The evaluation subprocess: `python -m engine.evaluate.child JOB.json RESULT.json`.
+
+Runs untrusted generated code, so it lives in its own process (started by `runner`), imports
+only torch and the standard library, and reports through a JSON file. Two modes:
+
+- ``compile``: build the solution's extension into the build dir keyed by its source hash, with
+  GPUs hidden (many of these run at once);
+- ``evaluate``: load the (prebuilt) solution, check it against an fp64 reference on fresh random
+  inputs for several trials, then time candidate and reference interleaved.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.loading import load_module_from_path, load_module_from_source
+from engine.evaluate.verdict import Verdict, log_tail
+
+
+class EvalFailure(Exception):
+    """A failure with a verdict status (compile_error, runtime_error, incorrect)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def build_key(job: EvalJob) -> str:
+    import torch
+
+    parts = [
+        job.solution_source,
+        job.backend,
+        torch.__version__,
+        platform.python_version(),
+        os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def _is_build_error(exc: BaseException) -> bool:
+    import subprocess
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, subprocess.CalledProcessError):
+            return True
+        if isinstance(seen, RuntimeError) and "Error building extension" in str(seen):
+            return True
+        if isinstance(seen, ImportError) and (".so" in str(seen) or "undefined symbol" in str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def load_solution(job: EvalJob) -> Any:
+    """Build (or reuse) and import the solution module; classify any failure."""
+    key = build_key(job)
+    build_dir = os.path.join(job.cache_dir, key)
+    os.makedirs(build_dir, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
+    try:
+        module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
+    except SyntaxError as exc:
+        raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
+    except Exception as exc:
+        status = "compile_error" if _is_build_error(exc) else "runtime_error"
+        raise EvalFailure(status, _format_exc(exc)) from exc
+    if not isinstance(getattr(module, "ModelNew", None), type):
+        raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
+    return module
+
+
+def _format_exc(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return log_tail(text)
+
+
+def _flatten(out: Any) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    raise EvalFailure("incorrect", f"output is a {type(out).__name__}, not a tensor")
+
+
+def compare(out: Any, expected: Any, atol: float, rtol: float) -> tuple[bool, dict[str, float], str]:
+    """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail."""
+    import torch
+
+    outs, refs = _flatten(out), _flatten(expected)
+    if len(outs) != len(refs):
+        return False, {}, f"{len(outs)} outputs, expected {len(refs)}"
+    errs = {"max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0}
+    ok, reason = True, ""
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if tuple(o.shape) != tuple(r.shape):
+            return False, errs, f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+        o64 = o.detach().to(r.device, torch.float64)
+        r64 = r.detach().to(torch.float64)
+        if not bool(torch.isfinite(o64).all()):
+            bad = int((~torch.isfinite(o64)).sum())
+            return False, errs, f"output {i} has {bad} NaN/Inf values"
+        diff = (o64 - r64).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        big = r64.abs() > atol
+        max_rel = float((diff[big] / r64.abs()[big]).max()) if bool(big.any()) else 0.0
+        ref_norm = float(r64.norm())
+        rel_l2 = float((o64 - r64).norm()) / ref_norm if ref_norm > 0 else float((o64 - r64).norm())
+        errs["max_abs_err"] = max(errs["max_abs_err"], max_abs)
+        errs["max_rel_err"] = max(errs["max_rel_err"], max_rel)
+        errs["rel_l2_err"] = max(errs["rel_l2_err"], rel_l2)
+        if not bool(torch.allclose(o64, r64, atol=atol, rtol=rtol)):
+            ok, reason = False, reason or f"output {i}: max abs error {max_abs:.3g} exceeds allclose"
+        elif rel_l2 > rtol:
+            ok, reason = False, reason or f"output {i}: relative L2 error {rel_l2:.3g} > {rtol:g}"
+    return ok, errs, reason
+
+
+def _to(obj: Any, device: str, dtype: Any = None) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if dtype is not None and obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype)
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(o, device, dtype) for o in obj)
+    return obj
+
+
+def _sync_state(ref: Any, new: Any) -> None:
+    """Give ModelNew the reference's parameters where names and shapes match exactly."""
+    ref_state = ref.state_dict()
+    new_state = new.state_dict()
+    shared = {
+        k: v for k, v in ref_state.items() if k in new_state and new_state[k].shape == v.shape
+    }
+    if shared:
+        new.load_state_dict(shared, strict=False)
+
+
+def run_compile(job: EvalJob) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        load_solution(job)
+    except EvalFailure as exc:
+        return {"status": exc.status, "log": str(exc), "compile_s": time.perf_counter() - t0}
+    return {"status": "compiled", "log": "", "compile_s": time.perf_counter() - t0}
+
+
+def run_evaluate(job: EvalJob) -> Verdict:
+    import torch
+
+    from engine.evaluate import timing
+
+    started = time.perf_counter()
+    device = "cuda" if job.backend == "cuda" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("backend cuda requested but no GPU is visible")
+    device_name = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu"
+    base: dict[str, Any] = {"backend": job.backend, "device": device_name, "sizes": dict(job.sizes)}
+
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    t0 = time.perf_counter()
+    try:
+        solution = load_solution(job)
+    except EvalFailure as exc:
+        return Verdict(status=exc.status, log=str(exc), **base)
+    load_s = time.perf_counter() - t0
+
+    init_inputs = problem.get_init_inputs()
+    torch.manual_seed(job.seed)
+    ref = problem.Model(*init_inputs)
+    try:
+        torch.manual_seed(job.seed)
+        new = solution.ModelNew(*init_inputs)
+        if isinstance(new, torch.nn.Module) and isinstance(ref, torch.nn.Module):
+            _sync_state(ref, new)
+            new = new.to(device).eval()
+    except Exception as exc:
+        return Verdict(status="runtime_error", log=_format_exc(exc), **base)
+    ref = ref.to(device).eval()
+    ref64 = copy.deepcopy(ref).double()
+
+    errs: dict[str, float] = {}
+    with torch.no_grad():
+        for trial in range(job.trials):
+            torch.manual_seed(job.seed + 1000 + trial)
+            inputs = _to(problem.get_inputs(), device)
+            try:
+                out = new(*inputs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+            except Exception as exc:
+                return Verdict(status="runtime_error", trials=trial, log=_format_exc(exc), **base)
+            expected = ref64(*_to(inputs, device, torch.float64))
+            ok, trial_errs, reason = compare(out, expected, job.atol, job.rtol)
+            for k, v in trial_errs.items():
+                errs[k] = max(errs.get(k, 0.0), v)
+            if not ok:
+                return Verdict(
+                    status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
+                    **errs, **base,
+                )
+            del out, expected
+
+        torch.manual_seed(job.seed + 2000)
+        inputs = _to(problem.get_inputs(), device)
+        try:
+            stats = timing.time_pair(
+                lambda: ref(*inputs), lambda: new(*inputs), device,
+                budget_s=job.time_budget_s, max_reps=job.max_reps,
+            )
+        except Exception as exc:
+            return Verdict(status="runtime_error", trials=job.trials, log=_format_exc(exc), **errs, **base)
+
+    return Verdict(
+        status="correct",
+        trials=job.trials,
+        time_ms=stats.new.median,
+        time_p10_ms=stats.new.p10,
+        time_p90_ms=stats.new.p90,
+        ref_eager_ms=stats.ref.median,
+        speedup_eager=stats.ref.median / stats.new.median if stats.new.median > 0 else None,
+        reps=stats.reps,
+        compile_s=load_s,
+        eval_s=time.perf_counter() - started,
+        log=f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps",
+        **errs,
+        **base,
+    )
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv[1], argv[2]
+    with open(job_path) as f:
+        job = EvalJob.from_dict(json.load(f))
+    if job.mode == "compile":
+        result: dict[str, Any] = run_compile(job)
+    else:
+        result = run_evaluate(job).to_dict()
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: a candidate's extension may crash in its destructors.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

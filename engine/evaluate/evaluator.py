@@ -1,0 +1,123 @@
+"""The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden)
+feeding a device slot (one timing at a time), each stage a subprocess with its own timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
+from engine.evaluate.verdict import Verdict
+
+PhaseCallback = Callable[[str], Awaitable[None]]
+
+DEFAULT_TIMEOUTS = {  # (compile, run) seconds
+    "cuda": (900.0, 300.0),
+    "cpu": (600.0, 300.0),
+}
+
+
+def default_compile_workers() -> int:
+    """Cores minus two (for the engine and the timer), or every core on a small machine."""
+    cores = os.cpu_count() or 1
+    return cores - 2 if cores > 4 else cores
+
+
+class Evaluator:
+    def __init__(
+        self,
+        backend: str,
+        cache_dir: str | Path | None = None,
+        compile_workers: int | None = None,
+        compile_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
+        cuda_arch: str | None = None,
+    ):
+        self.backend = backend
+        self.cache_dir = str(cache_dir or default_cache_dir())
+        Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
+        self.compile_workers = compile_workers or default_compile_workers()
+        default_compile, default_run = DEFAULT_TIMEOUTS[backend]
+        self.compile_timeout_s = compile_timeout_s or default_compile
+        self.run_timeout_s = run_timeout_s or default_run
+        self._compile_slots = asyncio.Semaphore(self.compile_workers)
+        self._device_slot = asyncio.Semaphore(1)
+        env = {"MAX_JOBS": "2"}
+        if backend == "cuda":
+            env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["TORCH_CUDA_ARCH_LIST"] = ""
+        self._run_env = env
+        self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
+        self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
+
+    def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: object) -> EvalJob:
+        return EvalJob(
+            problem_path=str(Path(problem_path).resolve()), solution_source=source, backend=self.backend,
+            cache_dir=self.cache_dir, sizes=dict(sizes), **kw,  # type: ignore[arg-type]
+        )
+
+    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
+        async def phase(name: str) -> None:
+            if on_phase is not None:
+                await on_phase(name)
+
+        async with self._slot("compile"):
+            await phase("compiling")
+            outcome, result, log, _ = await run_child(
+                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env
+            )
+        if outcome != "ok" or result is None:
+            return failed_verdict(outcome, f"while compiling: {log}", job)
+        if result["status"] != "compiled":
+            return Verdict(
+                status=result["status"], backend=job.backend, sizes=dict(job.sizes),
+                compile_s=result.get("compile_s"), log=result["log"],
+            )
+        build_s = result.get("compile_s")
+
+        async with self._slot("device"), self._quiet_cpu():
+            await phase("evaluating")
+            outcome, result, log, _ = await run_child(job, self.run_timeout_s, self._run_env)
+        if outcome != "ok" or result is None:
+            return failed_verdict(outcome, log, job)
+        return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, stage: str) -> AsyncIterator[None]:
+        """Hold a compile slot or the device; count waiters for the progress display."""
+        sem = self._compile_slots if stage == "compile" else self._device_slot
+        self.waiting[stage] += 1
+        try:
+            await sem.acquire()
+        finally:
+            self.waiting[stage] -= 1
+        try:
+            yield
+        finally:
+            sem.release()
+
+    @contextlib.asynccontextmanager
+    async def _quiet_cpu(self) -> AsyncIterator[None]:
+        """On the cpu backend, timing shares the cores with the compilers: hold every compile
+        slot while timing, so no build skews the numbers. (The device slot is held already, so
+        only one task ever takes several slots: no deadlock.)"""
+        if self.backend != "cpu":
+            yield
+            return
+        taken = 0
+        try:
+            for _ in range(self.compile_workers):
+                await self._compile_slots.acquire()
+                taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                self._compile_slots.release()

@@ -1,0 +1,74 @@
+"""The Verdict: everything one evaluation of one variant found, as a JSON-able frozen record."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# Terminal statuses of an evaluation, worst first.
+STATUSES = (
+    "compile_error",
+    "runtime_error",
+    "timeout",
+    "crashed",
+    "incorrect",
+    "flagged",
+    "correct",
+)
+
+LOG_TAIL_CHARS = 4000
+
+
+def log_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
+    """The last `limit` characters of a log, cut at a line start where possible."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    cut = tail.find("\n")
+    return tail[cut + 1 :] if 0 <= cut < 200 else tail
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    backend: str = ""
+    device: str = ""
+    flags: tuple[str, ...] = ()
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_l2_err: float | None = None
+    trials: int = 0
+    time_ms: float | None = None
+    time_p10_ms: float | None = None
+    time_p90_ms: float | None = None
+    ref_eager_ms: float | None = None
+    ref_compile_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    sol_fraction: float | None = None
+    reps: int = 0
+    compile_s: float | None = None
+    eval_s: float | None = None
+    sizes: dict[str, Any] = field(default_factory=dict)
+    log: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown verdict status {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "correct"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["flags"] = list(self.flags)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        kwargs["flags"] = tuple(kwargs.get("flags") or ())
+        return cls(**kwargs)

@@ -1,0 +1,86 @@
+"""Typed events the engine publishes after each committed state change.
+
+The TUI and the headless printer are two subscribers of the same stream.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.store import Node
+
+
+@dataclass(frozen=True)
+class SessionStarted:
+    session_id: int
+    problem: str
+    backend: str
+    provider: str
+    scripted: bool
+    sizes: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeAdded:
+    node: Node
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node_id: int
+    status: str
+
+
+@dataclass(frozen=True)
+class VerdictReady:
+    node_id: int
+    verdict: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LLMCallDone:
+    call_id: int
+    node_id: int | None
+    purpose: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_s: float
+    status: str
+
+
+@dataclass(frozen=True)
+class RoundDone:
+    round: int
+    parent_ids: tuple[int, ...]
+    best_speedup: float | None
+
+
+@dataclass(frozen=True)
+class SessionDone:
+    session_id: int
+    status: str
+    summary: dict[str, Any]
+
+
+Event = SessionStarted | NodeAdded | NodeStatus | VerdictReady | LLMCallDone | RoundDone | SessionDone
+Subscriber = Callable[[Event], Awaitable[None] | None]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    async def publish(self, event: Event) -> None:
+        for subscriber in list(self._subscribers):
+            result = subscriber(event)
+            if inspect.isawaitable(result):
+                await result

@@ -1,0 +1,1 @@
+"""LLM providers behind one async interface (see base.Provider)."""

@@ -1,0 +1,45 @@
+"""The one interface every provider implements, and the records it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    model: str
+
+
+class LLMError(Exception):
+    """A provider call that failed (auth, rate limit, server error, bad reply)."""
+
+
+class Provider(Protocol):
+    name: str
+    scripted: bool
+
+    async def complete(
+        self,
+        messages: list[Message],
+        model: str,
+        max_output_tokens: int,
+        reasoning: str | None = None,
+    ) -> Completion: ...

@@ -1,0 +1,114 @@
+"""The `scripted` provider: an offline LLM that answers the method's prompts from kernels written
+in this repo (data/<problem>/ideas.toml and data/<problem>/<backend>/<idea>_<n>.py).
+
+It reads the prompt as a model would: the idea prompt's "already tried" list and the number of
+ideas asked for, the implementation prompt's idea title. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.prompts import IMPLEMENT_HEADER, TRIED_HEADER
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class ScriptedIdea:
+    key: str
+    title: str
+    description: str
+    variants: tuple[Path, ...]
+
+
+def scripted_problems() -> list[str]:
+    return sorted(p.name for p in DATA.iterdir() if (p / "ideas.toml").exists())
+
+
+def load_ideas(problem: str, backend: str) -> list[ScriptedIdea]:
+    index = DATA / problem / "ideas.toml"
+    if not index.exists():
+        raise LLMError(
+            f"the scripted provider has no answers for problem {problem!r}"
+            f" (it has: {', '.join(scripted_problems())})"
+        )
+    ideas = []
+    for item in tomllib.loads(index.read_text())["idea"]:
+        files = tuple(sorted((DATA / problem / backend).glob(f"{item['key']}_*.py")))
+        if files:
+            ideas.append(ScriptedIdea(item["key"], item["title"], item["description"].strip(), files))
+    if not ideas:
+        raise LLMError(f"the scripted provider has no {backend} variants for problem {problem!r}")
+    return ideas
+
+
+def _tokens(text: str) -> int:
+    """A rough token count (4 characters a token), for the llm_calls row."""
+    return max(1, len(text) // 4)
+
+
+class ScriptedProvider:
+    name = "scripted"
+    scripted = True
+
+    def __init__(self, problem: str, backend: str, seed: int = 0, latency_s: float = 0.0):
+        self.problem = problem
+        self.backend = backend
+        self.ideas = load_ideas(problem, backend)
+        self.latency_s = latency_s
+        self._rng = random.Random(seed)
+        self._next_variant: dict[str, int] = {
+            idea.key: self._rng.randrange(len(idea.variants)) for idea in self.ideas
+        }
+
+    async def complete(
+        self,
+        messages: list[Message],
+        model: str = "scripted",
+        max_output_tokens: int = 0,
+        reasoning: str | None = None,
+    ) -> Completion:
+        started = time.perf_counter()
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        prompt = messages[-1].content
+        if IMPLEMENT_HEADER in prompt:
+            text = self._implement(prompt)
+        else:
+            text = self._ideas(prompt)
+        usage = Usage(input=sum(_tokens(m.content) for m in messages), output=_tokens(text))
+        return Completion(text, usage, 0.0, time.perf_counter() - started, model)
+
+    def _ideas(self, prompt: str) -> str:
+        m = re.search(r"Propose exactly (\d+)", prompt)
+        k = int(m.group(1)) if m else 3
+        tried_section = prompt.split(TRIED_HEADER, 1)[1].split("\n## ", 1)[0] if TRIED_HEADER in prompt else ""
+        fresh = [i for i in self.ideas if i.title not in tried_section]
+        order = fresh[:]
+        self._rng.shuffle(order)
+        chosen = order[:k]
+        return json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
+
+    def _implement(self, prompt: str) -> str:
+        section = prompt.split(IMPLEMENT_HEADER, 1)[1].strip()
+        title = section.splitlines()[0].strip() if section else ""
+        idea = next((i for i in self.ideas if i.title == title), None)
+        if idea is None:
+            # A human-written idea: the scripted model has no kernel for it.
+            return f"I have no scripted implementation for the idea {title!r}."
+        n = self._next_variant[idea.key]
+        self._next_variant[idea.key] = n + 1
+        path = idea.variants[n % len(idea.variants)]
+        return (
+            f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
+            f"```python\n{path.read_text().rstrip()}\n```\n"
+        )

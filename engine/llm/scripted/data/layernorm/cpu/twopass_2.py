@@ -1,0 +1,82 @@
+"""Naive two-pass statistics, one block per sample (CPU): centre into the output, then scale.
+
+Single-threaded. All means first; then the centring pass writes x - mean into the output while
+summing its squares, and a last pass scales the output in place.
+
+Intended outcome: correct but slower than PyTorch.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+#include <cmath>
+#include <vector>
+
+torch::Tensor layernorm_centre_then_scale(torch::Tensor x, torch::Tensor weight,
+                                          torch::Tensor bias) {
+    TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && bias.device().is_cpu(),
+                "all tensors must be CPU tensors");
+    TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && bias.is_contiguous(),
+                "tensors must be contiguous");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+                bias.scalar_type() == torch::kFloat32, "tensors must be float32");
+    const int64_t M = weight.numel();
+    TORCH_CHECK(M > 0 && bias.numel() == M, "weight and bias must have the same, non-zero size");
+    TORCH_CHECK(x.numel() % M == 0, "x is not a whole number of normalized samples");
+    const int64_t N = x.numel() / M;
+
+    auto y = torch::empty_like(x);
+    const float* xp = x.data_ptr<float>();
+    const float* w = weight.data_ptr<float>();
+    const float* b = bias.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+
+    // Means of all samples first.
+    std::vector<double> mean(N, 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+        double s = 0.0;
+        for (int64_t i = 0; i < M; ++i) s += xp[n * M + i];
+        mean[n] = s / (double)M;
+    }
+
+    for (int64_t n = 0; n < N; ++n) {
+        const float* xs = xp + n * M;
+        float* ys = yp + n * M;
+        const float mu = (float)mean[n];
+
+        double sq = 0.0;
+        for (int64_t i = 0; i < M; ++i) {
+            const float d = xs[i] - mu;
+            ys[i] = d;
+            sq += (double)d * (double)d;
+        }
+        const float rstd = (float)(1.0 / std::sqrt(sq / (double)M + 1e-5));
+
+        for (int64_t i = 0; i < M; ++i) ys[i] = ys[i] * rstd * w[i] + b[i];
+    }
+    return y;
+}
+"""
+
+layernorm_ext = load_inline(
+    name="ktree_layernorm_twopass_2_cpu",
+    cpp_sources=cpp_source,
+    functions=["layernorm_centre_then_scale"],
+    extra_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, normalized_shape: tuple):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape, eps=1e-5)
+        with torch.no_grad():
+            self.ln.weight.copy_(1.0 + 0.5 * torch.randn(normalized_shape))
+            self.ln.bias.copy_(0.5 * torch.randn(normalized_shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layernorm_ext.layernorm_centre_then_scale(x, self.ln.weight, self.ln.bias)

@@ -1,0 +1,152 @@
+"""The method's prompts (templates in engine/templates/, readable by users) and reply parsing.
+
+Parsing is forgiving about form and strict about content: a reply that yields no idea or no code
+raises ReplyError, which the search records as a failed node with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+TEMPLATES = Path(__file__).parent / "templates"
+IMPLEMENT_HEADER = "## Idea to implement"
+TRIED_HEADER = "## Ideas already tried on this branch"
+
+
+class ReplyError(ValueError):
+    """An LLM reply that could not be turned into ideas or code."""
+
+
+@dataclass(frozen=True)
+class IdeaText:
+    title: str
+    description: str
+
+
+def _template(name: str) -> Template:
+    return Template((TEMPLATES / name).read_text())
+
+
+def describe_verdict(verdict: dict | None, ref_ms: float | None = None) -> str:
+    """The parent's measurements as the idea prompt shows them."""
+    if not verdict:
+        if ref_ms:
+            return f"This is the PyTorch reference itself: {ref_ms:.4g} ms (eager)."
+        return "This is the PyTorch reference itself; no measurement yet."
+    lines = [f"- status: {verdict.get('status')}"]
+    if verdict.get("time_ms") is not None:
+        lines.append(
+            f"- median time: {verdict['time_ms']:.4g} ms (p10 {verdict.get('time_p10_ms') or 0:.4g},"
+            f" p90 {verdict.get('time_p90_ms') or 0:.4g})"
+        )
+    if verdict.get("ref_eager_ms") is not None:
+        lines.append(f"- PyTorch eager reference: {verdict['ref_eager_ms']:.4g} ms")
+    if verdict.get("speedup_eager") is not None:
+        lines.append(f"- speedup vs eager: {verdict['speedup_eager']:.3g}x")
+    if verdict.get("speedup_compile") is not None:
+        lines.append(f"- speedup vs torch.compile: {verdict['speedup_compile']:.3g}x")
+    if verdict.get("max_abs_err") is not None:
+        lines.append(f"- max abs error vs fp64 reference: {verdict['max_abs_err']:.3g}")
+    if verdict.get("sol_fraction") is not None:
+        lines.append(f"- fraction of speed-of-light: {verdict['sol_fraction']:.1%}")
+    if verdict.get("status") not in ("correct", None) and verdict.get("log"):
+        lines.append("- log tail:\n" + verdict["log"][-1500:])
+    return "\n".join(lines)
+
+
+def idea_prompt(
+    problem_source: str,
+    parent_source: str,
+    parent_verdict: str,
+    tried: list[str],
+    k: int,
+    backend: str,
+) -> str:
+    return _template("idea.txt").substitute(
+        problem_source=problem_source.strip(),
+        parent_source=parent_source.strip(),
+        parent_verdict=parent_verdict,
+        tried="\n".join(f"- {t}" for t in tried) if tried else "(none yet)",
+        k=k,
+        backend=backend,
+    )
+
+
+def implement_prompt(
+    problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float
+) -> str:
+    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+    return _template("implement.txt").substitute(
+        problem_source=problem_source.strip(),
+        parent_source=parent_source.strip(),
+        idea_title=idea.title,
+        idea_description=idea.description,
+        contract=contract.strip(),
+    )
+
+
+_NUMBERED = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+(.*)$")
+
+
+def parse_ideas(text: str) -> list[IdeaText]:
+    """Ideas from a JSON list (possibly fenced or wrapped in prose) or a numbered list."""
+    ideas = _ideas_from_json(text)
+    if not ideas:
+        ideas = _ideas_from_list(text)
+    if not ideas:
+        raise ReplyError("the reply holds no ideas (neither a JSON list nor a numbered list)")
+    return ideas
+
+
+def _ideas_from_json(text: str) -> list[IdeaText]:
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end <= start:
+        return []
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return []
+    ideas = []
+    for item in data if isinstance(data, list) else []:
+        if isinstance(item, dict) and str(item.get("title", "")).strip():
+            ideas.append(
+                IdeaText(str(item["title"]).strip(), str(item.get("description", "")).strip())
+            )
+    return ideas
+
+
+def _ideas_from_list(text: str) -> list[IdeaText]:
+    ideas: list[list[str]] = []
+    for line in text.splitlines():
+        m = _NUMBERED.match(line)
+        if m and re.match(r"^\s*\d+[.)]", line):
+            ideas.append([m.group(1)])
+        elif ideas and line.strip():
+            ideas[-1].append(line.strip())
+    result = []
+    for parts in ideas:
+        head = parts[0].replace("**", "").strip()
+        m = re.match(r"^(.*?)(?:\s[-—–]\s|:\s)(.*)$", head)
+        title, first = (m.group(1), m.group(2)) if m else (head, "")
+        description = " ".join(p for p in [first.strip(), *parts[1:]] if p)
+        if title.strip():
+            result.append(IdeaText(title.strip(), description))
+    return result
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(text: str) -> str:
+    """The last fenced code block (python preferred) that defines ModelNew."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    for lang, body in reversed(blocks):
+        if lang in ("python", "py", "") and "ModelNew" in body:
+            return body.strip() + "\n"
+    if blocks:
+        raise ReplyError("the reply's code blocks define no ModelNew")
+    raise ReplyError("the reply holds no fenced code block")

@@ -1,0 +1,308 @@
+"""The SQLite store (aiosqlite, WAL): sessions, nodes, evaluations, llm_calls.
+
+Every state change is committed before the engine publishes its event, so a reader (the TUI,
+a second `ktree`) never shows what the DB does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id           INTEGER PRIMARY KEY,
+    problem      TEXT NOT NULL,
+    problem_path TEXT NOT NULL,
+    backend      TEXT NOT NULL,
+    strategy     TEXT NOT NULL,
+    provider     TEXT NOT NULL,
+    models       TEXT NOT NULL,          -- JSON list
+    config       TEXT NOT NULL,          -- JSON object: rounds, ideas, variants, top, ...
+    sizes        TEXT NOT NULL,          -- JSON object: the size constants it runs at
+    status       TEXT NOT NULL,          -- running | finished | stopped | interrupted | failed
+    created_at   REAL NOT NULL,
+    finished_at  REAL,
+    ref_ms       REAL,
+    best_node_id INTEGER,
+    best_speedup REAL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    id         INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    parent_id  INTEGER REFERENCES nodes(id),
+    kind       TEXT NOT NULL CHECK (kind IN ('root', 'idea', 'variant')),
+    round      INTEGER NOT NULL,
+    title      TEXT NOT NULL DEFAULT '',
+    text       TEXT NOT NULL DEFAULT '',
+    source     TEXT NOT NULL DEFAULT '',
+    status     TEXT NOT NULL,
+    origin     TEXT NOT NULL DEFAULT 'llm',
+    speedup    REAL,
+    time_ms    REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS nodes_session ON nodes(session_id);
+CREATE TABLE IF NOT EXISTS evaluations (
+    id          INTEGER PRIMARY KEY,
+    node_id     INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    session_id  INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    status      TEXT NOT NULL,
+    max_abs_err REAL,
+    time_ms     REAL,
+    ref_ms      REAL,
+    speedup     REAL,
+    backend     TEXT NOT NULL,
+    device      TEXT NOT NULL,
+    sizes       TEXT NOT NULL,           -- JSON: the sizes this evaluation ran at
+    verdict     TEXT NOT NULL,           -- JSON: the whole Verdict
+    created_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evaluations_session ON evaluations(session_id);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id               INTEGER PRIMARY KEY,
+    session_id       INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    node_id          INTEGER REFERENCES nodes(id),
+    provider         TEXT NOT NULL,
+    model            TEXT NOT NULL,
+    purpose          TEXT NOT NULL,      -- idea | implement | fix
+    prompt           TEXT NOT NULL,
+    reply            TEXT NOT NULL,
+    input_tokens     INTEGER NOT NULL DEFAULT 0,
+    output_tokens    INTEGER NOT NULL DEFAULT 0,
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd         REAL NOT NULL DEFAULT 0,
+    latency_s        REAL NOT NULL DEFAULT 0,
+    status           TEXT NOT NULL,      -- ok | error
+    error            TEXT,
+    created_at       REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS llm_calls_session ON llm_calls(session_id);
+"""
+
+
+class StoreError(Exception):
+    """The database cannot be used (not SQLite, corrupt, from a newer ktree)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    session_id: int
+    parent_id: int | None
+    kind: str
+    round: int
+    title: str
+    text: str
+    source: str
+    status: str
+    origin: str
+    speedup: float | None
+    time_ms: float | None
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("KTREE_DB") or "store.db")
+
+
+def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
+    return Node(**{k: row[k] for k in Node.__dataclass_fields__})
+
+
+class Store:
+    def __init__(self, conn: aiosqlite.Connection, path: Path):
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: str | Path) -> Store:
+        path = Path(path)
+        if path.exists() and path.is_dir():
+            raise StoreError(f"{path} is a directory, not a database file")
+        try:
+            conn = await aiosqlite.connect(path, timeout=30)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        conn.row_factory = aiosqlite.Row
+        store = cls(conn, path)
+        try:
+            await store._init()
+        except sqlite3.DatabaseError as exc:
+            await conn.close()
+            raise StoreError(f"{path} is not a usable ktree database ({exc})") from exc
+        except StoreError:
+            await conn.close()
+            raise
+        return store
+
+    async def _init(self) -> None:
+        await self.conn.execute("PRAGMA journal_mode=WAL")
+        await self.conn.execute("PRAGMA foreign_keys=ON")
+        await self.conn.execute("PRAGMA synchronous=NORMAL")
+        tables = {r[0] for r in await self.conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            row = await self.conn.execute_fetchall(
+                "SELECT value FROM meta WHERE key='schema_version'")
+            version = int(row[0][0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} was written by a newer ktree (schema {version},"
+                    f" this one knows {SCHEMA_VERSION}); upgrade ktree to open it"
+                )
+        elif tables:
+            raise StoreError(f"{self.path} is an SQLite database, but not a ktree one")
+        await self.conn.executescript(SCHEMA)
+        await self.conn.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+        await self.conn.commit()
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    # -- writes: each commits before returning -------------------------------------------
+
+    async def create_session(
+        self, *, problem: str, problem_path: str, backend: str, strategy: str, provider: str,
+        models: list[str], config: dict[str, Any], sizes: dict[str, int],
+    ) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO sessions(problem, problem_path, backend, strategy, provider, models,"
+            " config, sizes, status, created_at) VALUES (?,?,?,?,?,?,?,?, 'running', ?)",
+            (problem, problem_path, backend, strategy, provider, json.dumps(models),
+             json.dumps(config), json.dumps(sizes), time.time()),
+        )
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def update_session(self, session_id: int, **fields: Any) -> None:
+        allowed = {"status", "finished_at", "ref_ms", "best_node_id", "best_speedup"}
+        if not fields or not set(fields) <= allowed:
+            raise ValueError(f"cannot update session fields {sorted(set(fields) - allowed)}")
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        await self.conn.execute(
+            f"UPDATE sessions SET {assignments} WHERE id = ?", (*fields.values(), session_id)
+        )
+        await self.conn.commit()
+
+    async def add_node(
+        self, *, session_id: int, parent_id: int | None, kind: str, round: int, status: str,
+        title: str = "", text: str = "", source: str = "", origin: str = "llm",
+    ) -> Node:
+        now = time.time()
+        cur = await self.conn.execute(
+            "INSERT INTO nodes(session_id, parent_id, kind, round, title, text, source, status,"
+            " origin, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (session_id, parent_id, kind, round, title, text, source, status, origin, now, now),
+        )
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return Node(cur.lastrowid, session_id, parent_id, kind, round, title, text, source,
+                    status, origin, None, None)
+
+    async def update_node(self, node_id: int, **fields: Any) -> None:
+        allowed = {"status", "source", "text", "title", "speedup", "time_ms"}
+        if not fields or not set(fields) <= allowed:
+            raise ValueError(f"cannot update node fields {sorted(set(fields) - allowed)}")
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        await self.conn.execute(
+            f"UPDATE nodes SET {assignments}, updated_at = ? WHERE id = ?",
+            (*fields.values(), time.time(), node_id),
+        )
+        await self.conn.commit()
+
+    async def add_evaluation(self, *, node_id: int, session_id: int, verdict: dict[str, Any]) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO evaluations(node_id, session_id, status, max_abs_err, time_ms, ref_ms,"
+            " speedup, backend, device, sizes, verdict, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (node_id, session_id, verdict["status"], verdict.get("max_abs_err"),
+             verdict.get("time_ms"), verdict.get("ref_eager_ms"), verdict.get("speedup_eager"),
+             verdict.get("backend", ""), verdict.get("device", ""),
+             json.dumps(verdict.get("sizes", {})), json.dumps(verdict), time.time()),
+        )
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def add_llm_call(
+        self, *, session_id: int, node_id: int | None, provider: str, model: str, purpose: str,
+        prompt: str, reply: str, input_tokens: int = 0, output_tokens: int = 0,
+        reasoning_tokens: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0,
+        status: str = "ok", error: str | None = None,
+    ) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO llm_calls(session_id, node_id, provider, model, purpose, prompt, reply,"
+            " input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, status, error,"
+            " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (session_id, node_id, provider, model, purpose, prompt, reply, input_tokens,
+             output_tokens, reasoning_tokens, cost_usd, latency_s, status, error, time.time()),
+        )
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def set_llm_call_node(self, call_id: int, node_id: int) -> None:
+        await self.conn.execute("UPDATE llm_calls SET node_id = ? WHERE id = ?", (node_id, call_id))
+        await self.conn.commit()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        rows = await self.conn.execute_fetchall(
+            "SELECT s.*,"
+            " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id AND n.kind = 'variant')"
+            "   AS variants,"
+            " (SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls c WHERE c.session_id = s.id)"
+            "   AS cost_usd"
+            " FROM sessions s ORDER BY s.id DESC"
+        )
+        return [_session_dict(r) for r in rows]
+
+    async def session(self, session_id: int) -> dict[str, Any] | None:
+        rows = await self.conn.execute_fetchall("SELECT * FROM sessions WHERE id = ?", (session_id,))
+        return _session_dict(rows[0]) if rows else None
+
+    async def nodes(self, session_id: int) -> list[Node]:
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM nodes WHERE session_id = ? ORDER BY id", (session_id,))
+        return [_node(r) for r in rows]
+
+    async def evaluations(self, session_id: int) -> list[dict[str, Any]]:
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM evaluations WHERE session_id = ? ORDER BY id", (session_id,))
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["verdict"] = json.loads(d["verdict"])
+            d["sizes"] = json.loads(d["sizes"])
+            out.append(d)
+        return out
+
+    async def llm_calls(self, session_id: int) -> list[dict[str, Any]]:
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM llm_calls WHERE session_id = ? ORDER BY id", (session_id,))
+        return [dict(r) for r in rows]
+
+
+def _session_dict(row: Any) -> dict[str, Any]:
+    d = dict(row)
+    for key in ("models", "config", "sizes"):
+        d[key] = json.loads(d[key])
+    return d

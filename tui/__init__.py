@@ -1,0 +1,1 @@
+"""ktree's terminal app (Textual)."""

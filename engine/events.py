@@ -30,14 +30,17 @@ class NodeAdded:
 
 
 @dataclass(frozen=True)
-class NodeStatus:
-    node_id: int
-    status: str
+class NodeUpdated:
+    """A node's new state (status, source, text, speedup), as committed."""
+
+    node: Node
 
 
 @dataclass(frozen=True)
 class VerdictReady:
-    node_id: int
+    """A variant's evaluation, committed, and the node as it now stands."""
+
+    node: Node
     verdict: dict[str, Any]
 
 
@@ -68,7 +71,7 @@ class SessionDone:
     summary: dict[str, Any]
 
 
-Event = SessionStarted | NodeAdded | NodeStatus | VerdictReady | LLMCallDone | RoundDone | SessionDone
+Event = SessionStarted | NodeAdded | NodeUpdated | VerdictReady | LLMCallDone | RoundDone | SessionDone
 Subscriber = Callable[[Event], Awaitable[None] | None]
 
 

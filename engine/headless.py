@@ -11,7 +11,7 @@ from engine.events import (
     Event,
     LLMCallDone,
     NodeAdded,
-    NodeStatus,
+    NodeUpdated,
     RoundDone,
     SessionDone,
     SessionStarted,
@@ -75,10 +75,10 @@ class HeadlessPrinter:
             self.nodes[n.id] = n
             label = f"idea \"{n.title}\"" if n.kind == "idea" else n.kind
             self._line(f"node {n.id} {label} added (round {n.round}, parent {n.parent_id}): {n.status}")
-        elif isinstance(event, NodeStatus):
-            self._line(f"node {event.node_id} {event.status}")
+        elif isinstance(event, NodeUpdated):
+            self._line(f"node {event.node.id} {event.node.status}")
         elif isinstance(event, VerdictReady):
-            self._line(f"node {event.node_id} verdict: {format_verdict(event.verdict)}")
+            self._line(f"node {event.node.id} verdict: {format_verdict(event.verdict)}")
         elif isinstance(event, LLMCallDone):
             self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}:"
                        f" {event.input_tokens} in / {event.output_tokens} out tokens,"

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import problems as _builtin
-
 from engine.evaluate.loading import load_module_from_path, size_constants
 
 BUILTIN_DIR = Path(_builtin.__file__).parent

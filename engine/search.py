@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from engine import prompts
@@ -18,7 +18,7 @@ from engine.events import (
     EventBus,
     LLMCallDone,
     NodeAdded,
-    NodeStatus,
+    NodeUpdated,
     RoundDone,
     SessionDone,
     SessionStarted,
@@ -142,16 +142,14 @@ class Search:
         )
         reply, _ = await self._call("implement", prompt, node_id=node.id)
         if reply is None:
-            await self._set_status(node.id, "failed", text="the LLM call failed")
+            await self._update(node.id, status="failed", text="the LLM call failed")
             return None
         try:
             source = prompts.extract_code(reply)
         except prompts.ReplyError as exc:
-            await self._set_status(node.id, "failed", text=str(exc))
+            await self._update(node.id, status="failed", text=str(exc))
             return None
-        await self.store.update_node(node.id, source=source)
-        self.nodes[node.id] = _replace(self.nodes[node.id], source=source)
-        await self._set_status(node.id, "queued")
+        await self._update(node.id, source=source, status="queued")
 
         job = self.evaluator.job(
             self.problem.path, source, self.sizes, atol=self.config.atol, rtol=self.config.rtol,
@@ -159,19 +157,16 @@ class Search:
         )
 
         async def on_phase(phase: str) -> None:
-            await self._set_status(node.id, phase)
+            await self._update(node.id, status=phase)
 
         verdict = (await self.evaluator.evaluate(job, on_phase)).to_dict()
         await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
-        speedup = verdict.get("speedup_eager")
-        await self.store.update_node(node.id, status=verdict["status"], speedup=speedup,
-                                     time_ms=verdict.get("time_ms"))
-        self.nodes[node.id] = _replace(self.nodes[node.id], status=verdict["status"],
-                                       speedup=speedup, time_ms=verdict.get("time_ms"))
         self.verdicts[node.id] = verdict
+        await self._update(node.id, status=verdict["status"], speedup=verdict.get("speedup_eager"),
+                           time_ms=verdict.get("time_ms"), publish=False)
         if verdict.get("ref_eager_ms") and verdict["status"] == "correct":
             await self.store.update_session(self._sid, ref_ms=verdict["ref_eager_ms"])
-        await self.bus.publish(VerdictReady(node.id, verdict))
+        await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
         return node.id
 
     # -- helpers ----------------------------------------------------------------------------
@@ -213,13 +208,12 @@ class Search:
         await self.bus.publish(NodeAdded(node))
         return node
 
-    async def _set_status(self, node_id: int, status: str, text: str | None = None) -> None:
-        changes: dict[str, Any] = {"status": status}
-        if text is not None:
-            changes["text"] = text
+    async def _update(self, node_id: int, publish: bool = True, **changes: Any) -> None:
+        """Commit changes to a node, then (unless a VerdictReady follows) publish them."""
         await self.store.update_node(node_id, **changes)
-        self.nodes[node_id] = _replace(self.nodes[node_id], **changes)
-        await self.bus.publish(NodeStatus(node_id, status))
+        self.nodes[node_id] = replace(self.nodes[node_id], **changes)
+        if publish:
+            await self.bus.publish(NodeUpdated(self.nodes[node_id]))
 
     def _tried(self, parent: Node) -> list[str]:
         """Idea titles on the path from the root to `parent`, and those already under it."""
@@ -284,9 +278,3 @@ class Search:
         ))
         await self.bus.publish(SessionDone(self._sid, status, summary))
         return summary
-
-
-def _replace(node: Node, **changes: Any) -> Node:
-    from dataclasses import replace
-
-    return replace(node, **changes)

@@ -104,7 +104,7 @@ def compare(out: Any, expected: Any, atol: float, rtol: float) -> tuple[bool, di
         return False, {}, f"{len(outs)} outputs, expected {len(refs)}"
     errs = {"max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0}
     ok, reason = True, ""
-    for i, (o, r) in enumerate(zip(outs, refs)):
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         if tuple(o.shape) != tuple(r.shape):
             return False, errs, f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
         o64 = o.detach().to(r.device, torch.float64)

@@ -18,7 +18,7 @@ from textual.widgets.tree import TreeNode
 from engine.events import (
     Event,
     NodeAdded,
-    NodeStatus,
+    NodeUpdated,
     RoundDone,
     SessionDone,
     SessionStarted,
@@ -114,13 +114,11 @@ class SearchScreen(Screen):
                            event.sizes, "running")
         elif isinstance(event, NodeAdded):
             self._add(event.node)
-        elif isinstance(event, NodeStatus):
-            self._update(self.nodes[event.node_id], status=event.status)
+        elif isinstance(event, NodeUpdated):
+            self._update(event.node)
         elif isinstance(event, VerdictReady):
-            v = event.verdict
-            self.verdicts[event.node_id] = v
-            self._update(self.nodes[event.node_id], status=v["status"],
-                         speedup=v.get("speedup_eager"), time_ms=v.get("time_ms"))
+            self.verdicts[event.node.id] = event.verdict
+            self._update(event.node)
             self._refresh_best()
         elif isinstance(event, RoundDone):
             self._status_line(f"round {event.round} done")
@@ -182,10 +180,7 @@ class SearchScreen(Screen):
         if self.selected is None and node.kind == "root":
             self._show(node.id)
 
-    def _update(self, node: Node, **changes: Any) -> None:
-        from dataclasses import replace
-
-        node = replace(node, **changes)
+    def _update(self, node: Node) -> None:
         self.nodes[node.id] = node
         self.tree_nodes[node.id].set_label(self._label(node))
         if node.kind == "variant":

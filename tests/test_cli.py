@@ -1,0 +1,77 @@
+"""Bad input: one line on stderr, exit code 2, no traceback."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_ktree
+
+
+def assert_one_line_usage_error(proc, needle: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_problem():
+    assert_one_line_usage_error(run_ktree("run", "no_such_problem"), "unknown problem 'no_such_problem'")
+
+
+def test_problem_file_without_model(tmp_path: Path):
+    path = tmp_path / "nomodel.py"
+    path.write_text("import torch\ndef get_inputs(): return []\ndef get_init_inputs(): return []\n")
+    assert_one_line_usage_error(run_ktree("run", str(path)), "missing `Model`")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "softmax", "--rounds", "0"], "must be at least 1"),
+        (["run", "softmax", "--ideas", "many"], "not a whole number"),
+        (["run", "softmax", "--backend", "tpu"], "invalid choice"),
+        (["run", "softmax", "--json"], "--json needs --headless"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_usage_errors(args: list[str], needle: str):
+    assert_one_line_usage_error(run_ktree(*args), needle)
+
+
+def test_problem_without_scripted_answers(tmp_path: Path):
+    path = tmp_path / "relu.py"
+    path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):"
+                    " return x.relu()\ndef get_inputs(): return [torch.randn(8)]\n"
+                    "def get_init_inputs(): return []\n")
+    proc = run_ktree("run", str(path), "--headless", "--backend", "cpu",
+                     "--db", str(tmp_path / "k.db"))
+    assert_one_line_usage_error(proc, "scripted provider has no answers for problem 'relu'")
+
+
+def test_database_that_is_not_one(tmp_path: Path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not sqlite at all" * 200)
+    proc = run_ktree("run", "softmax", "--headless", "--backend", "cpu", "--db", str(junk))
+    assert_one_line_usage_error(proc, "not a usable ktree database")
+    assert junk.read_bytes() == b"not sqlite at all" * 200  # untouched
+
+
+def test_eval_solution_without_modelnew(tmp_path: Path):
+    sol = tmp_path / "sol.py"
+    sol.write_text("x = 1\n")
+    assert_one_line_usage_error(run_ktree("eval", "softmax", str(sol)), "defines no ModelNew")
+
+
+def test_eval_prints_a_verdict_as_json(tmp_path: Path):
+    import json
+
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                   "    def forward(self, x): return torch.softmax(x, dim=1)\n")
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "correct"
+    assert verdict["sizes"] == {"batch_size": 128, "dim": 4096}
+    assert verdict["time_ms"] > 0 and verdict["ref_eager_ms"] > 0

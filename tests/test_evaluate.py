@@ -1,0 +1,121 @@
+"""The evaluator on the cpu backend, with solutions that need no compiler (pure PyTorch
+ModelNew), so every status path is exercised in seconds. Compiled kernels are covered by the
+recorded scripted search (test_search.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+
+import pytest
+
+from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.verdict import Verdict
+from engine.problems import load_problem
+
+SOFTMAX = load_problem("softmax")
+
+HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
+
+
+def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Verdict:
+    source = HEADER + textwrap.dedent(body)
+
+    async def go() -> Verdict:
+        evaluator = Evaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
+        return await evaluator.evaluate(
+            evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **job))
+
+    return asyncio.run(go())
+
+
+def model(forward: str, init: str = "") -> str:
+    return f"""
+    class ModelNew(nn.Module):
+        def __init__(self):
+            super().__init__()
+            {init or 'pass'}
+        def forward(self, x):
+            {forward}
+    """
+
+
+def test_correct_solution_is_timed_against_the_reference():
+    v = evaluate(model("return torch.softmax(x, dim=1)"))
+    assert v.status == "correct"
+    assert v.trials == 3
+    assert v.max_abs_err is not None and v.max_abs_err < 1e-5
+    assert v.time_ms and v.ref_eager_ms and v.time_ms > 0 and v.ref_eager_ms > 0
+    assert v.time_p10_ms <= v.time_ms <= v.time_p90_ms
+    assert v.speedup_eager == pytest.approx(v.ref_eager_ms / v.time_ms)
+    assert v.sizes == {"batch_size": 128, "dim": 4096}  # the CPU preset it ran at
+    assert v.backend == "cpu" and v.reps >= 5
+
+
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        ("return torch.softmax(x, dim=0)", "exceeds allclose"),
+        ("return torch.zeros_like(x)", "exceeds allclose"),
+        ("return torch.softmax(x, dim=1)[:, :-1]", "has shape"),
+        ("return torch.full_like(x, float('nan'))", "NaN/Inf"),
+        # Within atol everywhere, but 2% off in relative L2: only the norm check catches it.
+        ("return torch.softmax(x, dim=1) * 1.02", "relative L2 error"),
+    ],
+)
+def test_wrong_answers_are_incorrect(forward: str, reason: str):
+    v = evaluate(model(forward))
+    assert v.status == "incorrect"
+    assert reason in v.log
+    assert v.time_ms is None  # an incorrect kernel is never timed
+
+
+def test_python_syntax_error_is_a_compile_error():
+    v = evaluate("class ModelNew(nn.Module:\n    pass\n")
+    assert v.status == "compile_error"
+    assert "syntax error" in v.log
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (model("raise RuntimeError('kernel launch failed: bad grid')"), "runtime_error",
+         "bad grid"),
+        ("raise ValueError('import went wrong')\n", "runtime_error", "import went wrong"),
+        ("class NotIt: pass\n", "runtime_error", "no class ModelNew"),
+        ("sys.exit(3)\n", "crashed", "exit code 3"),
+        ("os._exit(0)\n", "crashed", "exit code 0"),
+        ("import ctypes\nctypes.string_at(0)\n", "crashed", "SIGSEGV"),
+    ],
+)
+def test_faults_become_statuses(body: str, status: str, needle: str):
+    v = evaluate(body)
+    assert v.status == status
+    assert needle in v.log
+
+
+def test_a_hung_kernel_is_killed_at_the_timeout():
+    v = evaluate(model("while True: pass"), run_timeout_s=20)
+    assert v.status == "timeout"
+    assert "killed after 20 s" in v.log
+
+
+def test_generated_code_sees_no_secrets(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("GEMINI_API_KEY", "g-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "t-secret")
+    body = """
+    leaked = [k for k, v in os.environ.items() if 'secret' in v]
+    if leaked:
+        raise RuntimeError('saw secrets: ' + ','.join(leaked))
+    """ + model("return torch.softmax(x, dim=1)")
+    assert evaluate(body).status == "correct"
+    assert os.environ["OPENAI_API_KEY"] == "sk-secret"
+
+
+def test_verdict_json_roundtrip():
+    v = Verdict(status="correct", flags=("a",), time_ms=1.0, sizes={"n": 1})
+    assert Verdict.from_dict(v.to_dict()) == v
+    with pytest.raises(ValueError):
+        Verdict(status="great")

@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import pytest
+
+from engine.problems import ProblemError, builtin_problems, load_problem
+
+
+def test_builtin_problems_load_with_their_sizes():
+    assert {"softmax", "layernorm"} <= set(builtin_problems())
+    softmax = load_problem("softmax")
+    assert softmax.sizes == {"batch_size": 4096, "dim": 65536}
+    assert softmax.sizes_for("cuda") == {"batch_size": 4096, "dim": 65536}
+    assert softmax.sizes_for("cpu") == {"batch_size": 128, "dim": 4096}
+    layernorm = load_problem("level1/layernorm")
+    assert layernorm.sizes == {"batch_size": 16, "features": 64, "dim1": 256, "dim2": 256}
+    assert layernorm.name == "layernorm"
+
+
+def test_problem_from_any_path(tmp_path: Path):
+    path = tmp_path / "relu.py"
+    path.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(x)\n"
+        "n = 64\n"
+        "def get_inputs():\n"
+        "    return [torch.randn(n)]\n"
+        "def get_init_inputs():\n"
+        "    return []\n"
+    )
+    problem = load_problem(str(path))
+    assert problem.name == "relu"
+    assert problem.sizes == {"n": 64}
+    assert problem.sizes_for("cpu") == {"n": 64}  # no preset declared: full sizes
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("def get_inputs(): return []\ndef get_init_inputs(): return []\n", "missing `Model`"),
+        ("class Model: pass\ndef get_inputs(): return []\n", "missing `get_init_inputs`"),
+        ("class Model(:\n", "syntax error on line 1"),
+        ("import no_such_module_here\n", "fails to import: ModuleNotFoundError"),
+        ("raise SystemExit(3)\n", "fails to import: SystemExit"),
+    ],
+)
+def test_bad_problem_files_give_one_line_errors(tmp_path: Path, body: str, expected: str):
+    path = tmp_path / "bad.py"
+    path.write_text(body)
+    with pytest.raises(ProblemError) as info:
+        load_problem(str(path))
+    message = str(info.value)
+    assert expected in message
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_unknown_problem_names_the_builtins():
+    with pytest.raises(ProblemError, match="unknown problem 'nope'.*softmax"):
+        load_problem("nope")
+    with pytest.raises(ProblemError, match="no such problem file"):
+        load_problem("/no/such/file.py")

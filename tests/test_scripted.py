@@ -1,0 +1,66 @@
+import asyncio
+
+import pytest
+
+from engine import prompts
+from engine.llm.base import LLMError, Message
+from engine.llm.scripted import ScriptedProvider, load_ideas, scripted_problems
+
+
+def ask(provider: ScriptedProvider, text: str) -> str:
+    return asyncio.run(provider.complete([Message("user", text)])).text
+
+
+@pytest.mark.parametrize("problem", ["softmax", "layernorm"])
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_scripted_library_has_three_ideas_with_two_variants(problem: str, backend: str):
+    ideas = load_ideas(problem, backend)
+    assert len(ideas) >= 3
+    assert all(len(i.variants) >= 2 for i in ideas)
+    assert len({i.title for i in ideas}) == len(ideas)
+    sources = [v.read_text() for i in ideas for v in i.variants]
+    assert len(set(sources)) == len(sources)  # genuinely different files
+    assert all("ModelNew" in s and "load_inline" in s for s in sources)
+    if backend == "cpu":
+        assert not any("cuda_sources" in s for s in sources)
+
+
+def test_ideas_answer_respects_k_and_skips_tried():
+    provider = ScriptedProvider("softmax", "cpu", seed=1)
+    titles = [i.title for i in provider.ideas]
+    prompt = prompts.idea_prompt("src", "parent", "v", [titles[0]], 2, "cpu")
+    ideas = prompts.parse_ideas(ask(provider, prompt))
+    assert len(ideas) == 2
+    assert titles[0] not in [i.title for i in ideas]
+    assert {i.title for i in ideas} <= set(titles)
+
+
+def test_implementation_answer_is_a_variant_of_that_idea_and_cycles():
+    provider = ScriptedProvider("softmax", "cuda", seed=0)
+    idea = provider.ideas[1]
+    prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText(idea.title, "d"), "cuda", 0.01)
+    first, second = (prompts.extract_code(ask(provider, prompt)) for _ in range(2))
+    files = {v.read_text().strip() for v in idea.variants}
+    assert first.strip() in files and second.strip() in files
+    assert first != second
+
+
+def test_same_seed_same_answers():
+    prompt = prompts.idea_prompt("src", "parent", "v", [], 3, "cpu")
+    a = ask(ScriptedProvider("layernorm", "cpu", seed=7), prompt)
+    b = ask(ScriptedProvider("layernorm", "cpu", seed=7), prompt)
+    assert a == b
+
+
+def test_unknown_idea_gets_a_reply_without_code():
+    provider = ScriptedProvider("softmax", "cpu")
+    prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText("Use tensor cores", ""),
+                                      "cpu", 0.01)
+    with pytest.raises(prompts.ReplyError):
+        prompts.extract_code(ask(provider, prompt))
+
+
+def test_problem_without_scripted_answers_is_refused():
+    assert {"softmax", "layernorm"} <= set(scripted_problems())
+    with pytest.raises(LLMError, match="no answers for problem 'gemm'"):
+        ScriptedProvider("gemm", "cpu")

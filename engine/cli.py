@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
 
     sub.add_parser("sessions", help="list past sessions in the database")
+    show = sub.add_parser("show", help="a session's variants as a table (markdown or JSON)")
+    show.add_argument("session", nargs="?", type=_positive, help="session id (default: latest)")
+    show.add_argument("--all", action="store_true", help="every session in the database")
+    show.add_argument("--json", action="store_true")
     sub.add_parser("problems", help="list the built-in problems")
     return parser
 
@@ -81,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ktree: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
 
 
 def _db_path(args: argparse.Namespace) -> Path:
@@ -101,6 +108,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sessions(_db_path(args))
     if args.command == "problems":
         return _problems()
+    if args.command == "show":
+        return _show(args, _db_path(args))
     raise UsageError(f"unknown command {args.command}")
 
 
@@ -240,6 +249,47 @@ def _sessions(db: Path) -> int:
         return 0
     for row in asyncio.run(go()):
         print(format_session_row(row))
+    return 0
+
+
+def _show(args: argparse.Namespace, db: Path) -> int:
+    from engine.headless import session_table
+
+    if not db.exists():
+        raise UsageError(f"no database at {db}")
+
+    async def go() -> list[dict[str, Any]]:
+        store = await _open_store(db)
+        try:
+            sessions = await store.sessions()
+            if args.session is not None:
+                sessions = [s for s in sessions if s["id"] == args.session]
+                if not sessions:
+                    raise UsageError(f"no session {args.session} in {db}")
+            elif not args.all:
+                sessions = sessions[:1]
+            out = []
+            for s in reversed(sessions):
+                evals = {e["node_id"]: e for e in await store.evaluations(s["id"])}
+                variants = [n for n in await store.nodes(s["id"]) if n.kind == "variant"]
+                rows = []
+                for n in variants:
+                    v = evals[n.id]["verdict"] if n.id in evals else {}
+                    rows.append({"node": n.id, "round": n.round, "idea": n.title,
+                                 "status": n.status, "time_ms": v.get("time_ms"),
+                                 "ref_eager_ms": v.get("ref_eager_ms"),
+                                 "speedup_eager": v.get("speedup_eager"),
+                                 "max_abs_err": v.get("max_abs_err"), "device": v.get("device")})
+                out.append({"session": s, "variants": rows})
+            return out
+        finally:
+            await store.close()
+
+    tables = asyncio.run(go())
+    if args.json:
+        print(json.dumps(tables, indent=2))
+    else:
+        print("\n\n".join(session_table(t["session"], t["variants"]) for t in tables))
     return 0
 
 

@@ -53,6 +53,30 @@ def format_session_row(row: dict[str, Any]) -> str:
             f" {started}  {row.get('variants', 0):>3} variants  best {best:>7}  {row['status']}")
 
 
+def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> str:
+    """A session's variants as a markdown table, with a header line naming what ran where."""
+    sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
+    device = next((v["device"] for v in variants if v.get("device")), session["backend"])
+    lines = [
+        f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
+        f" provider {session['provider']}, {session['status']}, best {_x(session.get('best_speedup'))}",
+        "",
+        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in variants:
+        err = "-" if v.get("max_abs_err") is None else f"{v['max_abs_err']:.2g}"
+        lines.append(
+            f"| {v['node']} | {v['round']} | {v['idea']} | {v['status']} | {_num(v.get('time_ms'))}"
+            f" | {_num(v.get('ref_eager_ms'))} | {_x(v.get('speedup_eager'))} | {err} |"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 class HeadlessPrinter:
     def __init__(self, out: TextIO | None = None, quiet: bool = False):
         self.out = out or (sys.stderr if quiet else sys.stdout)

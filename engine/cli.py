@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -43,9 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="search for a faster kernel for a problem")
     run.add_argument("problem", help="built-in problem name (see `ktree problems`) or a .py path")
     run.add_argument("--db", help=argparse.SUPPRESS, dest="run_db")
-    run.add_argument("--provider", default="scripted", choices=["scripted"],
-                     help="LLM provider (default: scripted, offline canned answers)")
-    run.add_argument("--model", default="scripted", help="model name")
+    run.add_argument("--provider", default="auto",
+                     choices=["auto", "openai", "gemini", "openai-compatible", "scripted"],
+                     help="LLM provider; auto: a real one when a key is set, else scripted"
+                          " (offline canned answers)")
+    run.add_argument("--model", action="append", default=[], metavar="[PROVIDER:]MODEL",
+                     help="model to use; repeat to mix models (round-robin), e.g."
+                          " --model openai:o3 --model gemini:gemini-2.5-pro")
+    run.add_argument("--base-url", help="server URL for openai-compatible (vLLM, Ollama, ...)")
+    run.add_argument("--reasoning", help="reasoning effort (low/medium/high) or thinking budget")
+    run.add_argument("--llm-timeout", type=float, default=600.0, help="seconds per LLM call")
+    run.add_argument("--budget-usd", type=float, default=None, help="stop once this is spent")
+    run.add_argument("--budget-tokens", type=_positive, default=None,
+                     help="stop once this many tokens are used")
+    run.add_argument("--fixes", type=int, default=1,
+                     help="fix-prompt retries for a variant that fails to compile (default 1)")
     run.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
     run.add_argument("--rounds", type=_positive, default=2)
     run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
@@ -148,51 +161,68 @@ async def _open_store(path: Path) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _make_search(args: argparse.Namespace, store: Any, bus: Any) -> Any:
-    from engine.evaluate.evaluator import Evaluator
-    from engine.llm.base import LLMError
-    from engine.llm.scripted import ScriptedProvider
-    from engine.search import Search, SearchConfig
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a search needs that can be wrong, checked before any screen opens."""
 
+    problem: Any
+    models: list
+    evaluator: Any
+    config: Any
+
+    def search(self, store: Any, bus: Any) -> Any:
+        from engine.search import Search
+
+        return Search(store, bus, self.models, self.evaluator, self.problem, self.config)
+
+
+def prepare_search(args: argparse.Namespace) -> Prepared:
+    from engine.config import ConfigError, load_config
+    from engine.evaluate.evaluator import Evaluator
+    from engine.llm.registry import ProviderSetupError, build_models
+    from engine.search import SearchConfig
+
+    if args.json and not args.headless:
+        raise UsageError("--json needs --headless")
     problem = _load_problem(args.problem)
     backend, arch = resolve_backend(args.backend)
     try:
-        provider = ScriptedProvider(problem.name, backend, seed=args.seed,
-                                    latency_s=float(os.environ.get("KTREE_SCRIPTED_LATENCY", "0")))
-    except LLMError as exc:
+        models = build_models(
+            args.model, args.provider, load_config(), problem=problem.name, backend=backend,
+            seed=args.seed, base_url=args.base_url, timeout_s=args.llm_timeout,
+        )
+    except (ConfigError, ProviderSetupError) as exc:
         raise UsageError(str(exc)) from None
-    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
     config = SearchConfig(
         rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
-        model=args.model, atol=args.atol, rtol=args.rtol, seed=args.seed,
+        atol=args.atol, rtol=args.rtol, seed=args.seed, reasoning=args.reasoning,
+        fixes=max(0, args.fixes), budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
     )
-    return Search(store, bus, provider, evaluator, problem, config)
+    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
+    return Prepared(problem, models, evaluator, config)
 
 
 def _run(args: argparse.Namespace) -> int:
     db = _db_path(args)
-    # Validate everything before any screen opens, so bad input is one line and exit 2.
-    _load_problem(args.problem)
-    if args.json and not args.headless:
-        raise UsageError("--json needs --headless")
+    prepared = prepare_search(args)  # bad input: one line and exit 2, before any screen opens
     if args.headless:
-        return asyncio.run(_run_headless(args, db))
+        return asyncio.run(_run_headless(args, prepared, db))
     from tui.app import KtreeApp
 
-    # The search is built inside the app's event loop (aiosqlite binds to it).
-    app = KtreeApp(db_path=db, search_factory=lambda store, bus: _make_search(args, store, bus))
+    # The store opens inside the app's event loop (aiosqlite binds to it).
+    app = KtreeApp(db_path=db, search_factory=prepared.search)
     app.run()
     return app.return_code or 0
 
 
-async def _run_headless(args: argparse.Namespace, db: Path) -> int:
+async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -> int:
     from engine.events import EventBus
     from engine.headless import HeadlessPrinter
 
     store = await _open_store(db)
     try:
         bus = EventBus()
-        search = _make_search(args, store, bus)
+        search = prepared.search(store, bus)
         printer = HeadlessPrinter(quiet=args.json)
         bus.subscribe(printer)
         summary = await search.run()
@@ -202,7 +232,10 @@ async def _run_headless(args: argparse.Namespace, db: Path) -> int:
         print(json.dumps(summary, indent=2))
     else:
         printer.print_summary(summary)
-    return 0 if summary["status"] == "finished" else 1
+    if summary["status"] == "failed":
+        print(f"ktree: error: {summary['stop_reason']}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
 
 
 def _eval(args: argparse.Namespace) -> int:

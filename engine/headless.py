@@ -128,4 +128,10 @@ class HeadlessPrinter:
                   f" vs eager {_ms(best['ref_eager_ms'])} = {_x(best['speedup_eager'])}", file=out)
         else:
             print("  best: no correct variant", file=out)
+        llm = s.get("llm") or {}
+        if llm:
+            print(f"  llm: {llm['calls']} calls, {llm['input_tokens']} in / {llm['output_tokens']} out /"
+                  f" {llm['reasoning_tokens']} reasoning tokens, ${llm['cost_usd']:.4f}", file=out)
+        if s.get("stop_reason"):
+            print(f"  stopped early: {s['stop_reason']}", file=out)
         print(f"  elapsed {s['elapsed_s']:.1f} s", file=out)

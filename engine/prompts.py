@@ -15,6 +15,7 @@ from string import Template
 TEMPLATES = Path(__file__).parent / "templates"
 IMPLEMENT_HEADER = "## Idea to implement"
 TRIED_HEADER = "## Ideas already tried on this branch"
+FIX_HEADER = "## The failing solution"
 
 
 class ReplyError(ValueError):
@@ -85,6 +86,18 @@ def implement_prompt(
         parent_source=parent_source.strip(),
         idea_title=idea.title,
         idea_description=idea.description,
+        contract=contract.strip(),
+    )
+
+
+def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
+               tol: float) -> str:
+    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+    return _template("fix.txt").substitute(
+        problem_source=problem_source.strip(),
+        idea_title=idea_title,
+        source=source.strip(),
+        log=log.strip()[-4000:],
         contract=contract.strip(),
     )
 

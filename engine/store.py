@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     config       TEXT NOT NULL,          -- JSON object: rounds, ideas, variants, top, ...
     sizes        TEXT NOT NULL,          -- JSON object: the size constants it runs at
     status       TEXT NOT NULL,          -- running | finished | stopped | interrupted | failed
+    stop_reason  TEXT,                   -- why it ended early: budget, bad key, ...
     created_at   REAL NOT NULL,
     finished_at  REAL,
     ref_ms       REAL,
@@ -87,6 +88,7 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     reasoning_tokens INTEGER NOT NULL DEFAULT 0,
     cost_usd         REAL NOT NULL DEFAULT 0,
     latency_s        REAL NOT NULL DEFAULT 0,
+    attempts         INTEGER NOT NULL DEFAULT 1,  -- 1 + retries (429 / 5xx / timeouts)
     status           TEXT NOT NULL,      -- ok | error
     error            TEXT,
     created_at       REAL NOT NULL
@@ -193,7 +195,7 @@ class Store:
         return cur.lastrowid
 
     async def update_session(self, session_id: int, **fields: Any) -> None:
-        allowed = {"status", "finished_at", "ref_ms", "best_node_id", "best_speedup"}
+        allowed = {"status", "stop_reason", "finished_at", "ref_ms", "best_node_id", "best_speedup"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update session fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)
@@ -245,14 +247,15 @@ class Store:
         self, *, session_id: int, node_id: int | None, provider: str, model: str, purpose: str,
         prompt: str, reply: str, input_tokens: int = 0, output_tokens: int = 0,
         reasoning_tokens: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0,
-        status: str = "ok", error: str | None = None,
+        attempts: int = 1, status: str = "ok", error: str | None = None,
     ) -> int:
         cur = await self.conn.execute(
             "INSERT INTO llm_calls(session_id, node_id, provider, model, purpose, prompt, reply,"
-            " input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, status, error,"
-            " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " input_tokens, output_tokens, reasoning_tokens, cost_usd, latency_s, attempts, status,"
+            " error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (session_id, node_id, provider, model, purpose, prompt, reply, input_tokens,
-             output_tokens, reasoning_tokens, cost_usd, latency_s, status, error, time.time()),
+             output_tokens, reasoning_tokens, cost_usd, latency_s, attempts, status, error,
+             time.time()),
         )
         await self.conn.commit()
         assert cur.lastrowid is not None
@@ -294,6 +297,28 @@ class Store:
             d["sizes"] = json.loads(d["sizes"])
             out.append(d)
         return out
+
+    async def llm_totals(
+        self, session_id: int, node_id: int | None = None, subtree: bool = False
+    ) -> dict[str, float]:
+        """Tokens and dollars of the LLM calls of a session, of one node, or of a node's whole
+        branch (the node and everything under it)."""
+        totals = ("SELECT COUNT(*) AS calls, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
+                  " COALESCE(SUM(output_tokens), 0) AS output_tokens,"
+                  " COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens,"
+                  " COALESCE(SUM(cost_usd), 0) AS cost_usd FROM llm_calls")
+        if node_id is None:
+            rows = await self.conn.execute_fetchall(f"{totals} WHERE session_id = ?", (session_id,))
+        elif not subtree:
+            rows = await self.conn.execute_fetchall(
+                f"{totals} WHERE session_id = ? AND node_id = ?", (session_id, node_id))
+        else:
+            rows = await self.conn.execute_fetchall(
+                "WITH RECURSIVE branch(id) AS (SELECT ? UNION ALL SELECT n.id FROM nodes n"
+                " JOIN branch b ON n.parent_id = b.id)"
+                f" {totals} WHERE session_id = ? AND node_id IN (SELECT id FROM branch)",
+                (node_id, session_id))
+        return dict(rows[0])
 
     async def llm_calls(self, session_id: int) -> list[dict[str, Any]]:
         rows = await self.conn.execute_fetchall(

@@ -44,7 +44,7 @@ def test_problem_without_scripted_answers(tmp_path: Path):
     path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):"
                     " return x.relu()\ndef get_inputs(): return [torch.randn(8)]\n"
                     "def get_init_inputs(): return []\n")
-    proc = run_ktree("run", str(path), "--headless", "--backend", "cpu",
+    proc = run_ktree("run", str(path), "--headless", "--backend", "cpu", "--provider", "scripted",
                      "--db", str(tmp_path / "k.db"))
     assert_one_line_usage_error(proc, "scripted provider has no answers for problem 'relu'")
 
@@ -75,3 +75,30 @@ def test_eval_prints_a_verdict_as_json(tmp_path: Path):
     assert verdict["status"] == "correct"
     assert verdict["sizes"] == {"batch_size": 128, "dim": 4096}
     assert verdict["time_ms"] > 0 and verdict["ref_eager_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--provider", "openai"], {"OPENAI_API_KEY": ""}, "provider openai needs an API key"),
+        (["--provider", "gemini"], {"GEMINI_API_KEY": "", "GOOGLE_API_KEY": ""},
+         "provider gemini needs an API key"),
+        (["--provider", "openai-compatible", "--model", "m"], {}, "needs --base-url"),
+        (["--provider", "openai-compatible"], {}, "needs --model"),
+        (["--model", "acme:big-model"], {}, "unknown provider 'acme'"),
+    ],
+)
+def test_provider_setup_errors(tmp_path: Path, args: list[str], env: dict, needle: str):
+    env = {**env, "KTREE_CONFIG": str(tmp_path / "none.toml")}
+    proc = run_ktree("run", "softmax", "--headless", "--backend", "cpu", *args,
+                     "--db", str(tmp_path / "k.db"), env=env)
+    assert_one_line_usage_error(proc, needle)
+    assert not (tmp_path / "k.db").exists()  # nothing started
+
+
+def test_unreadable_config_is_one_line(tmp_path: Path):
+    config = tmp_path / "config.toml"
+    config.write_text("[keys\nopenai = ")
+    proc = run_ktree("run", "softmax", "--headless", "--backend", "cpu",
+                     env={"KTREE_CONFIG": str(config)})
+    assert_one_line_usage_error(proc, "is not valid TOML")

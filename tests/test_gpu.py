@@ -40,6 +40,7 @@ def evaluate_all(problem_name: str, sources: list[str]) -> list[Verdict]:
 @pytest.mark.parametrize("problem", ["softmax", "layernorm"])
 def test_scripted_cuda_variants_get_their_intended_verdicts(problem: str):
     files = [f for idea in load_ideas(problem, "cuda") for f in idea.variants]
+    files += sorted(files[0].parent.glob("fixes/*.py"))  # the fix-prompt answers
     sources = [f.read_text() for f in files]
     verdicts = evaluate_all(problem, sources)
     full = load_problem(problem).sizes

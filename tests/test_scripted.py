@@ -64,3 +64,16 @@ def test_problem_without_scripted_answers_is_refused():
     assert {"softmax", "layernorm"} <= set(scripted_problems())
     with pytest.raises(LLMError, match="no answers for problem 'gemm'"):
         ScriptedProvider("gemm", "cpu")
+
+
+def test_fix_answer_corrects_a_library_variant_that_fails_to_compile():
+    provider = ScriptedProvider("softmax", "cpu")
+    broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
+    prompt = prompts.fix_prompt("src", broken.read_text(), "idea", "error: invalid conversion", "cpu", 0.01)
+    fixed = prompts.extract_code(ask(provider, prompt))
+    assert fixed.strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
+    assert fixed != broken.read_text()
+    # A source the library does not know gets no code back.
+    unknown = prompts.fix_prompt("src", "class ModelNew: pass", "idea", "error", "cpu", 0.01)
+    with pytest.raises(prompts.ReplyError):
+        prompts.extract_code(ask(provider, unknown))

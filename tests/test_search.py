@@ -33,11 +33,17 @@ def test_recorded_search_holds_everything(recorded_search: dict):
     compile_logs = query(db, "SELECT verdict FROM evaluations WHERE status = 'compile_error'")
     assert all("error" in v[0].lower() for v in compile_logs)
 
-    # An llm_calls row for every scripted answer: one idea call per parent, one per variant.
-    calls = query(db, "SELECT purpose, COUNT(*) FROM llm_calls GROUP BY purpose")
-    assert dict(calls)["implement"] == len(variants)
+    # An llm_calls row for every scripted answer: one idea call per parent, one per variant
+    # (an implementation, or a fix of a variant that failed to compile).
+    calls = dict(query(db, "SELECT purpose, COUNT(*) FROM llm_calls GROUP BY purpose"))
+    assert calls["implement"] + calls["fix"] == len(variants)
+    # Each fix is a child of a variant that failed to compile, and the scripted fix builds.
+    fixes = query(db, "SELECT p.status, f.status FROM nodes f JOIN nodes p ON f.parent_id = p.id"
+                      " WHERE f.kind = 'variant' AND p.kind = 'variant'")
+    assert len(fixes) == calls["fix"] >= 1
+    assert all(parent == "compile_error" and child == "correct" for parent, child in fixes)
     parents = query(db, "SELECT COUNT(DISTINCT node_id) FROM llm_calls WHERE purpose = 'idea'")
-    assert dict(calls)["idea"] == parents[0][0] >= 2
+    assert calls["idea"] == parents[0][0] >= 2
     assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE prompt = '' OR reply = ''") == [(0,)]
 
     # The summary agrees with the DB.

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.syntax import Syntax
 from textual.widgets import DataTable, Static, Tree
 
-from engine.cli import _make_search, build_parser
+from engine.cli import build_parser, prepare_search
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
@@ -30,8 +30,9 @@ def shown_code(screen: SearchScreen) -> str:
 async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
     db = tmp_path / "k.db"
     args = build_parser().parse_args(
-        ["run", "softmax", "--backend", "cpu", "--rounds", "1", "--ideas", "2", "--db", str(db)])
-    app = KtreeApp(db_path=db, search_factory=lambda store, bus: _make_search(args, store, bus))
+        ["run", "softmax", "--backend", "cpu", "--provider", "scripted", "--rounds", "1",
+         "--ideas", "2", "--db", str(db)])
+    app = KtreeApp(db_path=db, search_factory=prepare_search(args).search)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.screen

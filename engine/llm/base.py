@@ -26,10 +26,15 @@ class Completion:
     cost_usd: float
     latency_s: float
     model: str
+    attempts: int = 1  # HTTP requests made for this completion (1 = no retry)
 
 
 class LLMError(Exception):
     """A provider call that failed (auth, rate limit, server error, bad reply)."""
+
+
+class LLMAuthError(LLMError):
+    """The provider rejected the credentials (HTTP 401/403): fatal, the search stops."""
 
 
 class Provider(Protocol):

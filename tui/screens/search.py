@@ -93,7 +93,7 @@ class SearchScreen(Screen):
         if session is None:
             return
         self._set_info(session["problem"], session["backend"], session["provider"],
-                       session["provider"] == "scripted", session["sizes"], session["status"])
+                       "scripted" in session["provider"].split(","), session["sizes"], session["status"])
         for ev in await store.evaluations(self.session_id):
             self.verdicts[ev["node_id"]] = ev["verdict"]
         for node in await store.nodes(self.session_id):

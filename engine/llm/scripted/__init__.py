@@ -1,5 +1,6 @@
 """The `scripted` provider: an offline LLM that answers the method's prompts from kernels written
-in this repo (data/<problem>/ideas.toml and data/<problem>/<backend>/<idea>_<n>.py).
+in this repo (data/<problem>/ideas.toml and data/<problem>/<backend>/<idea>_<n>.py; the corrected
+version of a variant that fails to compile, for the fix prompt, in <backend>/fixes/<same name>).
 
 It reads the prompt as a model would: the idea prompt's "already tried" list and the number of
 ideas asked for, the implementation prompt's idea title. Deterministic for a given seed.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.llm.base import Completion, LLMError, Message, Usage
-from engine.prompts import IMPLEMENT_HEADER, TRIED_HEADER
+from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
 
 DATA = Path(__file__).parent / "data"
 
@@ -80,13 +81,17 @@ class ScriptedProvider:
         started = time.perf_counter()
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        prompt = messages[-1].content
-        if IMPLEMENT_HEADER in prompt:
-            text = self._implement(prompt)
-        else:
-            text = self._ideas(prompt)
+        text = self.answer(messages[-1].content)
         usage = Usage(input=sum(_tokens(m.content) for m in messages), output=_tokens(text))
         return Completion(text, usage, 0.0, time.perf_counter() - started, model)
+
+    def answer(self, prompt: str) -> str:
+        """The reply to one of the method's prompts (idea, implementation or fix)."""
+        if FIX_HEADER in prompt:
+            return self._fix(prompt)
+        if IMPLEMENT_HEADER in prompt:
+            return self._implement(prompt)
+        return self._ideas(prompt)
 
     def _ideas(self, prompt: str) -> str:
         m = re.search(r"Propose exactly (\d+)", prompt)
@@ -112,3 +117,18 @@ class ScriptedProvider:
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
             f"```python\n{path.read_text().rstrip()}\n```\n"
         )
+
+    def _fix(self, prompt: str) -> str:
+        """The corrected file, when the failing source is one of the library's variants."""
+        section = prompt.split(FIX_HEADER, 1)[1]
+        try:
+            failing = extract_code(section.split("\n## ", 1)[0])
+        except ReplyError:
+            failing = ""
+        for idea in self.ideas:
+            for path in idea.variants:
+                fixed = path.parent / "fixes" / path.name
+                if path.read_text().strip() == failing.strip() and fixed.exists():
+                    return (f"The build failed; here is the corrected {path.name}.\n\n"
+                            f"```python\n{fixed.read_text().rstrip()}\n```\n")
+        return "I cannot tell what is wrong with this build from the log."

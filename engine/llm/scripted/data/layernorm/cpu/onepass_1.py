@@ -105,7 +105,7 @@ layernorm_ext = load_inline(
     name="ktree_layernorm_onepass_1_cpu",
     cpp_sources=cpp_source,
     functions=["layernorm_onepass"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

@@ -60,7 +60,7 @@ layernorm_ext = load_inline(
     name="ktree_layernorm_onepass_2_cpu",
     cpp_sources=cpp_source,
     functions=["layernorm_welford"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

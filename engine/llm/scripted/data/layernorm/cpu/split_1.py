@@ -125,7 +125,7 @@ layernorm_ext = load_inline(
     name="ktree_layernorm_split_1_cpu",
     cpp_sources=cpp_source,
     functions=["layernorm_split"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

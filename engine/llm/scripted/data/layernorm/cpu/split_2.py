@@ -87,7 +87,7 @@ layernorm_ext = load_inline(
     name="ktree_layernorm_split_2_cpu",
     cpp_sources=cpp_source,
     functions=["layernorm_split_sums"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

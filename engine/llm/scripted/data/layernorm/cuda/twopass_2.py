@@ -91,9 +91,7 @@ torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor weight, torch::Te
 }
 """
 
-cpp_source = (
-    "torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias);"
-)
+cpp_source = "torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b);"
 
 layernorm_ext = load_inline(
     name="ktree_layernorm_twopass_2_cuda",

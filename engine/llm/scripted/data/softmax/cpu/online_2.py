@@ -80,7 +80,7 @@ softmax_ext = load_inline(
     name="ktree_softmax_online_2_cpu",
     cpp_sources=cpp_source,
     functions=["softmax_online_lanes"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

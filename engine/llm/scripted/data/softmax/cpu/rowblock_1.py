@@ -105,7 +105,7 @@ softmax_ext = load_inline(
     name="ktree_softmax_rowblock_1_cpu",
     cpp_sources=cpp_source,
     functions=["softmax_rows_parallel"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

@@ -67,7 +67,7 @@ softmax_ext = load_inline(
     name="ktree_softmax_rowblock_2_cpu",
     cpp_sources=cpp_source,
     functions=["softmax_row_blocks"],
-    extra_cflags=["-O3", "-march=native"],
+    extra_cflags=["-O3", "-march=native", "-fopenmp"],
     verbose=False,
 )
 

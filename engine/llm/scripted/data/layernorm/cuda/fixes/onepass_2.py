@@ -1,0 +1,138 @@
+"""Single-pass block statistics with float4 loads: per-thread Welford, Chan merges.
+
+The fix-prompt answer for onepass_2.py: welford_combine has its semicolon back.
+
+Intended outcome: correct.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+#include <cmath>
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr float kEps = 1e-5f;
+
+// Merge (count_b, mean_b, m2_b) into (count, mean, m2).
+__device__ __forceinline__ void welford_combine(float& count, float& mean, float& m2,
+                                                float count_b, float mean_b, float m2_b) {
+    const float total = count + count_b;
+    if (total == 0.0f) return;
+    const float delta = mean_b - mean;
+    const float frac_b = count_b / total;
+    mean += delta * frac_b;
+    m2 += m2_b + delta * delta * count * frac_b;
+    count = total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+ln_welford_block_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                        const float* __restrict__ b, float* __restrict__ y, int64_t M) {
+    __shared__ float sh_count[kWarps];
+    __shared__ float sh_mean[kWarps];
+    __shared__ float sh_m2[kWarps];
+    __shared__ float stats[2];
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int64_t base = (int64_t)blockIdx.x * M;
+    const float4* xs4 = reinterpret_cast<const float4*>(x + base);
+    const int64_t n4 = M / 4;
+
+    float count = 0.0f, mean = 0.0f, m2 = 0.0f;
+    for (int64_t i = tid; i < n4; i += kThreads) {
+        const float4 v = xs4[i];
+        const float vm = 0.25f * ((v.x + v.y) + (v.z + v.w));
+        const float dx = v.x - vm, dy = v.y - vm, dz = v.z - vm, dw = v.w - vm;
+        welford_combine(count, mean, m2, 4.0f, vm, (dx * dx + dy * dy) + (dz * dz + dw * dw));
+    }
+
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float cb = __shfl_xor_sync(0xffffffffu, count, off);
+        const float mb = __shfl_xor_sync(0xffffffffu, mean, off);
+        const float qb = __shfl_xor_sync(0xffffffffu, m2, off);
+        welford_combine(count, mean, m2, cb, mb, qb);
+    }
+    if (lane == 0) {
+        sh_count[warp] = count;
+        sh_mean[warp] = mean;
+        sh_m2[warp] = m2;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float c = 0.0f, mu = 0.0f, q = 0.0f;
+        for (int k = 0; k < kWarps; ++k) {
+            welford_combine(c, mu, q, sh_count[k], sh_mean[k], sh_m2[k]);
+        }
+        stats[0] = mu;
+        stats[1] = rsqrtf(q / c + kEps);
+    }
+    __syncthreads();
+    const float mu = stats[0];
+    const float rstd = stats[1];
+
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* ys4 = reinterpret_cast<float4*>(y + base);
+    for (int64_t i = tid; i < n4; i += kThreads) {
+        const float4 v = xs4[i];
+        const float4 wv = w4[i];
+        const float4 bv = b4[i];
+        ys4[i] = make_float4((v.x - mu) * rstd * wv.x + bv.x, (v.y - mu) * rstd * wv.y + bv.y,
+                             (v.z - mu) * rstd * wv.z + bv.z, (v.w - mu) * rstd * wv.w + bv.w);
+    }
+}
+
+torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
+    TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(),
+                "all tensors must be CUDA tensors");
+    TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && bias.is_contiguous(),
+                "tensors must be contiguous");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+                bias.scalar_type() == torch::kFloat32, "tensors must be float32");
+    const int64_t M = weight.numel();
+    TORCH_CHECK(M > 0 && bias.numel() == M, "weight and bias must have the same, non-zero size");
+    TORCH_CHECK(M % 4 == 0, "the float4 path needs the normalized size to be a multiple of 4");
+    TORCH_CHECK(x.numel() % M == 0, "x is not a whole number of normalized samples");
+    const int64_t N = x.numel() / M;
+
+    auto y = torch::empty_like(x);
+    if (N == 0) return y;
+    ln_welford_block_kernel<<<(unsigned int)N, kThreads>>>(
+        x.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(),
+        y.data_ptr<float>(), M);
+    const cudaError_t err = cudaGetLastError();
+    TORCH_CHECK(err == cudaSuccess, "layernorm kernel launch failed: ", cudaGetErrorString(err));
+    return y;
+}
+"""
+
+cpp_source = "torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b);"
+
+layernorm_ext = load_inline(
+    name="ktree_layernorm_onepass_2_cuda",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["layernorm_forward"],
+    extra_cflags=["-O3"],
+    extra_cuda_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, normalized_shape: tuple):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape, eps=1e-5)
+        with torch.no_grad():
+            self.ln.weight.copy_(1.0 + 0.5 * torch.randn(normalized_shape))
+            self.ln.bias.copy_(0.5 * torch.randn(normalized_shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layernorm_ext.layernorm_forward(x, self.ln.weight, self.ln.bias)

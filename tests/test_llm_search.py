@@ -1,0 +1,96 @@
+"""A full search through a real SDK and HTTP: `--provider openai-compatible` against the local
+test server, whose answers come from the scripted library and whose usage numbers are its own."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.llm.scripted import ScriptedProvider
+from tests.conftest import query, run_ktree
+from tests.llm_server import LLMServer
+
+
+class ScriptedBrain:
+    """Answers like the scripted provider and records the usage it reports for each reply."""
+
+    def __init__(self) -> None:
+        self.model = ScriptedProvider("softmax", "cpu", seed=0)
+        self.sent: list[tuple[int, int, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, prompt: str, model: str) -> tuple[str, tuple[int, int, int]]:
+        with self.lock:
+            text = self.model.answer(prompt)
+            usage = (len(prompt) // 3 + 17, len(text) // 3 + 5, 40 + len(self.sent))
+            self.sent.append(usage)
+        return text, usage
+
+
+@pytest.fixture
+def priced_config(tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "config.toml"
+    config.write_text('[prices."anything"]\ninput = 2.0\noutput = 8.0\n')
+    return {"KTREE_CONFIG": str(config)}
+
+
+def test_two_round_search_through_openai_compatible(tmp_path: Path, priced_config: dict):
+    brain = ScriptedBrain()
+    db = tmp_path / "k.db"
+    with LLMServer(responder=brain) as server:
+        proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url",
+                         server.url, "--model", "anything", "--headless", "--json",
+                         "--db", str(db), env=priced_config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "finished" and summary["rounds"] == 2
+    assert not summary["scripted"] and summary["provider"] == "openai-compatible"
+
+    [(calls, tin, tout, treason, cost)] = query(
+        db, "SELECT COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(reasoning_tokens),"
+            " SUM(cost_usd) FROM llm_calls")
+    sent_in = sum(u[0] for u in brain.sent)
+    sent_out = sum(u[1] for u in brain.sent)
+    sent_reason = sum(u[2] for u in brain.sent)
+    assert calls == len(brain.sent) >= 9
+    # completion_tokens includes reasoning: ktree stores them apart, and they add up.
+    assert (tin, tout + treason, treason) == (sent_in, sent_out, sent_reason)
+    expected_cost = (sent_in * 2.0 + sent_out * 8.0) / 1e6
+    assert cost == pytest.approx(expected_cost, rel=1e-9)
+    assert summary["llm"]["cost_usd"] == pytest.approx(expected_cost, rel=1e-9)
+    assert query(db, "SELECT DISTINCT provider, model FROM llm_calls") == [
+        ("openai-compatible", "anything")]
+    assert query(db, "SELECT COUNT(*) FROM evaluations WHERE status = 'correct'")[0][0] >= 3
+
+
+def test_bad_key_stops_the_search_with_one_line(tmp_path: Path):
+    db = tmp_path / "k.db"
+    with LLMServer() as server:
+        server.push(status=401, times=5)
+        proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url",
+                         server.url, "--model", "anything", "--headless", "--db", str(db))
+    assert proc.returncode == 2
+    assert "authentication failed (HTTP 401)" in proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+    [(status, reason)] = query(db, "SELECT status, stop_reason FROM sessions")
+    assert status == "failed" and "HTTP 401" in reason
+    assert query(db, "SELECT status FROM llm_calls") == [("error",)]  # recorded, then stopped
+    assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'variant'") == [(0,)]
+
+
+def test_token_budget_stops_cleanly(tmp_path: Path):
+    brain = ScriptedBrain()
+    db = tmp_path / "k.db"
+    with LLMServer(responder=brain) as server:
+        proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url",
+                         server.url, "--model", "anything", "--headless", "--json",
+                         "--budget-tokens", "1", "--db", str(db))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "stopped" and "budget reached" in summary["stop_reason"]
+    # The idea call spent the budget: no implementation was asked for, and the call is recorded.
+    assert query(db, "SELECT purpose FROM llm_calls") == [("idea",)]
+    assert query(db, "SELECT status, stop_reason FROM sessions")[0][0] == "stopped"

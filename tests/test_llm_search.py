@@ -94,3 +94,40 @@ def test_token_budget_stops_cleanly(tmp_path: Path):
     # The idea call spent the budget: no implementation was asked for, and the call is recorded.
     assert query(db, "SELECT purpose FROM llm_calls") == [("idea",)]
     assert query(db, "SELECT status, stop_reason FROM sessions")[0][0] == "stopped"
+
+
+def test_mixed_models_alternate_and_unparseable_replies_become_failed_nodes(tmp_path: Path):
+    """Two providers in one search (round-robin), and an idea reply with no ideas in it."""
+    brain = ScriptedBrain()
+    db = tmp_path / "k.db"
+    with LLMServer(responder=brain) as server:
+        server.push(text="I would rather not propose anything today.")  # the first idea call
+        proc = run_ktree("run", "softmax", "--backend", "cpu", "--headless", "--json",
+                         "--provider", "openai-compatible", "--base-url", server.url,
+                         "--model", "openai-compatible:anything", "--model", "scripted:scripted",
+                         "--rounds", "2", "--ideas", "1", "--variants", "2", "--fixes", "0",
+                         "--db", str(db))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["models"] == ["openai-compatible:anything", "scripted:scripted"]
+    providers = [p for (p,) in query(db, "SELECT provider FROM llm_calls ORDER BY id")]
+    assert providers[:2] == ["openai-compatible", "scripted"]
+    assert set(providers) == {"openai-compatible", "scripted"}
+    # Round 1's reply held no ideas: a failed idea node with the reason, and no crash.
+    [(title, text, rnd)] = query(db, "SELECT title, text, round FROM nodes WHERE status = 'failed'")
+    assert rnd == 1 and "no ideas" in text
+    # Round 2 asked the same parent again and went on.
+    assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'variant' AND round = 2")[0][0] == 2
+
+
+def test_dollar_budget_stops_cleanly(tmp_path: Path, priced_config: dict):
+    brain = ScriptedBrain()
+    db = tmp_path / "k.db"
+    with LLMServer(responder=brain) as server:
+        proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url",
+                         server.url, "--model", "anything", "--headless", "--json",
+                         "--budget-usd", "0.0000001", "--db", str(db), env=priced_config)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "stopped" and "budget reached: $" in summary["stop_reason"]
+    assert summary["llm"]["calls"] == 1 and summary["llm"]["cost_usd"] > 0.0000001

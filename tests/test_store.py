@@ -60,3 +60,32 @@ async def test_non_sqlite_and_foreign_databases_are_refused(tmp_path: Path):
         conn.execute("CREATE TABLE t (x)")
     with pytest.raises(StoreError, match="not a ktree one"):
         await Store.open(other)
+
+
+async def test_llm_totals_per_session_node_and_branch(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["x:m"], config={},
+                                     sizes={})
+    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="r")
+    idea = await store.add_node(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
+    a = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
+    b = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
+    other = await store.add_node(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
+
+    async def call(node_id: int, tin: int, tout: int, cost: float) -> None:
+        await store.add_llm_call(session_id=sid, node_id=node_id, provider="x", model="m",
+                                 purpose="implement", prompt="p", reply="r", input_tokens=tin,
+                                 output_tokens=tout, reasoning_tokens=1, cost_usd=cost)
+
+    await call(root.id, 100, 10, 0.5)
+    await call(a.id, 20, 2, 0.25)
+    await call(b.id, 30, 3, 0.125)
+    await call(other.id, 7, 7, 1.0)
+    session = await store.llm_totals(sid)
+    assert (session["calls"], session["input_tokens"], session["cost_usd"]) == (4, 157, 1.875)
+    node = await store.llm_totals(sid, a.id)
+    assert (node["calls"], node["output_tokens"], node["reasoning_tokens"]) == (1, 2, 1)
+    branch = await store.llm_totals(sid, idea.id, subtree=True)
+    assert (branch["calls"], branch["input_tokens"], branch["cost_usd"]) == (2, 50, 0.375)
+    await store.close()

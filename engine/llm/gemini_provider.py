@@ -20,7 +20,7 @@ from google import genai
 from google.genai import errors, types
 
 from engine.llm.base import Completion, LLMAuthError, LLMError, Message, Usage
-from engine.llm.openai_provider import clean_message, count, network_reason, plural, retrying, short
+from engine.llm.common import clean_message, count, network_reason, plural, retrying, short
 from engine.llm.prices import Prices
 
 try:  # the SDK's async transport when installed (it falls back to httpx2)

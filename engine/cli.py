@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
     run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
     run.add_argument("--top", type=_positive, default=2, help="parents kept per round (T)")
-    run.add_argument("--atol", type=float, default=1e-2)
-    run.add_argument("--rtol", type=float, default=1e-2)
+    run.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
+    run.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--compile-workers", type=_positive, default=None)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
     ev.add_argument("solution", help="solution file defining ModelNew")
     ev.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
-    ev.add_argument("--atol", type=float, default=1e-2)
-    ev.add_argument("--rtol", type=float, default=1e-2)
+    ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
+    ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
 
     sub.add_parser("sessions", help="list past sessions in the database")
@@ -84,7 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session", nargs="?", type=_positive, help="session id (default: latest)")
     show.add_argument("--all", action="store_true", help="every session in the database")
     show.add_argument("--json", action="store_true")
-    sub.add_parser("problems", help="list the built-in problems")
+    probs = sub.add_parser("problems", help="the built-in problems (and any files given) as a table")
+    probs.add_argument("paths", nargs="*", help="more problem files to list")
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", parser_class=_Parser, required=True)
+    bt = bench_sub.add_parser("timing", help="time each problem's reference, eager and torch.compile")
+    bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
+    bt.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bt.add_argument("--json", action="store_true")
     return parser
 
 
@@ -120,7 +128,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "sessions":
         return _sessions(_db_path(args))
     if args.command == "problems":
-        return _problems()
+        return _problems(args, _db_path(args))
+    if args.command == "bench":
+        return _bench_timing(args, _db_path(args))
     if args.command == "show":
         return _show(args, _db_path(args))
     raise UsageError(f"unknown command {args.command}")
@@ -141,6 +151,12 @@ def resolve_backend(requested: str) -> tuple[str, str | None]:
             major, minor = torch.cuda.get_device_capability(0)
             arch = f"{major}.{minor}"
     return backend, arch
+
+
+def _tol(given: float | None, default: float) -> float:
+    if given is not None and given < 0:
+        raise UsageError(f"tolerance {given} must not be negative")
+    return default if given is None else given
 
 
 def _load_problem(spec: str) -> Any:
@@ -195,7 +211,8 @@ def prepare_search(args: argparse.Namespace) -> Prepared:
         raise UsageError(str(exc)) from None
     config = SearchConfig(
         rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
-        atol=args.atol, rtol=args.rtol, seed=args.seed, reasoning=args.reasoning,
+        atol=_tol(args.atol, problem.tolerance[0]), rtol=_tol(args.rtol, problem.tolerance[1]),
+        seed=args.seed, reasoning=args.reasoning,
         fixes=max(0, args.fixes), budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
     )
     evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
@@ -254,7 +271,8 @@ def _eval(args: argparse.Namespace) -> int:
     async def go() -> Any:
         evaluator = Evaluator(backend, cuda_arch=arch)
         job = evaluator.job(problem.path, source, problem.sizes_for(backend),
-                            atol=args.atol, rtol=args.rtol)
+                            atol=_tol(args.atol, problem.tolerance[0]),
+                            rtol=_tol(args.rtol, problem.tolerance[1]))
         return await evaluator.evaluate(job)
 
     verdict = asyncio.run(go())
@@ -326,14 +344,75 @@ def _show(args: argparse.Namespace, db: Path) -> int:
     return 0
 
 
-def _problems() -> int:
-    from engine.problems import builtin_problems, load_problem
+def _problem_specs(names: list[str]) -> list[Any]:
+    from engine.problems import builtin_problems
 
-    for name, path in builtin_problems().items():
-        p = load_problem(str(path))
-        sizes = ", ".join(f"{k}={v}" for k, v in p.sizes.items())
-        print(f"{name:<16} level {p.metadata.get('level', '?')}  {p.title}  ({sizes})")
+    return [_load_problem(n) for n in (names or [str(p) for p in builtin_problems().values()])]
+
+
+def _source_hash(problem: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(problem.source.encode()).hexdigest()[:16]
+
+
+def _problems(args: argparse.Namespace, db: Path) -> int:
+    from engine.evaluate.timing import device_name
+    from engine.headless import problems_table
+
+    backend, _ = resolve_backend("auto")
+    device = device_name(backend)
+    problems = _problem_specs([]) + [_load_problem(p) for p in args.paths]
+
+    async def cached() -> dict:
+        if not db.exists():
+            return {}
+        store = await _open_store(db)
+        try:
+            return await store.reference_times(device)
+        finally:
+            await store.close()
+
+    times = asyncio.run(cached())
+    rows = []
+    for p in problems:
+        t = times.get((p.name, _source_hash(p)), {})
+        rows.append({"name": p.name, "level": p.metadata.get("level"), "sizes": p.sizes_for(backend),
+                     "cost": p.cost(backend), "eager_ms": t.get("eager_ms"),
+                     "compile_ms": t.get("compile_ms")})
+    print(problems_table(rows, backend, device))
     return 0
+
+
+def _bench_timing(args: argparse.Namespace, db: Path) -> int:
+    from engine.evaluate.evaluator import Evaluator
+    from engine.headless import reference_table
+
+    problems = _problem_specs(args.problems)
+    backend, arch = resolve_backend(args.backend)
+
+    async def go() -> list[dict[str, Any]]:
+        store = await _open_store(db)
+        evaluator = Evaluator(backend, cuda_arch=arch)
+        rows = []
+        try:
+            for p in problems:
+                print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
+                r = await evaluator.time_reference(str(p.path), p.sizes_for(backend))
+                row = {"name": p.name, "sizes": p.sizes_for(backend), **r}
+                if "error" not in r:
+                    await store.add_reference_time(
+                        problem=p.name, source_hash=_source_hash(p), sizes=p.sizes_for(backend),
+                        backend=backend, device=r["device"], torch_version=r["torch_version"],
+                        eager_ms=r.get("eager_ms"), compile_ms=r.get("compile_ms"))
+                rows.append(row)
+        finally:
+            await store.close()
+        return rows
+
+    rows = asyncio.run(go())
+    print(json.dumps(rows, indent=2) if args.json else reference_table(rows))
+    return 0 if all("error" not in r for r in rows) else 1
 
 
 def _open_tui(db: Path) -> int:

@@ -22,6 +22,7 @@ class SessionStarted:
     scripted: bool
     sizes: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    cost: str = ""  # FLOPs and bytes at these sizes, "(estimated)" when counted, not declared
 
 
 @dataclass(frozen=True)

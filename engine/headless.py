@@ -73,6 +73,41 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
     return "\n".join(lines)
 
 
+def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str:
+    """`ktree problems`: one row a problem, at the sizes this machine's backend runs; reference
+    times as cached for this device."""
+    preset = " (the CPU size presets)" if backend == "cpu" else ""
+    lines = [f"Problems on {backend}{preset}; reference times measured on {device}"
+             " (`ktree bench timing` fills them in)", "",
+             "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
+        cost = r["cost"]
+        est = " (est.)" if cost.estimated else ""
+        lines.append(f"| {r['name']} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
+                     f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |")
+    return "\n".join(lines)
+
+
+def reference_table(rows: list[dict[str, Any]]) -> str:
+    """`ktree bench timing`: eager and torch.compile times of each reference."""
+    lines = ["| problem | device | sizes | eager ms | torch.compile ms | compile/eager | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
+        ratio = (f"{r['compile_ms'] / r['eager_ms']:.2f}" if r.get("compile_ms") and r.get("eager_ms")
+                 else "-")
+        note = (r.get("error") or r.get("log") or "").strip().splitlines()
+        lines.append(f"| {r['name']} | {r.get('device', '-')} | {sizes} | {_num(r.get('eager_ms'))} |"
+                     f" {_num(r.get('compile_ms'))} | {ratio} | {note[-1][:80] if note else ''} |")
+    return "\n".join(lines)
+
+
+def _sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -91,7 +126,7 @@ class HeadlessPrinter:
             mode = "SCRIPTED (offline canned answers, no LLM)" if event.scripted else event.provider
             sizes = ", ".join(f"{k}={v}" for k, v in event.sizes.items())
             self._line(f"session {event.session_id}: {event.problem} on {event.backend}"
-                       f" [{sizes}] — provider {mode}")
+                       f" [{sizes}] {event.cost} — provider {mode}")
             if event.backend == "cpu":
                 self._line("cpu backend: C++ kernels against the CPU reference at the CPU size preset")
         elif isinstance(event, NodeAdded):

@@ -15,7 +15,81 @@ import problems as _builtin
 from engine.evaluate.loading import load_module_from_path, size_constants
 
 BUILTIN_DIR = Path(_builtin.__file__).parent
+DEFAULT_TOL = 1e-2
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float | None
+    bytes: float | None
+    estimated: bool
+
+    def describe(self) -> str:
+        if self.flops is None and self.bytes is None:
+            return "FLOPs/bytes unknown"
+        label = " (estimated)" if self.estimated else ""
+        return f"{_si(self.flops)}FLOP, {_si(self.bytes)}B{label}"
+
+
+def _si(value: float | None) -> str:
+    if value is None:
+        return "? "
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} "
+
+
+_FORMULA_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load,
+                  ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.USub, ast.UAdd)
+
+
+def eval_formula(formula: str, sizes: dict[str, int]) -> float:
+    """A METADATA formula (arithmetic over the size constants) at the given sizes."""
+    try:
+        tree = ast.parse(formula, mode="eval")
+    except SyntaxError as exc:
+        raise ProblemError(f"formula {formula!r}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _FORMULA_NODES):
+            raise ProblemError(f"formula {formula!r}: only arithmetic on size constants is allowed")
+        if isinstance(node, ast.Name) and node.id not in sizes:
+            raise ProblemError(f"formula {formula!r}: unknown size {node.id!r}")
+    return float(eval(compile(tree, "<formula>", "eval"), {"__builtins__": {}}, dict(sizes)))
+
+
+def estimate_cost(path: Path, sizes: dict[str, int]) -> Cost:
+    """Count FLOPs with torch's FLOP counter on meta tensors (nothing is computed or allocated);
+    bytes = inputs + parameters + outputs. None where the module cannot run on meta."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        module = load_module_from_path(path, sizes)
+        with torch.device("meta"):
+            init = module.get_init_inputs()
+            model = module.Model(*init)
+            inputs = module.get_inputs()
+            with FlopCounterMode(display=False) as counter:
+                out = model(*inputs)
+        tensors = [t for t in _tensors(inputs) + _tensors(out)]
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        if isinstance(model, torch.nn.Module):
+            nbytes += sum(p.numel() * p.element_size() for p in model.parameters())
+        return Cost(float(counter.get_total_flops()), float(nbytes), True)
+    except Exception:
+        return Cost(None, None, True)
+
+
+def _tensors(obj: Any) -> list:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    return []
 
 
 class ProblemError(Exception):
@@ -40,6 +114,21 @@ class Problem:
     @property
     def title(self) -> str:
         return str(self.metadata.get("title") or self.name)
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        """(atol, rtol): the problem's own, else 1e-2 as in the method's source."""
+        return (float(self.metadata.get("atol", DEFAULT_TOL)),
+                float(self.metadata.get("rtol", DEFAULT_TOL)))
+
+    def cost(self, backend: str) -> Cost:
+        """FLOPs and minimum bytes at the sizes this backend runs: from the declared formulas,
+        else estimated (torch's FLOP counter on meta tensors; bytes from tensor sizes)."""
+        sizes = self.sizes_for(backend)
+        flops, nbytes = self.metadata.get("flops"), self.metadata.get("bytes")
+        if flops is not None and nbytes is not None:
+            return Cost(eval_formula(str(flops), sizes), eval_formula(str(nbytes), sizes), False)
+        return estimate_cost(self.path, sizes)
 
 
 def builtin_problems() -> dict[str, Path]:
@@ -90,7 +179,11 @@ def load_problem(spec: str) -> Problem:
     metadata = getattr(module, "METADATA", None)
     if metadata is not None and not isinstance(metadata, dict):
         raise ProblemError(f"{path}: METADATA must be a dict")
+    sizes = size_constants(source)
+    unknown = set((metadata or {}).get("cpu_sizes") or {}) - set(sizes)
+    if unknown:
+        raise ProblemError(f"{path}: cpu_sizes names unknown size constants: {', '.join(sorted(unknown))}")
     return Problem(
-        name=path.stem, path=path, source=source, sizes=size_constants(source),
+        name=path.stem, path=path, source=source, sizes=sizes,
         metadata=dict(metadata or {}),
     )

@@ -80,6 +80,7 @@ class Search:
         self.config = config
         self.backend = evaluator.backend
         self.sizes = problem.sizes_for(self.backend)
+        self.cost = problem.cost(self.backend)
         self.session_id: int | None = None
         self.nodes: dict[int, Node] = {}
         self.verdicts: dict[int, dict[str, Any]] = {}
@@ -93,11 +94,13 @@ class Search:
         self.session_id = await self.store.create_session(
             problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
             strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
-            config=asdict(cfg), sizes=self.sizes,
+            config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
+                    "cost_estimated": self.cost.estimated},
+            sizes=self.sizes,
         )
         await self.bus.publish(SessionStarted(
             self.session_id, self.problem.name, self.backend, self.provider_names,
-            self.scripted, dict(self.sizes), asdict(cfg),
+            self.scripted, dict(self.sizes), asdict(cfg), self.cost.describe(),
         ))
         status = "failed"
         try:

@@ -94,6 +94,18 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     created_at       REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS llm_calls_session ON llm_calls(session_id);
+CREATE TABLE IF NOT EXISTS reference_times (   -- `ktree bench timing`: a cache per problem + device
+    id            INTEGER PRIMARY KEY,
+    problem       TEXT NOT NULL,
+    source_hash   TEXT NOT NULL,                -- the problem file's content at the time
+    sizes         TEXT NOT NULL,
+    backend       TEXT NOT NULL,
+    device        TEXT NOT NULL,
+    torch_version TEXT NOT NULL,
+    eager_ms      REAL,
+    compile_ms    REAL,
+    created_at    REAL NOT NULL
+);
 """
 
 
@@ -261,9 +273,23 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    async def set_llm_call_node(self, call_id: int, node_id: int) -> None:
-        await self.conn.execute("UPDATE llm_calls SET node_id = ? WHERE id = ?", (node_id, call_id))
+    async def add_reference_time(
+        self, *, problem: str, source_hash: str, sizes: dict[str, int], backend: str, device: str,
+        torch_version: str, eager_ms: float | None, compile_ms: float | None,
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO reference_times(problem, source_hash, sizes, backend, device, torch_version,"
+            " eager_ms, compile_ms, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (problem, source_hash, json.dumps(sizes), backend, device, torch_version, eager_ms,
+             compile_ms, time.time()),
+        )
         await self.conn.commit()
+
+    async def reference_times(self, device: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The latest reference timing per (problem, source hash) measured on `device`."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM reference_times WHERE device = ? ORDER BY id", (device,))
+        return {(r["problem"], r["source_hash"]): dict(r) for r in rows}
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -169,8 +169,8 @@ def run_evaluate(job: EvalJob) -> Verdict:
     device = "cuda" if job.backend == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
-    device_name = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu"
-    base: dict[str, Any] = {"backend": job.backend, "device": device_name, "sizes": dict(job.sizes)}
+    base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
+                            "sizes": dict(job.sizes)}
 
     problem = load_module_from_path(job.problem_path, job.sizes)
     t0 = time.perf_counter()
@@ -243,12 +243,48 @@ def run_evaluate(job: EvalJob) -> Verdict:
     )
 
 
+def run_reference(job: EvalJob) -> dict[str, Any]:
+    """Time the reference eagerly and under torch.compile, interleaved, on the same inputs."""
+    import torch
+
+    from engine.evaluate import timing
+
+    device = "cuda" if job.backend == "cuda" else "cpu"
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    torch.manual_seed(job.seed)
+    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    torch.manual_seed(job.seed + 2000)
+    inputs = _to(problem.get_inputs(), device)
+    result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes),
+                              "torch_version": torch.__version__, "log": ""}
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        try:
+            compiled = torch.compile(model)
+            compiled(*inputs)  # compiles here, outside the timed window
+            result["compile_s"] = time.perf_counter() - t0
+        except Exception as exc:
+            compiled = None
+            result["log"] = f"torch.compile failed: {_format_exc(exc)}"
+        if compiled is None:
+            stats = timing.time_pair(lambda: model(*inputs), lambda: model(*inputs), device,
+                                     budget_s=job.time_budget_s, max_reps=job.max_reps)
+            result.update(eager_ms=stats.ref.median, compile_ms=None)
+        else:
+            stats = timing.time_pair(lambda: model(*inputs), lambda: compiled(*inputs), device,
+                                     budget_s=job.time_budget_s, max_reps=job.max_reps)
+            result.update(eager_ms=stats.ref.median, compile_ms=stats.new.median)
+    return result
+
+
 def main(argv: list[str]) -> int:
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = EvalJob.from_dict(json.load(f))
     if job.mode == "compile":
         result: dict[str, Any] = run_compile(job)
+    elif job.mode == "reference":
+        result = run_reference(job)
     else:
         result = run_evaluate(job).to_dict()
     tmp = result_path + ".tmp"

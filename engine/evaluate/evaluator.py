@@ -90,6 +90,16 @@ class Evaluator:
             return failed_verdict(outcome, log, job)
         return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
 
+    async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
+        """Eager and torch.compile times of a problem's reference (one device slot, no candidate).
+        Returns the child's result, or {"error": ...} when it died or timed out."""
+        job = self.job(problem_path, "", sizes, mode="reference")
+        async with self._slot("device"), self._quiet_cpu():
+            outcome, result, log, _ = await run_child(job, self.compile_timeout_s, self._run_env)
+        if outcome != "ok" or result is None:
+            return {"error": f"{outcome}: {log[-500:]}"}
+        return result
+
     @contextlib.asynccontextmanager
     async def _slot(self, stage: str) -> AsyncIterator[None]:
         """Hold a compile slot or the device; count waiters for the progress display."""

@@ -34,6 +34,17 @@ class PairStats:
     reps: int
 
 
+def device_name(backend: str) -> str:
+    """The name timings are filed under: the GPU's, or the CPU's on the cpu backend."""
+    import platform
+
+    import torch
+
+    if backend == "cuda":
+        return torch.cuda.get_device_name(0)
+    return platform.processor() or platform.machine() or "cpu"
+
+
 WARMUP = 3
 MIN_REPS = 5
 

@@ -1,15 +1,21 @@
-"""What the HTTP providers share: one-line error messages with the key masked, why a connection
-failed, tenacity's retry loop, token counts read defensively."""
+"""What the HTTP providers share: the HTTPProvider base (concurrency limit, counted retries,
+one-line errors with the key masked), why a connection failed, token counts read defensively."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import ssl
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from engine.llm.base import Completion, LLMAuthError, LLMError, Usage
+from engine.llm.prices import Prices
 
 MAX_MESSAGE_CHARS = 300
 MAX_BACKOFF_S = 60.0  # the longest single wait between two attempts
@@ -75,3 +81,82 @@ def retrying(max_attempts: int, backoff_s: float, transient: Any) -> AsyncRetryi
 def count(value: object) -> int:
     """A token count from a reply: a non-negative int, anything else (None, absent) is 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a provider makes of an SDK exception, for the one-line error."""
+
+    kind: str  # "status" | "timeout" | "network" | "malformed" | "other"
+    code: int | None = None
+    detail: str = ""
+    auth: bool = False  # the key was rejected: fatal, never retried
+
+
+class HTTPProvider:
+    """The shared half of the HTTP providers: a concurrency limit, tenacity retries that count
+    attempts, latency over the whole call, cost from the price table, one-line errors with the
+    key masked. Subclasses say what is transient (`_transient`), what an exception means
+    (`_classify`) and how to read a reply (`_parse`)."""
+
+    scripted = False
+    auth_hint = ""
+
+    def __init__(self, *, api_key: str, name: str, timeout_s: float, max_attempts: int,
+                 backoff_s: float, max_concurrency: int, prices: Prices | None):
+        self.name = name
+        self.timeout_s = timeout_s
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self.prices = prices if prices is not None else Prices.load()
+        self.base_url = ""
+        self._api_key = api_key
+        self._slots = asyncio.Semaphore(max(1, max_concurrency))
+
+    async def _request(self, send: Callable[[], Awaitable[Any]], model: str) -> Completion:
+        attempts = 0
+        async with self._slots:
+            started = time.perf_counter()
+            try:
+                async for attempt in retrying(self.max_attempts, self.backoff_s, self._transient):
+                    with attempt:
+                        attempts += 1
+                        response = await send()
+            except Exception as exc:  # noqa: BLE001 - every failure becomes an LLMError
+                raise self._error(exc, attempts) from exc
+            latency_s = time.perf_counter() - started
+        text, usage = self._parse(response)
+        return Completion(text, usage, self.prices.cost_usd(model, usage), latency_s, model, attempts)
+
+    def _fail(self, message: str, cls: type[LLMError] = LLMError) -> LLMError:
+        return cls(clean_message(f"{self.name}: {message}", self._api_key))
+
+    def _error(self, exc: Exception, attempts: int) -> LLMError:
+        if isinstance(exc, LLMError):
+            return exc
+        f = self._classify(exc)
+        if f.kind == "status":
+            if f.auth:
+                extra = f" ({f.detail})" if f.code != 401 and f.detail else ""
+                return self._fail(f"authentication failed (HTTP {f.code}): {self.auth_hint}{extra}",
+                                  LLMAuthError)
+            if self._transient(exc):
+                return self._fail(f"HTTP {f.code} after {plural(attempts)}: {f.detail}")
+            return self._fail(f"HTTP {f.code}: {f.detail}")
+        if f.kind == "timeout":
+            return self._fail(f"timed out after {self.timeout_s:g} s ({plural(attempts)})")
+        if f.kind == "network":
+            return self._fail(f"cannot reach {self.base_url} ({network_reason(exc)}; {plural(attempts)})")
+        if f.kind == "malformed":
+            return self._fail(f"malformed reply: not the expected JSON ({short(exc, 100)})")
+        return self._fail(f"unexpected error: {type(exc).__name__}: {short(exc)}")
+
+    @staticmethod
+    def _transient(exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _classify(self, exc: Exception) -> Failure:
+        raise NotImplementedError
+
+    def _parse(self, response: Any) -> tuple[str, Usage]:
+        raise NotImplementedError

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import pydantic
 from google import genai
 from google.genai import errors, types
 
-from engine.llm.base import Completion, LLMAuthError, LLMError, Message, Usage
-from engine.llm.common import clean_message, count, network_reason, plural, retrying, short
+from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.llm.common import Failure, HTTPProvider, clean_message, count, short
 from engine.llm.prices import Prices
 
 try:  # the SDK's async transport when installed (it falls back to httpx2)
@@ -76,7 +75,7 @@ def _key_rejected(exc: errors.APIError) -> bool:
     )
 
 
-class GeminiProvider:
+class GeminiProvider(HTTPProvider):
     """generateContent through google-genai's async client.
 
     Messages: a "system" message becomes the system_instruction, "user"/"assistant" messages the
@@ -88,7 +87,7 @@ class GeminiProvider:
     latency_s covers the whole call (all attempts and the waits between them), not the wait for a slot.
     """
 
-    scripted = False
+    auth_hint = "check GEMINI_API_KEY / GOOGLE_API_KEY"
 
     def __init__(
         self,
@@ -102,13 +101,9 @@ class GeminiProvider:
         max_concurrency: int = 8,
         prices: Prices | None = None,
     ):
-        self.name = name
-        self.timeout_s = timeout_s
-        self.max_attempts = max(1, max_attempts)
-        self.backoff_s = backoff_s
-        self.prices = prices if prices is not None else Prices.load()
+        super().__init__(api_key=api_key, name=name, timeout_s=timeout_s, max_attempts=max_attempts,
+                         backoff_s=backoff_s, max_concurrency=max_concurrency, prices=prices)
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._api_key = api_key
         self._client = genai.Client(
             api_key=api_key,
             vertexai=False,
@@ -118,7 +113,6 @@ class GeminiProvider:
                 retry_options=types.HttpRetryOptions(attempts=1),  # no SDK retries: ours count
             ),
         )
-        self._slots = asyncio.Semaphore(max(1, max_concurrency))
 
     async def aclose(self) -> None:
         """Closes the HTTP sessions (optional: they are closed at exit anyway)."""
@@ -138,21 +132,10 @@ class GeminiProvider:
             thinking_config=(types.ThinkingConfig(thinking_budget=budget)
                              if (budget := thinking_budget(reasoning, self.name)) is not None else None),
         )
-        attempts = 0
-        async with self._slots:
-            started = time.perf_counter()
-            try:
-                async for attempt in retrying(self.max_attempts, self.backoff_s, self._transient):
-                    with attempt:
-                        attempts += 1
-                        response = await self._client.aio.models.generate_content(
-                            model=model, contents=contents, config=config,
-                        )
-            except Exception as exc:  # noqa: BLE001 - every failure becomes an LLMError
-                raise self._error(exc, attempts) from exc
-            latency_s = time.perf_counter() - started
-        text, usage = self._parse(response)
-        return Completion(text, usage, self.prices.cost_usd(model, usage), latency_s, model, attempts)
+        return await self._request(
+            lambda: self._client.aio.models.generate_content(model=model, contents=contents, config=config),
+            model,
+        )
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -175,29 +158,17 @@ class GeminiProvider:
             return isinstance(exc.code, int) and (exc.code in RETRY_STATUSES or exc.code >= 500)
         return _is_timeout(exc) or _is_network(exc)
 
-    def _fail(self, message: str, cls: type[LLMError] = LLMError) -> LLMError:
-        return cls(clean_message(f"{self.name}: {message}", self._api_key))
-
-    def _error(self, exc: Exception, attempts: int) -> LLMError:
-        if isinstance(exc, LLMError):
-            return exc
+    def _classify(self, exc: Exception) -> Failure:
         if isinstance(exc, errors.APIError):
-            code = exc.code
-            detail = short(exc.message or exc.status or exc.details)
-            if code in (401, 403) or _key_rejected(exc):
-                extra = f" ({detail})" if code != 401 and detail else ""
-                hint = "check GEMINI_API_KEY / GOOGLE_API_KEY"
-                return self._fail(f"authentication failed (HTTP {code}): {hint}{extra}", LLMAuthError)
-            if self._transient(exc):
-                return self._fail(f"HTTP {code} after {plural(attempts)}: {detail}")
-            return self._fail(f"HTTP {code}: {detail}")
+            return Failure("status", exc.code, short(exc.message or exc.status or exc.details),
+                           auth=exc.code in (401, 403) or _key_rejected(exc))
         if _is_timeout(exc):
-            return self._fail(f"timed out after {self.timeout_s:g} s ({plural(attempts)})")
+            return Failure("timeout")
         if _is_network(exc):
-            return self._fail(f"cannot reach {self.base_url} ({network_reason(exc)}; {plural(attempts)})")
+            return Failure("network")
         if isinstance(exc, json.JSONDecodeError | errors.UnknownApiResponseError | pydantic.ValidationError):
-            return self._fail(f"malformed reply: not the expected JSON ({short(exc, 100)})")
-        return self._fail(f"unexpected error: {type(exc).__name__}: {short(exc)}")
+            return Failure("malformed")
+        return Failure("other")
 
     def _parse(self, response: Any) -> tuple[str, Usage]:
         candidates = getattr(response, "candidates", None)

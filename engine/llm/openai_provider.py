@@ -11,22 +11,20 @@ The helpers (clean_message, network_reason, retrying) live in engine.llm.common.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import Any
 
 import openai
 import pydantic
 
-from engine.llm.base import Completion, LLMAuthError, LLMError, Message, Usage
-from engine.llm.common import RETRY_STATUSES, clean_message, count, network_reason, plural, retrying, short
+from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.llm.common import RETRY_STATUSES, Failure, HTTPProvider, count, short
 from engine.llm.prices import Prices
 
 # -- the provider ----------------------------------------------------------------------------------
 
 
-class OpenAIProvider:
+class OpenAIProvider(HTTPProvider):
     """Chat Completions through openai.AsyncOpenAI.
 
     Usage: OpenAI's completion_tokens INCLUDE the reasoning tokens, so a Completion's usage is split
@@ -37,8 +35,6 @@ class OpenAIProvider:
     At most `max_concurrency` calls are in flight at once; a call holds its slot through its retries.
     latency_s covers the whole call (all attempts and the waits between them), not the wait for a slot.
     """
-
-    scripted = False
 
     def __init__(
         self,
@@ -52,17 +48,14 @@ class OpenAIProvider:
         max_concurrency: int = 8,
         prices: Prices | None = None,
     ):
-        self.name = name
-        self.timeout_s = timeout_s
-        self.max_attempts = max(1, max_attempts)
-        self.backoff_s = backoff_s
-        self.prices = prices if prices is not None else Prices.load()
-        self._api_key = api_key
+        super().__init__(api_key=api_key, name=name, timeout_s=timeout_s, max_attempts=max_attempts,
+                         backoff_s=backoff_s, max_concurrency=max_concurrency, prices=prices)
+        self.auth_hint = ("check OPENAI_API_KEY" if name == "openai"
+                          else "check the server's key / --base-url")
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0,
         )
         self.base_url = str(self._client.base_url).rstrip("/")
-        self._slots = asyncio.Semaphore(max(1, max_concurrency))
 
     async def aclose(self) -> None:
         """Closes the HTTP connections (optional: they are closed at exit anyway)."""
@@ -82,19 +75,7 @@ class OpenAIProvider:
         }
         if reasoning is not None:
             request["reasoning_effort"] = reasoning
-        attempts = 0
-        async with self._slots:
-            started = time.perf_counter()
-            try:
-                async for attempt in retrying(self.max_attempts, self.backoff_s, self._transient):
-                    with attempt:
-                        attempts += 1
-                        response = await self._client.chat.completions.create(**request)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes an LLMError
-                raise self._error(exc, attempts) from exc
-            latency_s = time.perf_counter() - started
-        text, usage = self._parse(response)
-        return Completion(text, usage, self.prices.cost_usd(model, usage), latency_s, model, attempts)
+        return await self._request(lambda: self._client.chat.completions.create(**request), model)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -104,34 +85,19 @@ class OpenAIProvider:
             return exc.status_code in RETRY_STATUSES or exc.status_code >= 500
         return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
 
-    def _fail(self, message: str, cls: type[LLMError] = LLMError) -> LLMError:
-        return cls(clean_message(f"{self.name}: {message}", self._api_key))
-
-    def _auth_hint(self) -> str:
-        return "check OPENAI_API_KEY" if self.name == "openai" else "check the server's key / --base-url"
-
-    def _error(self, exc: Exception, attempts: int) -> LLMError:
-        if isinstance(exc, LLMError):
-            return exc
+    def _classify(self, exc: Exception) -> Failure:
         if isinstance(exc, openai.APIStatusError):
-            code = exc.status_code
             body = exc.body
             detail = body.get("message") if isinstance(body, dict) else body
-            detail = short(detail if detail else exc.message)
-            if code in (401, 403):
-                extra = f" ({detail})" if code == 403 and detail else ""
-                hint = self._auth_hint()
-                return self._fail(f"authentication failed (HTTP {code}): {hint}{extra}", LLMAuthError)
-            if self._transient(exc):
-                return self._fail(f"HTTP {code} after {plural(attempts)}: {detail}")
-            return self._fail(f"HTTP {code}: {detail}")
+            return Failure("status", exc.status_code, short(detail if detail else exc.message),
+                           auth=exc.status_code in (401, 403))
         if isinstance(exc, openai.APITimeoutError):
-            return self._fail(f"timed out after {self.timeout_s:g} s ({plural(attempts)})")
+            return Failure("timeout")
         if isinstance(exc, openai.APIConnectionError):
-            return self._fail(f"cannot reach {self.base_url} ({network_reason(exc)}; {plural(attempts)})")
+            return Failure("network")
         if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError | pydantic.ValidationError):
-            return self._fail(f"malformed reply: not the expected JSON ({short(exc, 100)})")
-        return self._fail(f"unexpected error: {type(exc).__name__}: {short(exc)}")
+            return Failure("malformed")
+        return Failure("other")
 
     def _parse(self, response: Any) -> tuple[str, Usage]:
         choices = getattr(response, "choices", None)

@@ -391,24 +391,25 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
     problems = _problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
 
+    async def one(evaluator: Any, p: Any) -> dict[str, Any]:
+        print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
+        r = await evaluator.time_reference(str(p.path), p.sizes_for(backend))
+        return {"name": p.name, "sizes": p.sizes_for(backend), **r}
+
     async def go() -> list[dict[str, Any]]:
         store = await _open_store(db)
         evaluator = Evaluator(backend, cuda_arch=arch)
-        rows = []
         try:
-            for p in problems:
-                print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
-                r = await evaluator.time_reference(str(p.path), p.sizes_for(backend))
-                row = {"name": p.name, "sizes": p.sizes_for(backend), **r}
+            rows = await asyncio.gather(*(one(evaluator, p) for p in problems))
+            for p, r in zip(problems, rows, strict=True):
                 if "error" not in r:
                     await store.add_reference_time(
-                        problem=p.name, source_hash=_source_hash(p), sizes=p.sizes_for(backend),
+                        problem=p.name, source_hash=_source_hash(p), sizes=r["sizes"],
                         backend=backend, device=r["device"], torch_version=r["torch_version"],
                         eager_ms=r.get("eager_ms"), compile_ms=r.get("compile_ms"))
-                rows.append(row)
         finally:
             await store.close()
-        return rows
+        return list(rows)
 
     rows = asyncio.run(go())
     print(json.dumps(rows, indent=2) if args.json else reference_table(rows))

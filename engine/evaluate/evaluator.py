@@ -94,6 +94,9 @@ class Evaluator:
         """Eager and torch.compile times of a problem's reference (one device slot, no candidate).
         Returns the child's result, or {"error": ...} when it died or timed out."""
         job = self.job(problem_path, "", sizes, mode="reference")
+        if self.backend == "cuda":  # compile in the pool (several at once), time alone
+            async with self._slot("compile"):
+                await run_child(job.replace(mode="warm"), self.compile_timeout_s, self._run_env)
         async with self._slot("device"), self._quiet_cpu():
             outcome, result, log, _ = await run_child(job, self.compile_timeout_s, self._run_env)
         if outcome != "ok" or result is None:

@@ -29,7 +29,8 @@ class Cost:
         if self.flops is None and self.bytes is None:
             return "FLOPs/bytes unknown"
         label = " (estimated)" if self.estimated else ""
-        return f"{_si(self.flops)}FLOP, {_si(self.bytes)}B{label}"
+        flops = f"{_si(self.flops)}FLOP" if self.flops is not None else "FLOPs not counted"
+        return f"{flops}, {_si(self.bytes)}B{label}"
 
 
 def _si(value: float | None) -> str:
@@ -73,13 +74,39 @@ def estimate_cost(path: Path, sizes: dict[str, int]) -> Cost:
             inputs = module.get_inputs()
             with FlopCounterMode(display=False) as counter:
                 out = model(*inputs)
-        tensors = [t for t in _tensors(inputs) + _tensors(out)]
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = sum(t.numel() * t.element_size() for t in _tensors(inputs) + _tensors(out))
         if isinstance(model, torch.nn.Module):
             nbytes += sum(p.numel() * p.element_size() for p in model.parameters())
-        return Cost(float(counter.get_total_flops()), float(nbytes), True)
+        # The counter sees matmul/conv/attention only: zero means "not counted", not "none".
+        flops = float(counter.get_total_flops()) or None
+        return Cost(flops, float(nbytes), True)
     except Exception:
         return Cost(None, None, True)
+
+
+def _check_inputs(module: Any, path: Path, small_sizes: dict[str, int]) -> None:
+    """Call get_init_inputs() and get_inputs() once, on meta tensors (nothing is allocated);
+    where meta cannot run them, for real at the small sizes. A raise is the problem's error."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            module.get_init_inputs()
+            module.get_inputs()
+        return
+    except Exception:
+        pass  # perhaps only unsupported on meta: try for real below
+    for name in ("get_init_inputs", "get_inputs"):
+        saved = {k: getattr(module, k) for k in small_sizes if hasattr(module, k)}
+        try:
+            for k, v in small_sizes.items():
+                setattr(module, k, v)
+            getattr(module, name)()
+        except Exception as exc:
+            raise ProblemError(f"{path}: {name}() raises {type(exc).__name__}: {exc}") from None
+        finally:
+            for k, v in saved.items():
+                setattr(module, k, v)
 
 
 def _tensors(obj: Any) -> list:
@@ -183,6 +210,7 @@ def load_problem(spec: str) -> Problem:
     unknown = set((metadata or {}).get("cpu_sizes") or {}) - set(sizes)
     if unknown:
         raise ProblemError(f"{path}: cpu_sizes names unknown size constants: {', '.join(sorted(unknown))}")
+    _check_inputs(module, path, {**sizes, **((metadata or {}).get("cpu_sizes") or {})})
     return Problem(
         name=path.stem, path=path, source=source, sizes=sizes,
         metadata=dict(metadata or {}),

@@ -131,3 +131,26 @@ def test_dollar_budget_stops_cleanly(tmp_path: Path, priced_config: dict):
     summary = json.loads(proc.stdout)
     assert summary["status"] == "stopped" and "budget reached: $" in summary["stop_reason"]
     assert summary["llm"]["calls"] == 1 and summary["llm"]["cost_usd"] > 0.0000001
+
+
+def test_any_kernelbench_file_runs_from_disk(tmp_path: Path):
+    """A problem file outside the library, with no METADATA: searched like a built-in, its cost
+    counted and labelled estimated."""
+    from engine.problems import load_problem
+
+    source = load_problem("softmax").source
+    external = tmp_path / "my_softmax.py"
+    external.write_text(source[: source.index("METADATA")].replace("batch_size = 4096", "batch_size = 64")
+                        .replace("dim = 65536", "dim = 2048"))
+    brain = ScriptedBrain()
+    db = tmp_path / "k.db"
+    with LLMServer(responder=brain) as server:
+        proc = run_ktree("run", str(external), "--provider", "openai-compatible", "--base-url",
+                         server.url, "--model", "anything", "--headless", "--backend", "cpu",
+                         "--rounds", "1", "--ideas", "1", "--variants", "1", "--db", str(db))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The FLOP counter sees no matmul/conv here: bytes are estimated, FLOPs honestly not counted.
+    assert "FLOPs not counted, 1.05 MB (estimated)" in proc.stdout
+    [(problem, sizes)] = query(db, "SELECT problem, sizes FROM sessions")
+    assert problem == "my_softmax" and json.loads(sizes) == {"batch_size": 64, "dim": 2048}
+    assert query(db, "SELECT COUNT(*) FROM evaluations WHERE status = 'correct'")[0][0] >= 1

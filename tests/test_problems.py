@@ -43,6 +43,12 @@ def test_problem_from_any_path(tmp_path: Path):
         ("class Model(:\n", "syntax error on line 1"),
         ("import no_such_module_here\n", "fails to import: ModuleNotFoundError"),
         ("raise SystemExit(3)\n", "fails to import: SystemExit"),
+        ("import torch\nclass Model: pass\ndef get_init_inputs(): return []\n"
+         "def get_inputs(): raise ValueError('no data file')\n",
+         "get_inputs() raises ValueError: no data file"),
+        ("import torch\nclass Model: pass\ndef get_inputs(): return []\n"
+         "def get_init_inputs(): return [undefined_name]\n",
+         "get_init_inputs() raises NameError"),
     ],
 )
 def test_bad_problem_files_give_one_line_errors(tmp_path: Path, body: str, expected: str):
@@ -61,3 +67,20 @@ def test_unknown_problem_names_the_builtins():
         load_problem("nope")
     with pytest.raises(ProblemError, match="no such problem file"):
         load_problem("/no/such/file.py")
+
+
+def test_inputs_that_meta_tensors_cannot_make_are_checked_for_real(tmp_path: Path):
+    path = tmp_path / "itemized.py"
+    path.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2\n"
+        "n = 16\n"
+        "def get_inputs():\n"
+        "    k = int(torch.tensor(n).item())  # .item() has no meaning on meta tensors\n"
+        "    return [torch.randn(k)]\n"
+        "def get_init_inputs():\n"
+        "    return []\n"
+    )
+    assert load_problem(str(path)).sizes == {"n": 16}

@@ -154,3 +154,30 @@ def test_any_kernelbench_file_runs_from_disk(tmp_path: Path):
     [(problem, sizes)] = query(db, "SELECT problem, sizes FROM sessions")
     assert problem == "my_softmax" and json.loads(sizes) == {"batch_size": 64, "dim": 2048}
     assert query(db, "SELECT COUNT(*) FROM evaluations WHERE status = 'correct'")[0][0] >= 1
+
+
+IDEA_JSON = '[{"title": "One thread per row, three plain passes", "description": "Keep it simple."}]'
+
+
+def test_key_from_config_file_and_a_reply_without_code(tmp_path: Path):
+    """The openai provider takes its key from the config file; an implementation reply with no
+    code becomes a failed node with the reason, and the search finishes."""
+    config = tmp_path / "config.toml"
+    config.write_text('[keys]\nopenai = "sk-from-config-1234"\n')
+    db = tmp_path / "k.db"
+    with LLMServer() as server:
+        server.push(text=IDEA_JSON)
+        server.push(text="Sorry, I can only describe the kernel in words.")
+        proc = run_ktree("run", "softmax", "--provider", "openai", "--base-url", server.url,
+                         "--model", "o3", "--headless", "--json", "--backend", "cpu",
+                         "--rounds", "1", "--ideas", "1", "--variants", "1", "--db", str(db),
+                         env={"KTREE_CONFIG": str(config), "OPENAI_API_KEY": ""})
+        auth = {r.headers.get("authorization") for r in server.requests}
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert auth == {"Bearer sk-from-config-1234"}
+    assert json.loads(proc.stdout)["status"] == "finished"
+    [(status, text)] = query(db, "SELECT status, text FROM nodes WHERE kind = 'variant'")
+    assert status == "failed" and "no fenced code block" in text
+    assert query(db, "SELECT provider, model, purpose FROM llm_calls ORDER BY id") == [
+        ("openai", "o3", "idea"), ("openai", "o3", "implement")]
+    assert query(db, "SELECT COUNT(*) FROM evaluations") == [(0,)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
 
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 
@@ -31,26 +33,82 @@ def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Ve
 
 
 def model(forward: str, init: str = "") -> str:
-    return f"""
+    return textwrap.dedent(f"""
     class ModelNew(nn.Module):
         def __init__(self):
             super().__init__()
             {init or 'pass'}
         def forward(self, x):
             {forward}
-    """
+    """)
 
 
-def test_correct_solution_is_timed_against_the_reference():
-    v = evaluate(model("return torch.softmax(x, dim=1)"))
-    assert v.status == "correct"
+def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
+    """A C++ kernel (the scripted library's online softmax): correct, no integrity flag."""
+    source = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
+
+    async def go() -> Verdict:
+        evaluator = Evaluator("cpu")
+        return await evaluator.evaluate(evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu")))
+
+    v = asyncio.run(go())
+    assert v.status == "correct", v.log
+    assert [f for f in v.flags if not f.startswith("review")] == []
     assert v.trials == 3
-    assert v.max_abs_err is not None and v.max_abs_err < 1e-5
+    assert v.max_abs_err is not None and v.max_abs_err < 1e-4
     assert v.time_ms and v.ref_eager_ms and v.time_ms > 0 and v.ref_eager_ms > 0
     assert v.time_p10_ms <= v.time_ms <= v.time_p90_ms
     assert v.speedup_eager == pytest.approx(v.ref_eager_ms / v.time_ms)
     assert v.sizes == {"batch_size": 128, "dim": 4096}  # the CPU preset it ran at
     assert v.backend == "cpu" and v.reps >= 5
+
+
+def test_torch_ops_in_forward_are_flagged_but_still_timed():
+    v = evaluate(model("return torch.softmax(x, dim=1)"))
+    assert v.status == "flagged"
+    assert any(f.startswith("torch-ops") and "aten._softmax" in f for f in v.flags)
+    assert v.max_abs_err < 1e-5 and v.time_ms > 0 and v.speedup_eager is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "flag"),
+    [
+        # A fallback to PyTorch behind a try/except around a kernel that never builds.
+        (textwrap.dedent("""
+        try:
+            import ktree_no_such_extension as ext
+        except ImportError:
+            ext = None
+        """) + model("return ext.softmax(x) if ext else torch.softmax(x, dim=1)"), "torch-ops"),
+        # Computes in place into its input and returns it.
+        (model("return x.copy_(torch.softmax(x, dim=1))"), "aliasing"),
+        (model("return x.copy_(torch.softmax(x, dim=1))"), "inputs-modified"),
+        # A tensor subclass could lie about its values to the checker.
+        (textwrap.dedent("""
+        class Sneaky(torch.Tensor):
+            pass
+        """) + model("return torch.softmax(x, dim=1).as_subclass(Sneaky)"), "output-type"),
+        # Replaces the harness's allclose at import.
+        ("torch.allclose = lambda *a, **k: True\n" + model("return torch.softmax(x, dim=1)"),
+         "harness"),
+        # Right while watched, then serves a cached answer: caught on the fresh timed inputs.
+        ("""
+        class ModelNew(nn.Module):
+            calls = 0
+            last = None
+            def forward(self, x):
+                ModelNew.calls += 1
+                if ModelNew.calls <= 4:
+                    ModelNew.last = torch.softmax(x, dim=1)
+                return ModelNew.last
+        """, "recheck"),
+    ],
+)
+def test_integrity_checks_flag_cheats(body: str, flag: str):
+    v = evaluate(body)
+    assert v.status == "flagged", v.log
+    assert any(f.startswith(flag) for f in v.flags), v.flags
+    assert flag in v.log
 
 
 @pytest.mark.parametrize(
@@ -110,7 +168,9 @@ def test_generated_code_sees_no_secrets(monkeypatch: pytest.MonkeyPatch):
     if leaked:
         raise RuntimeError('saw secrets: ' + ','.join(leaked))
     """ + model("return torch.softmax(x, dim=1)")
-    assert evaluate(body).status == "correct"
+    v = evaluate(body)
+    assert v.status == "flagged" and "saw secrets" not in v.log  # ran to the end: no secret seen
+    assert v.time_ms is not None
     assert os.environ["OPENAI_API_KEY"] == "sk-secret"
 
 

@@ -25,6 +25,8 @@ from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import load_module_from_path, load_module_from_source
 from engine.evaluate.verdict import Verdict, log_tail
 
+REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
+
 
 class EvalFailure(Exception):
     """A failure with a verdict status (compile_error, runtime_error, incorrect)."""
@@ -172,7 +174,10 @@ def run_evaluate(job: EvalJob) -> Verdict:
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "sizes": dict(job.sizes)}
 
+    from engine.evaluate import integrity
+
     problem = load_module_from_path(job.problem_path, job.sizes)
+    harness = integrity.capture_harness()  # before the candidate's code runs
     t0 = time.perf_counter()
     try:
         solution = load_solution(job)
@@ -195,18 +200,23 @@ def run_evaluate(job: EvalJob) -> Verdict:
     ref64 = copy.deepcopy(ref).double()
 
     errs: dict[str, float] = {}
+    flags: list[str] = []
     with torch.no_grad():
         for trial in range(job.trials):
             torch.manual_seed(job.seed + 1000 + trial)
             inputs = _to(problem.get_inputs(), device)
+            before = integrity.snapshot(inputs)
             try:
                 out = new(*inputs)
                 if device == "cuda":
                     torch.cuda.synchronize()
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial, log=_format_exc(exc), **base)
-            expected = ref64(*_to(inputs, device, torch.float64))
+            flags += integrity.check_inputs_unchanged(before, inputs)
+            expected = ref64(*_to(before, device, torch.float64))
             ok, trial_errs, reason = compare(out, expected, job.atol, job.rtol)
+            if ok:
+                flags += integrity.check_outputs(_flatten(out), inputs, device)
             for k, v in trial_errs.items():
                 errs[k] = max(errs.get(k, 0.0), v)
             if not ok:
@@ -214,7 +224,13 @@ def run_evaluate(job: EvalJob) -> Verdict:
                     status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
                     **errs, **base,
                 )
-            del out, expected
+            if trial == 0:  # one more call, on a copy of the inputs, watched for torch compute ops
+                fresh = integrity.snapshot(before)
+                try:
+                    flags += integrity.check_forward_ops(lambda: new(*fresh))  # noqa: B023
+                except Exception as exc:
+                    return Verdict(status="runtime_error", trials=1, log=_format_exc(exc), **base)
+            del out, expected, before
 
         torch.manual_seed(job.seed + 2000)
         inputs = _to(problem.get_inputs(), device)
@@ -223,21 +239,36 @@ def run_evaluate(job: EvalJob) -> Verdict:
                 lambda: ref(*inputs), lambda: new(*inputs), device,
                 budget_s=job.time_budget_s, max_reps=job.max_reps,
             )
+            # The timed inputs were fresh: the answer on them must be right too (no cross-call cache).
+            ok, _, reason = compare(new(*inputs), ref64(*_to(inputs, device, torch.float64)),
+                                    job.atol, job.rtol)
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=_format_exc(exc), **errs, **base)
+        if not ok:
+            flags.append(f"recheck: after timing, on the timed inputs: {reason}")
+    flags += integrity.check_harness(harness)
+    flags = list(dict.fromkeys(flags))
+    speedup = stats.ref.median / stats.new.median if stats.new.median > 0 else None
+    status = "flagged" if flags else "correct"
+    if speedup is not None and speedup > REVIEW_SPEEDUP:
+        flags.append(f"review: speedup {speedup:.1f}x is over {REVIEW_SPEEDUP:g}x")
+    summary = f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps"
+    if status == "flagged":
+        summary = "integrity check failed: " + "; ".join(f for f in flags if not f.startswith("review"))
 
     return Verdict(
-        status="correct",
+        status=status,
+        flags=tuple(flags),
         trials=job.trials,
         time_ms=stats.new.median,
         time_p10_ms=stats.new.p10,
         time_p90_ms=stats.new.p90,
         ref_eager_ms=stats.ref.median,
-        speedup_eager=stats.ref.median / stats.new.median if stats.new.median > 0 else None,
+        speedup_eager=speedup,
         reps=stats.reps,
         compile_s=load_s,
         eval_s=time.perf_counter() - started,
-        log=f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps",
+        log=summary,
         **errs,
         **base,
     )

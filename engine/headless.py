@@ -40,7 +40,9 @@ def format_verdict(v: dict[str, Any]) -> str:
     if v.get("speedup_eager") is not None:
         parts.append(f"speedup {_x(v['speedup_eager'])}")
     line = ", ".join(parts)
-    if v["status"] != "correct" and v.get("log"):
+    for flag in v.get("flags") or []:
+        line += f"\n    flag: {flag[:200]}"
+    if v["status"] not in ("correct", "flagged") and v.get("log"):
         first = next((ln for ln in reversed(v["log"].strip().splitlines()) if ln.strip()), "")
         line += f"\n    {first[:200]}"
     return line
@@ -116,7 +118,6 @@ class HeadlessPrinter:
     def __init__(self, out: TextIO | None = None, quiet: bool = False):
         self.out = out or (sys.stderr if quiet else sys.stdout)
         self.t0 = time.monotonic()
-        self.nodes: dict[int, Any] = {}
 
     def _line(self, text: str) -> None:
         print(f"[{time.monotonic() - self.t0:7.1f}s] {text}", file=self.out, flush=True)
@@ -131,7 +132,6 @@ class HeadlessPrinter:
                 self._line("cpu backend: C++ kernels against the CPU reference at the CPU size preset")
         elif isinstance(event, NodeAdded):
             n = event.node
-            self.nodes[n.id] = n
             label = f"idea \"{n.title}\"" if n.kind == "idea" else n.kind
             self._line(f"node {n.id} {label} added (round {n.round}, parent {n.parent_id}): {n.status}")
         elif isinstance(event, NodeUpdated):

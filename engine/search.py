@@ -32,7 +32,6 @@ from engine.store import Node, Store
 T = TypeVar("T")
 
 
-
 @dataclass(frozen=True)
 class SearchConfig:
     rounds: int = 2

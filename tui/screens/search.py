@@ -174,7 +174,9 @@ class SearchScreen(Screen):
             parent = tree.root
         else:
             parent = self.tree_nodes.get(node.parent_id, tree.root)
-        self.tree_nodes[node.id] = parent.add(self._label(node), data=node.id, expand=True)
+        parent.allow_expand = True  # a node shows its expander once it has children
+        self.tree_nodes[node.id] = parent.add(self._label(node), data=node.id, expand=True,
+                                              allow_expand=False)
         if node.kind == "variant":
             self._table_row(node)
         if self.selected is None and node.kind == "root":

@@ -163,11 +163,11 @@ def test_generated_code_sees_no_secrets(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("GEMINI_API_KEY", "g-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "t-secret")
-    body = """
+    body = textwrap.dedent("""
     leaked = [k for k, v in os.environ.items() if 'secret' in v]
     if leaked:
         raise RuntimeError('saw secrets: ' + ','.join(leaked))
-    """ + model("return torch.softmax(x, dim=1)")
+    """) + model("return torch.softmax(x, dim=1)")
     v = evaluate(body)
     assert v.status == "flagged" and "saw secrets" not in v.log  # ran to the end: no secret seen
     assert v.time_ms is not None

@@ -165,7 +165,7 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 def run_evaluate(job: EvalJob) -> Verdict:
     import torch
 
-    from engine.evaluate import timing
+    from engine.evaluate import integrity, timing
 
     started = time.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
@@ -173,8 +173,6 @@ def run_evaluate(job: EvalJob) -> Verdict:
         raise SystemExit("backend cuda requested but no GPU is visible")
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "sizes": dict(job.sizes)}
-
-    from engine.evaluate import integrity
 
     problem = load_module_from_path(job.problem_path, job.sizes)
     harness = integrity.capture_harness()  # before the candidate's code runs

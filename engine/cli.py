@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,13 +238,23 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
     from engine.headless import HeadlessPrinter
 
     store = await _open_store(db)
+    # Ctrl-C or a plain `kill`: cancel the search, which records the session as interrupted and
+    # kills its compile and evaluation processes, then print the summary as usual.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    bus = EventBus()
+    search = prepared.search(store, bus)
+    printer = HeadlessPrinter(quiet=args.json)
+    bus.subscribe(printer)
     try:
-        bus = EventBus()
-        search = prepared.search(store, bus)
-        printer = HeadlessPrinter(quiet=args.json)
-        bus.subscribe(printer)
         summary = await search.run()
+    except asyncio.CancelledError:
+        summary = search.summary("interrupted")
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         await store.close()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -252,7 +263,7 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
     if summary["status"] == "failed":
         print(f"ktree: error: {summary['stop_reason']}", file=sys.stderr)
         return USAGE_ERROR
-    return 0
+    return 130 if summary["status"] == "interrupted" else 0
 
 
 def _eval(args: argparse.Namespace) -> int:

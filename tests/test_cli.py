@@ -103,3 +103,40 @@ def test_unreadable_config_is_one_line(tmp_path: Path):
     proc = run_ktree("run", "softmax", "--headless", "--backend", "cpu",
                      env={"KTREE_CONFIG": str(config)})
     assert_one_line_usage_error(proc, "is not valid TOML")
+
+
+def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
+    """SIGTERM mid-search: the session row says interrupted, nothing committed is lost, and no
+    compile or evaluation process is left behind."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "k.db"
+    work = tmp_path / "tmp"  # the compile and evaluation processes' working dirs go here
+    work.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", "softmax", "--provider", "scripted",
+         "--backend", "cpu", "--headless", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        env={**os.environ, "TMPDIR": str(work)},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until variants are being built
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                if conn.execute("SELECT COUNT(*) FROM nodes WHERE status = 'compiling'").fetchone()[0]:
+                    break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM sessions").fetchall() == [("interrupted",)]
+        assert conn.execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0] >= 4
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(work) not in ps and str(db) not in ps

@@ -140,3 +140,43 @@ def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
         assert conn.execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0] >= 4
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(work) not in ps and str(db) not in ps
+
+
+def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
+    """SIGKILL gives the engine no chance to clean up: its build and run processes notice the
+    parent is gone and end themselves; what was committed stays in the DB."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "k.db"
+    work = tmp_path / "tmp"
+    work.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", "softmax", "--provider", "scripted",
+         "--backend", "cpu", "--headless", "--db", str(db)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parents[1],
+        env={**os.environ, "TMPDIR": str(work), "KTREE_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                if conn.execute("SELECT COUNT(*) FROM nodes WHERE status = 'compiling'").fetchone()[0]:
+                    break
+    time.sleep(1)  # let the builds start their compilers
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    for _ in range(20):
+        time.sleep(0.5)
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if str(tmp_path) not in ps:
+            break
+    assert str(work) not in ps  # the build / run processes
+    assert str(tmp_path / "cache") not in ps  # the compilers they started
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM nodes WHERE kind = 'variant'").fetchone()[0] >= 1

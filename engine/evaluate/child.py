@@ -310,7 +310,25 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
     return result
 
 
+def _die_with_parent() -> None:
+    """If the engine dies (even by SIGKILL), take this process group (the candidate's build or
+    run) down with it instead of running on as an orphan."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="ktree-parent-watch").start()
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = EvalJob.from_dict(json.load(f))

@@ -290,14 +290,14 @@ def _eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2))
     else:
-        from engine.headless import format_verdict
+        from engine.report import format_verdict
 
         print(format_verdict(verdict.to_dict()))
     return 0
 
 
 def _sessions(db: Path) -> int:
-    from engine.headless import format_session_row
+    from engine.report import format_session_row
 
     async def go() -> list[dict[str, Any]]:
         store = await _open_store(db)
@@ -315,7 +315,7 @@ def _sessions(db: Path) -> int:
 
 
 def _show(args: argparse.Namespace, db: Path) -> int:
-    from engine.headless import session_table
+    from engine.report import session_table
 
     if not db.exists():
         raise UsageError(f"no database at {db}")
@@ -369,7 +369,7 @@ def _source_hash(problem: Any) -> str:
 
 def _problems(args: argparse.Namespace, db: Path) -> int:
     from engine.evaluate.timing import device_name
-    from engine.headless import problems_table
+    from engine.report import problems_table
 
     backend, _ = resolve_backend("auto")
     device = device_name(backend)
@@ -397,7 +397,7 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
 
 def _bench_timing(args: argparse.Namespace, db: Path) -> int:
     from engine.evaluate.evaluator import Evaluator
-    from engine.headless import reference_table
+    from engine.report import reference_table
 
     problems = _problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)

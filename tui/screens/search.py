@@ -24,7 +24,7 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.headless import format_verdict
+from engine.report import format_verdict
 from engine.store import Node
 
 GLYPHS = {

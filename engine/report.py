@@ -1,0 +1,102 @@
+"""Text reports: a verdict in a line or two, sessions and problems as markdown tables.
+Standard library only, so `ktree eval` and `ktree problems` need nothing beyond torch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g} ms"
+
+
+def fmt_x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_verdict(v: dict[str, Any]) -> str:
+    """A verdict in one or two lines (status, error, times, speedup, first log line)."""
+    parts = [v["status"]]
+    if v.get("max_abs_err") is not None:
+        parts.append(f"max abs err {v['max_abs_err']:.3g}")
+    if v.get("time_ms") is not None:
+        parts.append(f"{fmt_ms(v['time_ms'])} (p10 {fmt_ms(v.get('time_p10_ms'))},"
+                     f" p90 {fmt_ms(v.get('time_p90_ms'))})")
+    if v.get("ref_eager_ms") is not None:
+        parts.append(f"eager {fmt_ms(v['ref_eager_ms'])}")
+    if v.get("speedup_eager") is not None:
+        parts.append(f"speedup {fmt_x(v['speedup_eager'])}")
+    line = ", ".join(parts)
+    for flag in v.get("flags") or []:
+        line += f"\n    flag: {flag[:200]}"
+    if v["status"] not in ("correct", "flagged") and v.get("log"):
+        first = next((ln for ln in reversed(v["log"].strip().splitlines()) if ln.strip()), "")
+        line += f"\n    {first[:200]}"
+    return line
+
+
+def format_session_row(row: dict[str, Any]) -> str:
+    started = datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M")
+    best = fmt_x(row.get("best_speedup"))
+    return (f"#{row['id']:<4} {row['problem']:<14} {row['backend']:<4} {row['provider']:<10}"
+            f" {started}  {row.get('variants', 0):>3} variants  best {best:>7}  {row['status']}")
+
+
+def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> str:
+    """A session's variants as a markdown table, with a header line naming what ran where."""
+    sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
+    device = next((v["device"] for v in variants if v.get("device")), session["backend"])
+    lines = [
+        f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
+        f" provider {session['provider']}, {session['status']}, best {fmt_x(session.get('best_speedup'))}",
+        "",
+        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in variants:
+        err = "-" if v.get("max_abs_err") is None else f"{v['max_abs_err']:.2g}"
+        lines.append(
+            f"| {v['node']} | {v['round']} | {v['idea']} | {v['status']} | {_num(v.get('time_ms'))}"
+            f" | {_num(v.get('ref_eager_ms'))} | {fmt_x(v.get('speedup_eager'))} | {err} |"
+        )
+    return "\n".join(lines)
+
+
+def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str:
+    """`ktree problems`: one row a problem, at the sizes this machine's backend runs; reference
+    times as cached for this device."""
+    preset = " (the CPU size presets)" if backend == "cpu" else ""
+    lines = [f"Problems on {backend}{preset}; reference times measured on {device}"
+             " (`ktree bench timing` fills them in)", "",
+             "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
+        cost = r["cost"]
+        est = " (est.)" if cost.estimated else ""
+        lines.append(f"| {r['name']} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
+                     f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |")
+    return "\n".join(lines)
+
+
+def reference_table(rows: list[dict[str, Any]]) -> str:
+    """`ktree bench timing`: eager and torch.compile times of each reference."""
+    lines = ["| problem | device | sizes | eager ms | torch.compile ms | compile/eager | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
+        ratio = (f"{r['compile_ms'] / r['eager_ms']:.2f}" if r.get("compile_ms") and r.get("eager_ms")
+                 else "-")
+        note = (r.get("error") or r.get("log") or "").strip().splitlines()
+        lines.append(f"| {r['name']} | {r.get('device', '-')} | {sizes} | {_num(r.get('eager_ms'))} |"
+                     f" {_num(r.get('compile_ms'))} | {ratio} | {note[-1][:80] if note else ''} |")
+    return "\n".join(lines)
+
+
+def _sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

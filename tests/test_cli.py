@@ -86,7 +86,6 @@ def test_eval_prints_a_verdict_as_json(tmp_path: Path):
          "provider gemini needs an API key"),
         (["--provider", "openai-compatible", "--model", "m"], {}, "needs --base-url"),
         (["--provider", "openai-compatible"], {}, "needs --model"),
-        (["--model", "acme:big-model"], {}, "unknown provider 'acme'"),
     ],
 )
 def test_provider_setup_errors(tmp_path: Path, args: list[str], env: dict, needle: str):
@@ -180,3 +179,12 @@ def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
     assert str(tmp_path / "cache") not in ps  # the compilers they started
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM nodes WHERE kind = 'variant'").fetchone()[0] >= 1
+
+
+def test_model_specs():
+    from engine.llm.registry import parse_spec
+
+    assert parse_spec("gemini:gemini-2.5-pro", "openai") == ("gemini", "gemini-2.5-pro")
+    assert parse_spec("o3", "openai") == ("openai", "o3")
+    # An Ollama tag is a model name, not a provider prefix.
+    assert parse_spec("qwen2.5-coder:7b", "openai-compatible") == ("openai-compatible", "qwen2.5-coder:7b")

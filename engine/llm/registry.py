@@ -33,12 +33,11 @@ def auto_provider(config: Config) -> str:
 
 
 def parse_spec(spec: str, default_provider: str) -> tuple[str, str]:
+    """`provider:model` when the prefix names a provider; otherwise the whole spec is a model of
+    the default provider (so Ollama-style tags like `qwen2.5-coder:7b` pass through)."""
     provider, sep, model = spec.partition(":")
     if sep and provider in PROVIDERS:
         return provider, model
-    if sep and provider and "/" not in provider and not provider.startswith("http"):
-        raise ProviderSetupError(
-            f"unknown provider {provider!r} in --model {spec!r} (known: {', '.join(PROVIDERS)})")
     return default_provider, spec
 
 

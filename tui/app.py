@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
+from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
 from engine.store import Store, StoreError
@@ -54,6 +55,12 @@ class KtreeApp(App[int]):
 
     async def _run_search(self) -> None:
         self.search_summary = await self.search.run()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A search that dies of an unexpected error says so on screen (its session row says
+        failed or interrupted, recorded by the search itself)."""
+        if event.worker.group == "search" and event.state == WorkerState.ERROR:
+            self.notify(f"the search stopped: {event.worker.error}", severity="error", timeout=30)
 
     async def action_quit(self) -> None:
         """Stop a running search first, so its session is recorded as interrupted."""

@@ -140,7 +140,7 @@ class Search:
             self.problem.source, parent.source, self._describe(parent),
             self._tried(parent), cfg.ideas, self.backend,
         )
-        reply, call_id = await self._call("idea", prompt, node_id=parent.id)
+        reply = await self._call("idea", prompt, node_id=parent.id)
         if reply is None:
             return []
         try:
@@ -181,7 +181,7 @@ class Search:
 
     async def _generate_and_evaluate(self, node: Node, purpose: str, prompt: str) -> dict[str, Any] | None:
         """Ask for the code of `node`, then evaluate it. None when no code came back."""
-        reply, _ = await self._call(purpose, prompt, node_id=node.id)
+        reply = await self._call(purpose, prompt, node_id=node.id)
         if reply is None:
             await self._update(node.id, status="failed", text="the LLM call failed")
             return None
@@ -241,8 +241,8 @@ class Search:
             self.stop_reason = f"budget reached: {self.spent_tokens} of {cfg.budget_tokens} tokens"
         return self.stop_reason is not None
 
-    async def _call(self, purpose: str, prompt: str, node_id: int | None) -> tuple[str | None, int]:
-        """One LLM call, recorded whether it succeeds or not."""
+    async def _call(self, purpose: str, prompt: str, node_id: int | None) -> str | None:
+        """One LLM call, recorded whether it succeeds or not; the reply text, or None."""
         provider, model = self._next_model()
         messages = [Message("user", prompt)]
         try:
@@ -257,7 +257,7 @@ class Search:
                                                "error"))
             if isinstance(exc, LLMAuthError):
                 raise SearchAborted(str(exc)) from exc
-            return None, call_id
+            return None
         u = completion.usage
         self.spent_usd += completion.cost_usd
         self.spent_tokens += u.input + u.output + u.reasoning
@@ -271,7 +271,7 @@ class Search:
         await self.bus.publish(LLMCallDone(call_id, node_id, purpose, completion.model or model,
                                            u.input, u.output, completion.cost_usd,
                                            completion.latency_s, "ok"))
-        return completion.text, call_id
+        return completion.text
 
     async def _add_node(self, **fields: Any) -> Node:
         node = await self.store.add_node(session_id=self._sid, **fields)

@@ -71,7 +71,7 @@ class Evaluator:
 
         async with self._slot("compile"):
             await phase("compiling")
-            outcome, result, log, _ = await run_child(
+            outcome, result, log = await run_child(
                 job.replace(mode="compile"), self.compile_timeout_s, self._compile_env
             )
         if outcome != "ok" or result is None:
@@ -85,7 +85,7 @@ class Evaluator:
 
         async with self._slot("device"), self._quiet_cpu():
             await phase("evaluating")
-            outcome, result, log, _ = await run_child(job, self.run_timeout_s, self._run_env)
+            outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, log, job)
         return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
@@ -98,7 +98,7 @@ class Evaluator:
             async with self._slot("compile"):
                 await run_child(job.replace(mode="warm"), self.compile_timeout_s, self._run_env)
         async with self._slot("device"), self._quiet_cpu():
-            outcome, result, log, _ = await run_child(job, self.compile_timeout_s, self._run_env)
+            outcome, result, log = await run_child(job, self.compile_timeout_s, self._run_env)
         if outcome != "ok" or result is None:
             return {"error": f"{outcome}: {log[-500:]}"}
         return result

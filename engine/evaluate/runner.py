@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +50,14 @@ def default_cache_dir() -> Path:
 
 async def run_child(
     job: EvalJob, timeout_s: float, extra_env: dict[str, str] | None = None
-) -> tuple[str, dict[str, Any] | None, str, float]:
-    """Run one child. Returns (outcome, result, log tail, seconds).
+) -> tuple[str, dict[str, Any] | None, str]:
+    """Run one child. Returns (outcome, result, log tail).
 
     outcome: "ok" (result holds the child's JSON), "timeout", or "crashed".
     """
     workdir = Path(tempfile.mkdtemp(prefix=f"ktree-{job.mode}-"))
     job_path, result_path, log_path = workdir / "job.json", workdir / "result.json", workdir / "log.txt"
     job_path.write_text(json.dumps(job.to_dict()))
-    started = time.perf_counter()
     try:
         with open(log_path, "wb") as log:
             proc = await asyncio.create_subprocess_exec(
@@ -75,15 +73,14 @@ async def run_child(
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 text = _read_tail(log_path)
-                return "timeout", None, f"killed after {timeout_s:g} s\n{text}", time.perf_counter() - started
-        elapsed = time.perf_counter() - started
+                return "timeout", None, f"killed after {timeout_s:g} s\n{text}"
         _kill_group(proc.pid)  # anything the candidate left behind
         text = _read_tail(log_path)
         if result_path.exists():
-            return "ok", json.loads(result_path.read_text()), text, elapsed
+            return "ok", json.loads(result_path.read_text()), text
         code = proc.returncode
         why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-        return "crashed", None, f"evaluation process died ({why}) before reporting\n{text}", elapsed
+        return "crashed", None, f"evaluation process died ({why}) before reporting\n{text}"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -39,7 +39,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     finished_at  REAL,
     ref_ms       REAL,
     best_node_id INTEGER,
-    best_speedup REAL
+    best_speedup REAL,
+    pid          INTEGER,                -- the engine process while it runs
+    heartbeat_at REAL                    -- last sign of life from that process
 );
 CREATE TABLE IF NOT EXISTS nodes (
     id         INTEGER PRIMARY KEY,
@@ -51,7 +53,9 @@ CREATE TABLE IF NOT EXISTS nodes (
     text       TEXT NOT NULL DEFAULT '',
     source     TEXT NOT NULL DEFAULT '',
     status     TEXT NOT NULL,
-    origin     TEXT NOT NULL DEFAULT 'llm',
+    origin     TEXT NOT NULL DEFAULT 'llm',  -- llm | human | fix | edit
+    pinned     INTEGER NOT NULL DEFAULT 0,   -- always kept as a parent
+    pruned     INTEGER NOT NULL DEFAULT 0,   -- queued work cancelled, never selected
     speedup    REAL,
     time_ms    REAL,
     created_at REAL NOT NULL,
@@ -106,7 +110,28 @@ CREATE TABLE IF NOT EXISTS reference_times (   -- `ktree bench timing`: a cache 
     compile_ms    REAL,
     created_at    REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS commands (      -- human steering, applied between scheduling steps
+    id         INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    kind       TEXT NOT NULL,               -- prune | expand | pin | inject_idea | edit_variant | ...
+    args       TEXT NOT NULL,               -- JSON object
+    created_at REAL NOT NULL,
+    applied_at REAL                         -- NULL until the engine has carried it out
+);
+CREATE INDEX IF NOT EXISTS commands_session ON commands(session_id);
 """
+
+# Steps that bring a DB of version N-1 to version N. Fresh DBs get SCHEMA directly; an older DB
+# runs every step above its version in one transaction, then SCHEMA (which only adds what is
+# missing). Append a step (and bump SCHEMA_VERSION) for each change to the tables above.
+MIGRATIONS: dict[int, str] = {
+    2: """
+ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN pruned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN pid INTEGER;
+ALTER TABLE sessions ADD COLUMN heartbeat_at REAL;
+""",
+}
 
 
 class StoreError(Exception):
@@ -127,6 +152,8 @@ class Node:
     origin: str
     speedup: float | None
     time_ms: float | None
+    pinned: bool = False
+    pruned: bool = False
 
 
 def default_db_path() -> Path:
@@ -134,7 +161,8 @@ def default_db_path() -> Path:
 
 
 def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
-    return Node(**{k: row[k] for k in Node.__dataclass_fields__})
+    node = {k: row[k] for k in Node.__dataclass_fields__}
+    return Node(**{**node, "pinned": bool(node["pinned"]), "pruned": bool(node["pruned"])})
 
 
 class Store:
@@ -180,12 +208,31 @@ class Store:
                 )
         elif tables:
             raise StoreError(f"{self.path} is an SQLite database, but not a ktree one")
+        else:
+            version = SCHEMA_VERSION
+        if version < SCHEMA_VERSION:
+            await self._migrate(version)
         await self.conn.executescript(SCHEMA)
         await self.conn.execute(
             "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
         await self.conn.commit()
+
+    async def _migrate(self, version: int) -> None:
+        """Bring an older ktree DB to SCHEMA_VERSION, all steps or none."""
+        statements = [stmt.strip() for v in range(version + 1, SCHEMA_VERSION + 1)
+                      for stmt in MIGRATIONS[v].split(";") if stmt.strip()]
+        try:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            for stmt in statements:
+                await self.conn.execute(stmt)
+            await self.conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            await self.conn.commit()
+        except sqlite3.Error as exc:
+            await self.conn.rollback()
+            raise StoreError(f"cannot migrate {self.path} from schema {version}: {exc}") from exc
 
     async def close(self) -> None:
         await self.conn.close()
@@ -232,7 +279,7 @@ class Store:
                     status, origin, None, None)
 
     async def update_node(self, node_id: int, **fields: Any) -> None:
-        allowed = {"status", "source", "text", "title", "speedup", "time_ms"}
+        allowed = {"status", "source", "text", "title", "speedup", "time_ms", "pinned", "pruned"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update node fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)
@@ -291,6 +338,20 @@ class Store:
             "SELECT * FROM reference_times WHERE device = ? ORDER BY id", (device,))
         return {(r["problem"], r["source_hash"]): dict(r) for r in rows}
 
+    async def add_command(self, session_id: int, kind: str, args: str) -> int:
+        """Record a steering command (see engine.control); the engine applies it later."""
+        cur = await self.conn.execute(
+            "INSERT INTO commands(session_id, kind, args, created_at) VALUES (?,?,?,?)",
+            (session_id, kind, args, time.time()))
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def mark_command_applied(self, command_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE commands SET applied_at = ? WHERE id = ?", (time.time(), command_id))
+        await self.conn.commit()
+
     # -- reads ------------------------------------------------------------------------------
 
     async def sessions(self) -> list[dict[str, Any]]:
@@ -345,6 +406,13 @@ class Store:
                 f" {totals} WHERE session_id = ? AND node_id IN (SELECT id FROM branch)",
                 (node_id, session_id))
         return dict(rows[0])
+
+    async def commands(self, session_id: int, pending_only: bool = False) -> list[dict[str, Any]]:
+        """Steering commands in the order given: id, kind, args (JSON text), created/applied."""
+        where = " AND applied_at IS NULL" if pending_only else ""
+        rows = await self.conn.execute_fetchall(
+            f"SELECT * FROM commands WHERE session_id = ?{where} ORDER BY id", (session_id,))
+        return [dict(r) for r in rows]
 
     async def llm_calls(self, session_id: int) -> list[dict[str, Any]]:
         rows = await self.conn.execute_fetchall(

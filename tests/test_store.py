@@ -89,3 +89,46 @@ async def test_llm_totals_per_session_node_and_branch(tmp_path: Path):
     branch = await store.llm_totals(sid, idea.id, subtree=True)
     assert (branch["calls"], branch["input_tokens"], branch["cost_usd"]) == (2, 50, 0.375)
     await store.close()
+
+
+async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["m"], config={}, sizes={})
+    await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # take it back to what version 1 wrote
+        conn.executescript(
+            "DROP TABLE commands; ALTER TABLE nodes DROP COLUMN pinned;"
+            " ALTER TABLE nodes DROP COLUMN pruned; ALTER TABLE sessions DROP COLUMN pid;"
+            " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
+            " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
+
+    store = await Store.open(tmp_path / "k.db")
+    [root] = await store.nodes(sid)
+    assert (root.kind, root.pinned, root.pruned) == ("root", False, False)
+    await store.update_node(root.id, pinned=True)
+    assert (await store.nodes(sid))[0].pinned is True
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
+        assert conn.execute("SELECT COUNT(*) FROM commands").fetchone()[0] == 0
+
+
+async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path):
+    from engine import control
+
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["m"], config={}, sizes={})
+    first = await store.add_command(sid, *control.encode(control.Expand(7, variants=2)))
+    await store.add_command(sid, *control.encode(control.InjectIdea(3, "tile it")))
+    await store.mark_command_applied(first)
+    [pending] = await store.commands(sid, pending_only=True)
+    assert control.decode(pending["kind"], pending["args"]) == control.InjectIdea(3, "tile it")
+    everything = await store.commands(sid)
+    assert [c["kind"] for c in everything] == ["expand", "inject_idea"]
+    assert control.decode("expand", everything[0]["args"]) == control.Expand(7, ideas=0, variants=2)
+    with pytest.raises(ValueError, match="unknown command"):
+        control.decode("explode", "{}")
+    await store.close()

@@ -66,13 +66,24 @@ class RoundDone:
 
 
 @dataclass(frozen=True)
+class CommandApplied:
+    """A steering command (engine.control) the engine has carried out and marked applied.
+    `node_ids`: the nodes it touched or created."""
+
+    command_id: int
+    kind: str
+    node_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class SessionDone:
     session_id: int
     status: str
     summary: dict[str, Any]
 
 
-Event = SessionStarted | NodeAdded | NodeUpdated | VerdictReady | LLMCallDone | RoundDone | SessionDone
+Event = (SessionStarted | NodeAdded | NodeUpdated | VerdictReady | LLMCallDone | RoundDone
+         | CommandApplied | SessionDone)
 Subscriber = Callable[[Event], Awaitable[None] | None]
 
 

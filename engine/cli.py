@@ -37,13 +37,31 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ktree", description="LLM-driven search for faster CUDA kernels.")
     parser.add_argument("--db", help="SQLite database (default: $KTREE_DB or ./store.db)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="search for a faster kernel for a problem")
-    run.add_argument("problem", help="built-in problem name (see `ktree problems`) or a .py path")
+    run.add_argument("problem", nargs="?",
+                     help="built-in problem name (see `ktree problems`) or a .py path")
+    run.add_argument("--resume", type=_positive, metavar="SESSION",
+                     help="continue an unfinished session where it stopped (no PROBLEM then)")
+    run.add_argument("--strategy", default="tree", choices=["tree", "sequential", "best-of-n"],
+                     help="tree: the idea-tree method; sequential: one chain, each step revises the"
+                          " best so far; best-of-n: ideas x variants independent samples")
+    run.add_argument("--estimate", action="store_true",
+                     help="print the expected LLM calls, tokens and dollars, and exit")
     run.add_argument("--db", help=argparse.SUPPRESS, dest="run_db")
     run.add_argument("--provider", default="auto",
                      choices=["auto", "openai", "gemini", "openai-compatible", "scripted"],
@@ -58,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget-usd", type=float, default=None, help="stop once this is spent")
     run.add_argument("--budget-tokens", type=_positive, default=None,
                      help="stop once this many tokens are used")
+    run.add_argument("--max-variants", type=_positive, default=None,
+                     help="stop once this many variants have been generated")
+    run.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
+                     help="stop starting work after this long (in-flight work finishes)")
+    run.add_argument("--llm-concurrency", type=_positive, default=8,
+                     help="concurrent LLM calls per provider (default 8)")
     run.add_argument("--fixes", type=int, default=1,
                      help="fix-prompt retries for a variant that fails to compile (default 1)")
     run.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
@@ -81,10 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
 
     sub.add_parser("sessions", help="list past sessions in the database")
-    show = sub.add_parser("show", help="a session's variants as a table (markdown or JSON)")
+    show = sub.add_parser("show", help="a session's tree with statuses and speedups")
     show.add_argument("session", nargs="?", type=_positive, help="session id (default: latest)")
     show.add_argument("--all", action="store_true", help="every session in the database")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--table", action="store_true", help="the variants as a markdown table")
+    show.add_argument("--json", action="store_true", help="the variants as JSON")
+    export = sub.add_parser("export", help="the best correct variant as a KernelBench solution file")
+    export.add_argument("session", type=_positive, help="session id")
+    export.add_argument("--node", type=_positive, help="this variant instead of the best")
+    export.add_argument("--out", help="write here instead of printing")
     probs = sub.add_parser("problems", help="the built-in problems (and any files given) as a table")
     probs.add_argument("paths", nargs="*", help="more problem files to list")
 
@@ -94,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
     bt.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
     bt.add_argument("--json", action="store_true")
+    bp = bench_sub.add_parser("pipeline", help="a scripted search with no LLM latency: how busy the"
+                                               " device is kept, wall time vs compile + device time")
+    bp.add_argument("problem", nargs="?", default="softmax")
+    bp.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bp.add_argument("--rounds", type=_positive, help="default: 3 on cuda, 1 on cpu")
+    bp.add_argument("--ideas", type=_positive, help="default: 4 on cuda, 2 on cpu")
+    bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
+    bp.add_argument("--top", type=_positive, default=2)
+    bp.add_argument("--compile-workers", type=_positive, default=None)
+    bp.add_argument("--json", action="store_true")
     return parser
 
 
@@ -131,9 +170,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "problems":
         return _problems(args, _db_path(args))
     if args.command == "bench":
+        if args.bench == "pipeline":
+            return _bench_pipeline(args)
         return _bench_timing(args, _db_path(args))
     if args.command == "show":
         return _show(args, _db_path(args))
+    if args.command == "export":
+        return _export(args, _db_path(args))
     raise UsageError(f"unknown command {args.command}")
 
 
@@ -186,43 +229,101 @@ class Prepared:
     models: list
     evaluator: Any
     config: Any
+    resume: int | None = None  # a session to continue
 
     def search(self, store: Any, bus: Any) -> Any:
         from engine.search import Search
 
-        return Search(store, bus, self.models, self.evaluator, self.problem, self.config)
+        return Search(store, bus, self.models, self.evaluator, self.problem, self.config,
+                      resume=self.resume)
 
 
-def prepare_search(args: argparse.Namespace) -> Prepared:
+def _build_models(specs: list[str], provider: str, problem: Any, backend: str,
+                  args: argparse.Namespace) -> list:
     from engine.config import ConfigError, load_config
-    from engine.evaluate.evaluator import Evaluator
     from engine.llm.registry import ProviderSetupError, build_models
-    from engine.search import SearchConfig
 
-    if args.json and not args.headless:
-        raise UsageError("--json needs --headless")
-    problem = _load_problem(args.problem)
-    backend, arch = resolve_backend(args.backend)
     try:
-        models = build_models(
-            args.model, args.provider, load_config(), problem=problem.name, backend=backend,
-            seed=args.seed, base_url=args.base_url, timeout_s=args.llm_timeout,
-        )
+        return build_models(specs, provider, load_config(), problem=problem.name, backend=backend,
+                            seed=args.seed, base_url=args.base_url, timeout_s=args.llm_timeout)
     except (ConfigError, ProviderSetupError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
+    from engine.evaluate.evaluator import Evaluator
+    from engine.search import SearchConfig
+
+    if args.json and not (args.headless or args.estimate):
+        raise UsageError("--json needs --headless")
+    if args.resume is not None:
+        return _prepare_resume(args, db or _db_path(args))
+    if args.problem is None:
+        raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
+    problem = _load_problem(args.problem)
+    backend, arch = resolve_backend(args.backend)
     config = SearchConfig(
         rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
         atol=_tol(args.atol, problem.tolerance[0]), rtol=_tol(args.rtol, problem.tolerance[1]),
-        seed=args.seed, reasoning=args.reasoning,
+        seed=args.seed, reasoning=args.reasoning, strategy=args.strategy,
         fixes=max(0, args.fixes), budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
+        max_variants=args.max_variants, time_limit_s=args.time_limit,
+        llm_concurrency=args.llm_concurrency,
     )
+    if args.estimate:  # before any provider is built: an estimate needs no key
+        return Prepared(problem, [], None, config)
+    models = _build_models(args.model, args.provider, problem, backend, args)
     evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
     return Prepared(problem, models, evaluator, config)
 
 
+def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
+    """A session's own problem, backend, models and shape, from the DB; budgets given on the
+    command line replace the recorded ones."""
+    from engine.evaluate.evaluator import Evaluator
+    from engine.search import SearchConfig
+    from engine.store import session_state
+
+    if args.problem is not None:
+        raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
+    if args.estimate:
+        raise UsageError("--estimate is for a new search, not with --resume")
+    if not db.exists():
+        raise UsageError(f"no database at {db}")
+
+    async def read() -> dict[str, Any] | None:
+        store = await _open_store(db)
+        try:
+            return await store.session(args.resume)
+        finally:
+            await store.close()
+
+    session = asyncio.run(read())
+    if session is None:
+        raise UsageError(f"no session {args.resume} in {db}")
+    state = session_state(session)
+    if state == "running":
+        raise UsageError(f"session {args.resume} is still running (pid {session['pid']})")
+    if state == "finished":
+        raise UsageError(f"session {args.resume} has finished; there is nothing to resume")
+    problem = _load_problem(session["problem_path"])
+    backend, arch = resolve_backend(session["backend"])
+    specs = session["models"]
+    provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
+    models = _build_models(specs, provider, problem, backend, args)
+    overrides = {k: v for k, v in (("budget_usd", args.budget_usd), ("budget_tokens", args.budget_tokens),
+                                   ("max_variants", args.max_variants), ("time_limit_s", args.time_limit))
+                 if v is not None}
+    config = SearchConfig.from_dict({**session["config"], **overrides})
+    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
+    return Prepared(problem, models, evaluator, config, resume=args.resume)
+
+
 def _run(args: argparse.Namespace) -> int:
     db = _db_path(args)
-    prepared = prepare_search(args)  # bad input: one line and exit 2, before any screen opens
+    prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
+    if args.estimate:
+        return _estimate(args, prepared)
     if args.headless:
         return asyncio.run(_run_headless(args, prepared, db))
     from tui.app import KtreeApp
@@ -315,7 +416,7 @@ def _sessions(db: Path) -> int:
 
 
 def _show(args: argparse.Namespace, db: Path) -> int:
-    from engine.report import session_table
+    from engine.report import session_table, tree_outline
 
     if not db.exists():
         raise UsageError(f"no database at {db}")
@@ -332,27 +433,93 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                 sessions = sessions[:1]
             out = []
             for s in reversed(sessions):
-                evals = {e["node_id"]: e for e in await store.evaluations(s["id"])}
-                variants = [n for n in await store.nodes(s["id"]) if n.kind == "variant"]
+                evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
+                nodes = await store.nodes(s["id"])
                 rows = []
-                for n in variants:
-                    v = evals[n.id]["verdict"] if n.id in evals else {}
-                    rows.append({"node": n.id, "round": n.round, "idea": n.title,
-                                 "status": n.status, "time_ms": v.get("time_ms"),
+                for n in nodes:
+                    if n.kind != "variant":
+                        continue
+                    v = evals.get(n.id, {})
+                    rows.append({"node": n.id, "parent": n.parent_id, "round": n.round, "idea": n.title,
+                                 "origin": n.origin, "status": n.status, "pinned": n.pinned,
+                                 "pruned": n.pruned, "time_ms": v.get("time_ms"),
                                  "ref_eager_ms": v.get("ref_eager_ms"),
                                  "speedup_eager": v.get("speedup_eager"),
                                  "max_abs_err": v.get("max_abs_err"), "device": v.get("device")})
-                out.append({"session": s, "variants": rows})
+                out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:
             await store.close()
 
     tables = asyncio.run(go())
     if args.json:
-        print(json.dumps(tables, indent=2))
-    else:
+        print(json.dumps([{"session": t["session"], "variants": t["variants"]} for t in tables], indent=2))
+    elif args.table:
         print("\n\n".join(session_table(t["session"], t["variants"]) for t in tables))
+    else:
+        print("\n\n".join(tree_outline(t["session"], t["nodes"], t["verdicts"]) for t in tables))
     return 0
+
+
+def _export(args: argparse.Namespace, db: Path) -> int:
+    from engine.export import ExportError, best_variant, solution_text
+
+    if not db.exists():
+        raise UsageError(f"no database at {db}")
+
+    async def go() -> str:
+        store = await _open_store(db)
+        try:
+            node_id = args.node or await best_variant(store, args.session)
+            return await solution_text(store, node_id, session_id=args.session)
+        except ExportError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            await store.close()
+
+    text = asyncio.run(go())
+    if args.out:
+        try:
+            Path(args.out).write_text(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.out}: {exc}") from None
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
+def _estimate(args: argparse.Namespace, prepared: Prepared) -> int:
+    from engine.config import ConfigError, load_config
+    from engine.estimate import estimate, format_estimate
+    from engine.llm.registry import auto_provider, parse_spec
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    provider = auto_provider(config) if args.provider == "auto" else args.provider
+    specs = args.model or (config.default_models if args.provider == "auto" else [])
+    models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
+    backend, _ = resolve_backend(args.backend)
+    result = estimate(prepared.problem, prepared.config, models, backend, config.prices)
+    print(json.dumps(result, indent=2) if args.json else format_estimate(result))
+    return 0
+
+
+def _bench_pipeline(args: argparse.Namespace) -> int:
+    from engine.bench import format_pipeline, pipeline_bench
+
+    problem = _load_problem(args.problem)
+    backend, arch = resolve_backend(args.backend)
+    cuda = backend == "cuda"
+    result = asyncio.run(pipeline_bench(
+        problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
+        ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
+        top=args.top, compile_workers=args.compile_workers,
+    ))
+    print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
+    return 0 if result["status"] == "finished" else 1
 
 
 def _problem_specs(names: list[str]) -> list[Any]:

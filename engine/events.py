@@ -12,6 +12,19 @@ from typing import Any
 
 from engine.store import Node
 
+# The statuses a node can show. A variant moves generating -> queued -> compiling -> (waiting) ->
+# checking / timing / evaluating -> one verdict status (or failed: no code came back, or its
+# work was cancelled by a prune or a stop; the node's text says which).
+VARIANT_STATUSES = ("generating", "queued", "compiling", "waiting", "checking", "timing", "evaluating",
+                    "correct", "incorrect", "flagged", "compile_error", "runtime_error", "timeout",
+                    "crashed", "failed")
+IDEA_STATUSES = ("generating", "ok", "failed")
+ROOT_STATUSES = ("reference",)
+NODE_STATUSES = tuple(dict.fromkeys(VARIANT_STATUSES + IDEA_STATUSES + ROOT_STATUSES))
+# Statuses after which a variant's work is over (a verdict, or no code to evaluate).
+DONE_STATUSES = frozenset({"correct", "incorrect", "flagged", "compile_error", "runtime_error",
+                           "timeout", "crashed", "failed", "ok", "reference"})
+
 
 @dataclass(frozen=True)
 class SessionStarted:
@@ -23,6 +36,7 @@ class SessionStarted:
     sizes: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     cost: str = ""  # FLOPs and bytes at these sizes, "(estimated)" when counted, not declared
+    resumed: bool = False  # a `--resume`: the tree so far is in the DB
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,31 @@ class CommandApplied:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Where the search stands, published (throttled) whenever one of these changes."""
+
+    round: int
+    rounds: int
+    compile_queue: int  # variants waiting for a compile worker
+    gpu_queue: int  # compiled variants waiting for the device
+    llm_running: int  # LLM calls in flight
+    tokens: int
+    cost_usd: float
+    budget_usd: float | None
+    budget_tokens: int | None
+    elapsed_s: float
+    paused: bool
+
+
+@dataclass(frozen=True)
+class BudgetReached:
+    """A budget (dollars, tokens, variants, time) is spent: no new work starts, in-flight work
+    finishes, then the session ends as stopped."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class SessionDone:
     session_id: int
     status: str
@@ -83,7 +122,7 @@ class SessionDone:
 
 
 Event = (SessionStarted | NodeAdded | NodeUpdated | VerdictReady | LLMCallDone | RoundDone
-         | CommandApplied | SessionDone)
+         | CommandApplied | Progress | BudgetReached | SessionDone)
 Subscriber = Callable[[Event], Awaitable[None] | None]
 
 

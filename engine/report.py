@@ -100,3 +100,43 @@ def _sci(value: float | None) -> str:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, dict[str, Any]]) -> str:
+    """`ktree show`: the session's tree, one node a line, with statuses and speedups.
+    `nodes` are store Nodes; `verdicts` maps node id to its recorded verdict."""
+    sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
+    device = next((v.get("device") for v in verdicts.values() if v.get("device")), session["backend"])
+    head = (f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
+            f" {session.get('strategy', 'tree')}, provider {session['provider']}, {session['status']},"
+            f" best {fmt_x(session.get('best_speedup'))}")
+    if session.get("stop_reason"):
+        head += f" ({session['stop_reason']})"
+    children: dict[int | None, list[Any]] = {}
+    for n in nodes:
+        children.setdefault(n.parent_id, []).append(n)
+    lines = [head]
+
+    def label(n: Any) -> str:
+        marks = "".join(m for m, on in ((" [pinned]", n.pinned), (" [pruned]", n.pruned)) if on)
+        origin = f" ({n.origin})" if n.origin != "llm" else ""
+        if n.kind == "root":
+            ref = session.get("ref_ms")
+            return f"#{n.id} reference {n.title}" + (f", eager {fmt_ms(ref)}" if ref else "") + marks
+        if n.kind == "idea":
+            return f"#{n.id} idea r{n.round}{origin}: {n.title} — {n.status}{marks}"
+        v = verdicts.get(n.id, {})
+        speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
+        flags = f" flags: {len(v['flags'])}" if v.get("flags") else ""
+        return f"#{n.id} variant r{n.round}{origin}: {n.status}{speed}{flags}{marks}"
+
+    def walk(n: Any, prefix: str, last: bool, top: bool) -> None:
+        lines.append((prefix + ("└─ " if last else "├─ ") if not top else "") + label(n))
+        kids = children.get(n.id, [])
+        inner = prefix + ("   " if last else "│  ") if not top else ""
+        for i, kid in enumerate(kids):
+            walk(kid, inner, i == len(kids) - 1, False)
+
+    for root in children.get(None, []):
+        walk(root, "", True, True)
+    return "\n".join(lines)

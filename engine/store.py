@@ -6,17 +6,25 @@ a second `ktree`) never shows what the DB does not hold.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
-SCHEMA_VERSION = 2
+from engine import crash
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 3
+HEARTBEAT_STALE_S = 15.0  # a running session silent this long has lost its engine
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -56,6 +64,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     origin     TEXT NOT NULL DEFAULT 'llm',  -- llm | human | fix | edit
     pinned     INTEGER NOT NULL DEFAULT 0,   -- always kept as a parent
     pruned     INTEGER NOT NULL DEFAULT 0,   -- queued work cancelled, never selected
+    want       INTEGER NOT NULL DEFAULT 0,   -- an idea still generating: how many ideas it asks for
     speedup    REAL,
     time_ms    REAL,
     created_at REAL NOT NULL,
@@ -119,6 +128,13 @@ CREATE TABLE IF NOT EXISTS commands (      -- human steering, applied between sc
     applied_at REAL                         -- NULL until the engine has carried it out
 );
 CREATE INDEX IF NOT EXISTS commands_session ON commands(session_id);
+CREATE TABLE IF NOT EXISTS rounds (        -- each round's parents, as selected: a resume starts here
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    round      INTEGER NOT NULL,
+    parent_ids TEXT NOT NULL,               -- JSON list of node ids
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, round)
+);
 """
 
 # Steps that bring a DB of version N-1 to version N. Fresh DBs get SCHEMA directly; an older DB
@@ -130,6 +146,16 @@ ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN pruned INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN pid INTEGER;
 ALTER TABLE sessions ADD COLUMN heartbeat_at REAL;
+""",
+    3: """
+ALTER TABLE nodes ADD COLUMN want INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS rounds (
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    round      INTEGER NOT NULL,
+    parent_ids TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, round)
+);
 """,
 }
 
@@ -154,10 +180,30 @@ class Node:
     time_ms: float | None
     pinned: bool = False
     pruned: bool = False
+    want: int = 0
 
 
 def default_db_path() -> Path:
     return Path(os.environ.get("KTREE_DB") or "store.db")
+
+
+def session_state(row: dict[str, Any], now: float | None = None) -> str:
+    """A session's status as a reader should see it: one marked running whose engine stopped
+    beating (killed outright, machine rebooted) is `interrupted`, and can be resumed."""
+    if row["status"] != "running":
+        return row["status"]
+    beat = row.get("heartbeat_at")
+    if beat is None or (now or time.time()) - beat > HEARTBEAT_STALE_S:
+        return "interrupted"
+    pid = row.get("pid")
+    if pid:  # the engine runs on this machine (the DB is a local file)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "interrupted"
+        except PermissionError:
+            pass
+    return "running"
 
 
 def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
@@ -165,10 +211,23 @@ def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
     return Node(**{**node, "pinned": bool(node["pinned"]), "pruned": bool(node["pruned"])})
 
 
+def _writes(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """One write at a time on this connection: a multi-statement transaction (add_nodes) is
+    never committed half-done by another coroutine's commit."""
+
+    @functools.wraps(method)
+    async def locked(self: Store, *args: Any, **kwargs: Any) -> T:
+        async with self._write_lock:
+            return await method(self, *args, **kwargs)
+
+    return locked
+
+
 class Store:
     def __init__(self, conn: aiosqlite.Connection, path: Path):
         self.conn = conn
         self.path = path
+        self._write_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: str | Path) -> Store:
@@ -239,6 +298,7 @@ class Store:
 
     # -- writes: each commits before returning -------------------------------------------
 
+    @_writes
     async def create_session(
         self, *, problem: str, problem_path: str, backend: str, strategy: str, provider: str,
         models: list[str], config: dict[str, Any], sizes: dict[str, int],
@@ -253,8 +313,10 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    @_writes
     async def update_session(self, session_id: int, **fields: Any) -> None:
-        allowed = {"status", "stop_reason", "finished_at", "ref_ms", "best_node_id", "best_speedup"}
+        allowed = {"status", "stop_reason", "finished_at", "ref_ms", "best_node_id", "best_speedup",
+                   "pid", "heartbeat_at"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update session fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)
@@ -263,6 +325,7 @@ class Store:
         )
         await self.conn.commit()
 
+    @_writes
     async def add_node(
         self, *, session_id: int, parent_id: int | None, kind: str, round: int, status: str,
         title: str = "", text: str = "", source: str = "", origin: str = "llm",
@@ -278,8 +341,9 @@ class Store:
         return Node(cur.lastrowid, session_id, parent_id, kind, round, title, text, source,
                     status, origin, None, None)
 
+    @_writes
     async def update_node(self, node_id: int, **fields: Any) -> None:
-        allowed = {"status", "source", "text", "title", "speedup", "time_ms", "pinned", "pruned"}
+        allowed = {"status", "source", "text", "title", "speedup", "time_ms", "pinned", "pruned", "want"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update node fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)
@@ -289,6 +353,60 @@ class Store:
         )
         await self.conn.commit()
 
+    @_writes
+    async def add_nodes(
+        self, session_id: int, rows: list[dict[str, Any]], *, update: tuple[int, dict[str, Any]] | None = None,
+        round_parents: tuple[int, list[int]] | None = None, command_id: int | None = None,
+    ) -> list[Node]:
+        """Several writes as one transaction (all or none, so a kill never leaves half a step):
+        insert `rows` (a row's "parent" may be {"new": i}, the i-th row of this batch), apply
+        `update` (node id, fields) to an existing node, record a round's parents, and mark a
+        steering command applied. Returns the inserted nodes."""
+        now = time.time()
+        made: list[Node] = []
+        try:
+            if update is not None:
+                node_id, fields = update
+                assignments = ", ".join(f"{k} = ?" for k in fields)
+                await self.conn.execute(f"UPDATE nodes SET {assignments}, updated_at = ? WHERE id = ?",
+                                        (*fields.values(), now, node_id))
+            if round_parents is not None:
+                await self.conn.execute(
+                    "INSERT INTO rounds(session_id, round, parent_ids, created_at) VALUES (?,?,?,?)",
+                    (session_id, round_parents[0], json.dumps(round_parents[1]), now))
+            for row in rows:
+                parent = row.get("parent_id")
+                if isinstance(parent, dict):
+                    parent = made[parent["new"]].id
+                values = {"title": "", "text": "", "source": "", "origin": "llm", "want": 0, **row,
+                          "parent_id": parent}
+                cur = await self.conn.execute(
+                    "INSERT INTO nodes(session_id, parent_id, kind, round, title, text, source, status,"
+                    " origin, want, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (session_id, parent, values["kind"], values["round"], values["title"],
+                     values["text"], values["source"], values["status"], values["origin"],
+                     values["want"], now, now))
+                assert cur.lastrowid is not None
+                made.append(Node(cur.lastrowid, session_id, parent, values["kind"], values["round"],
+                                 values["title"], values["text"], values["source"], values["status"],
+                                 values["origin"], None, None, want=values["want"]))
+                crash.point("db")  # a test kills the engine here: mid-transaction
+            if command_id is not None:
+                await self.conn.execute("UPDATE commands SET applied_at = ? WHERE id = ?",
+                                        (now, command_id))
+            await self.conn.commit()
+        except BaseException:
+            await self.conn.rollback()
+            raise
+        return made
+
+    async def rounds(self, session_id: int) -> dict[int, list[int]]:
+        """Each started round's parents (node ids), in round order."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT round, parent_ids FROM rounds WHERE session_id = ? ORDER BY round", (session_id,))
+        return {r["round"]: json.loads(r["parent_ids"]) for r in rows}
+
+    @_writes
     async def add_evaluation(self, *, node_id: int, session_id: int, verdict: dict[str, Any]) -> int:
         cur = await self.conn.execute(
             "INSERT INTO evaluations(node_id, session_id, status, max_abs_err, time_ms, ref_ms,"
@@ -302,6 +420,7 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    @_writes
     async def add_llm_call(
         self, *, session_id: int, node_id: int | None, provider: str, model: str, purpose: str,
         prompt: str, reply: str, input_tokens: int = 0, output_tokens: int = 0,
@@ -320,6 +439,7 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    @_writes
     async def add_reference_time(
         self, *, problem: str, source_hash: str, sizes: dict[str, int], backend: str, device: str,
         torch_version: str, eager_ms: float | None, compile_ms: float | None,
@@ -338,6 +458,7 @@ class Store:
             "SELECT * FROM reference_times WHERE device = ? ORDER BY id", (device,))
         return {(r["problem"], r["source_hash"]): dict(r) for r in rows}
 
+    @_writes
     async def add_command(self, session_id: int, kind: str, args: str) -> int:
         """Record a steering command (see engine.control); the engine applies it later."""
         cur = await self.conn.execute(
@@ -347,6 +468,7 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    @_writes
     async def mark_command_applied(self, command_id: int) -> None:
         await self.conn.execute(
             "UPDATE commands SET applied_at = ? WHERE id = ?", (time.time(), command_id))
@@ -363,7 +485,11 @@ class Store:
             "   AS cost_usd"
             " FROM sessions s ORDER BY s.id DESC"
         )
-        return [_session_dict(r) for r in rows]
+        now = time.time()
+        out = [_session_dict(r) for r in rows]
+        for d in out:  # what the engine recorded stays in "recorded_status"
+            d["recorded_status"], d["status"] = d["status"], session_state(d, now)
+        return out
 
     async def session(self, session_id: int) -> dict[str, Any] | None:
         rows = await self.conn.execute_fetchall("SELECT * FROM sessions WHERE id = ?", (session_id,))

@@ -102,6 +102,7 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             "DROP TABLE commands; ALTER TABLE nodes DROP COLUMN pinned;"
             " ALTER TABLE nodes DROP COLUMN pruned; ALTER TABLE sessions DROP COLUMN pid;"
             " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
+            " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want;"
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
@@ -113,6 +114,7 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
     with sqlite3.connect(tmp_path / "k.db") as conn:
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
         assert conn.execute("SELECT COUNT(*) FROM commands").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 0
 
 
 async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path):
@@ -131,4 +133,33 @@ async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path)
     assert control.decode("expand", everything[0]["args"]) == control.Expand(7, ideas=0, variants=2)
     with pytest.raises(ValueError, match="unknown command"):
         control.decode("explode", "{}")
+    await store.close()
+
+
+async def test_a_batch_of_nodes_is_one_transaction(tmp_path: Path):
+    """add_nodes writes all or nothing: a failure midway leaves no row of the batch, and the
+    command it carries out stays pending."""
+    from engine import control
+
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["m"], config={}, sizes={})
+    [root] = await store.add_nodes(sid, [{"parent_id": None, "kind": "root", "round": 0,
+                                          "status": "reference"}])
+    cid = await store.add_command(sid, *control.encode(control.InjectIdea(root.id, "t")))
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.add_nodes(sid, [
+            {"parent_id": root.id, "kind": "idea", "round": 1, "status": "ok", "title": "t"},
+            {"parent_id": {"new": 0}, "kind": "not-a-kind", "round": 1, "status": "generating"},
+        ], command_id=cid, round_parents=(1, [root.id]))
+    assert [n.id for n in await store.nodes(sid)] == [root.id]
+    assert await store.rounds(sid) == {}
+    assert len(await store.commands(sid, pending_only=True)) == 1
+    idea, variant = await store.add_nodes(sid, [
+        {"parent_id": root.id, "kind": "idea", "round": 1, "status": "ok", "title": "t"},
+        {"parent_id": {"new": 0}, "kind": "variant", "round": 1, "status": "generating"},
+    ], command_id=cid, round_parents=(1, [root.id]))
+    assert variant.parent_id == idea.id
+    assert await store.rounds(sid) == {1: [root.id]}
+    assert await store.commands(sid, pending_only=True) == []
     await store.close()

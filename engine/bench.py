@@ -1,0 +1,117 @@
+"""`ktree bench pipeline`: how well the pipeline overlaps its stages. A scripted search (no LLM
+latency, so only compiles and device work remain) on a throwaway DB, watched from outside:
+
+- device busy: some variant is in a device phase (checking / timing / evaluating);
+- compiled variants waiting: the evaluator's device queue (`Evaluator.waiting["device"]`);
+- compile slots in use: variants in the "compiling" phase, less those that have finished building
+  and wait for the device while still showing "compiling" (an evaluator that reports no
+  "waiting" phase).
+
+Sampled every 5 ms. Reports the device's idle time while compiled variants wait, and the wall
+time against the ideal of a perfect pipeline: total compile time / compile workers + total device
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.evaluate.evaluator import Evaluator
+from engine.events import Event, NodeAdded, NodeUpdated, VerdictReady
+from engine.llm.scripted import ScriptedProvider
+from engine.search import DEVICE_PHASES, Search, SearchConfig
+from engine.store import Store
+
+SAMPLE_S = 0.005
+
+
+async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
+                         variants: int, top: int = 2, compile_workers: int | None = None) -> dict[str, Any]:
+    from engine.events import EventBus
+
+    status: dict[int, str] = {}
+
+    def watch(event: Event) -> None:
+        if isinstance(event, NodeAdded | NodeUpdated | VerdictReady):
+            status[event.node.id] = event.node.status
+
+    with tempfile.TemporaryDirectory(prefix="ktree-bench-") as tmp:
+        store = await Store.open(Path(tmp) / "bench.db")
+        bus = EventBus()
+        bus.subscribe(watch)
+        evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch)
+        provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0)
+        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
+        search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
+        totals = {"device_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0, "idle_waiting_s": 0.0}
+        done = asyncio.Event()
+
+        async def sample() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(SAMPLE_S)
+                now = time.perf_counter()
+                dt, last = now - last, now
+                phases = list(status.values())
+                busy = any(p in DEVICE_PHASES for p in phases)
+                queued = evaluator.waiting.get("device", 0)
+                shown_waiting = phases.count("waiting")
+                compiling = phases.count("compiling") - max(0, queued - shown_waiting)
+                totals["device_s"] += dt if busy else 0.0
+                totals["compile_slot_s"] += dt * max(0, compiling)
+                if queued:
+                    totals["waiting_s"] += dt
+                    if not busy:
+                        totals["idle_waiting_s"] += dt
+
+        sampler = asyncio.create_task(sample())
+        started = time.perf_counter()
+        try:
+            summary = await search.run()
+        finally:
+            wall = time.perf_counter() - started
+            done.set()
+            await sampler
+            evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
+            await store.close()
+    workers = evaluator.compile_workers
+    ideal = totals["compile_slot_s"] / workers + totals["device_s"]
+    return {
+        "problem": problem.name, "backend": backend, "status": summary["status"],
+        "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
+        "compile_workers": workers, "variants": summary["variants"], "evaluations": evaluations,
+        "by_status": summary["by_status"], "wall_s": round(wall, 3),
+        "compile_s": round(totals["compile_slot_s"], 3), "device_s": round(totals["device_s"], 3),
+        "ideal_s": round(ideal, 3), "wall_over_ideal": round(wall / ideal, 3) if ideal else None,
+        "waiting_s": round(totals["waiting_s"], 3), "idle_while_waiting_s": round(totals["idle_waiting_s"], 3),
+        "idle_fraction_while_waiting": (round(totals["idle_waiting_s"] / totals["waiting_s"], 4)
+                                        if totals["waiting_s"] else 0.0),
+        "idle_fraction_of_wall": round(totals["idle_waiting_s"] / wall, 4) if wall else 0.0,
+    }
+
+
+def format_pipeline(r: dict[str, Any]) -> str:
+    s = r["shape"]
+    pct = r["idle_fraction_while_waiting"] * 100
+    ratio = r["wall_over_ideal"]
+    lines = [
+        f"Pipeline bench: {r['problem']} on {r['backend']}, scripted provider (no LLM latency),"
+        f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
+        f" {r['compile_workers']} compile workers: {r['status']}",
+        "",
+        "| measure | value | target (cuda) |",
+        "| --- | --- | --- |",
+        f"| variants / evaluations | {r['variants']} / {r['evaluations']} | |",
+        f"| wall time | {r['wall_s']:.2f} s | |",
+        f"| total compile time (slot-seconds) | {r['compile_s']:.2f} s | |",
+        f"| total device time | {r['device_s']:.2f} s | |",
+        f"| ideal = compile / workers + device | {r['ideal_s']:.2f} s | |",
+        f"| wall / ideal | {'-' if ratio is None else f'{ratio:.3f}'} | <= 1.15 |",
+        f"| time compiled variants waited for the device | {r['waiting_s']:.2f} s | |",
+        f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",
+    ]
+    return "\n".join(lines)

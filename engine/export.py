@@ -1,0 +1,65 @@
+"""A variant as a KernelBench solution file: its source under a header comment that says what
+it solves, how fast it measured, where and when. `ktree export` and the TUI's export key."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from engine.store import Store
+
+
+class ExportError(Exception):
+    """Nothing to export (no such session or node, no correct variant)."""
+
+
+async def best_variant(store: Store, session_id: int) -> int:
+    """The session's fastest correct variant (by speedup vs eager)."""
+    if await store.session(session_id) is None:
+        raise ExportError(f"no session {session_id}")
+    correct = [n for n in await store.nodes(session_id)
+               if n.kind == "variant" and n.status == "correct" and n.speedup is not None]
+    if not correct:
+        raise ExportError(f"session {session_id} has no correct variant to export")
+    return max(correct, key=lambda n: n.speedup or 0.0).id
+
+
+async def solution_text(store: Store, node_id: int, session_id: int | None = None) -> str:
+    """The solution file for one variant: a header comment, then its source unchanged."""
+    rows = await store.conn.execute_fetchall("SELECT session_id FROM nodes WHERE id = ?", (node_id,))
+    if not rows or (session_id is not None and rows[0][0] != session_id):
+        where = f" in session {session_id}" if session_id is not None else ""
+        raise ExportError(f"no node {node_id}{where}")
+    sid = rows[0][0]
+    session = await store.session(sid)
+    assert session is not None
+    node = next(n for n in await store.nodes(sid) if n.id == node_id)
+    if node.kind != "variant" or not node.source:
+        what = {"root": "the reference", "idea": "an idea"}.get(node.kind, "a variant with no code")
+        raise ExportError(f"node {node_id} is {what}; only a variant's code can be exported")
+    evaluations = await store.evaluations(sid)
+    verdict = next((e["verdict"] for e in reversed(evaluations) if e["node_id"] == node_id), {})
+    sizes = ", ".join(f"{k}={v}" for k, v in (verdict.get("sizes") or session["sizes"]).items())
+
+    def ms(key: str) -> str:
+        value = verdict.get(key)
+        return "-" if value is None else f"{value:.4g} ms"
+
+    def x(key: str) -> str:
+        value = verdict.get(key)
+        return "-" if value is None else f"{value:.2f}x"
+
+    measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    err = verdict.get("max_abs_err")
+    lines = [
+        f"# ktree solution for {session['problem']} ({session['problem_path']})",
+        f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
+        f"# verdict: {node.status}; max abs error {'-' if err is None else f'{err:.3g}'}",
+        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')},"
+        f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
+        f"# measured on {verdict.get('device') or session['backend']} ({session['backend']}) at {sizes},"
+        f" search started {measured}",
+        f"# exported {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by ktree; models"
+        f" {', '.join(session['models'])}",
+        "",
+    ]
+    return "\n".join(lines) + node.source.rstrip() + "\n"

@@ -18,6 +18,11 @@ from typing import Any, NoReturn
 USAGE_ERROR = 2
 
 
+ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment, own dir, limits) or"
+                  " strict (also bubblewrap: read-only view of system dirs only, no network);"
+                  " auto (default): strict where bubblewrap works, else basic with a notice")
+
+
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
@@ -93,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--compile-workers", type=_positive, default=None)
+    run.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
+                     help=ISOLATION_HELP)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
@@ -103,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
+    ev.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
+                    help=ISOLATION_HELP)
 
     sub.add_parser("sessions", help="list past sessions in the database")
     show = sub.add_parser("show", help="a session's tree with statuses and speedups")
@@ -197,6 +206,20 @@ def resolve_backend(requested: str) -> tuple[str, str | None]:
     return backend, arch
 
 
+def resolve_isolation(requested: str) -> str:
+    """The isolation level to run generated code under; a fallback from strict says so once."""
+    from engine.evaluate import sandbox
+
+    try:
+        level = sandbox.resolve(requested)
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from None
+    if requested == "auto" and level != "strict":
+        print(f"ktree: note: {sandbox.available()[1]}; generated code runs with basic isolation"
+              " (scrubbed environment, limits, no filesystem or network isolation)", file=sys.stderr)
+    return level
+
+
 def _tol(given: float | None, default: float) -> float:
     if given is not None and given < 0:
         raise UsageError(f"tolerance {given} must not be negative")
@@ -273,7 +296,8 @@ def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared
     if args.estimate:  # before any provider is built: an estimate needs no key
         return Prepared(problem, [], None, config)
     models = _build_models(args.model, args.provider, problem, backend, args)
-    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
+    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
+                          isolation=resolve_isolation(getattr(args, "isolation", "auto")))
     return Prepared(problem, models, evaluator, config)
 
 
@@ -315,7 +339,8 @@ def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
                                    ("max_variants", args.max_variants), ("time_limit_s", args.time_limit))
                  if v is not None}
     config = SearchConfig.from_dict({**session["config"], **overrides})
-    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch)
+    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
+                          isolation=resolve_isolation(getattr(args, "isolation", "auto")))
     return Prepared(problem, models, evaluator, config, resume=args.resume)
 
 
@@ -379,9 +404,10 @@ def _eval(args: argparse.Namespace) -> int:
     if "ModelNew" not in source:
         raise UsageError(f"{solution}: defines no ModelNew")
     backend, arch = resolve_backend(args.backend)
+    isolation = resolve_isolation(args.isolation)
 
     async def go() -> Any:
-        evaluator = Evaluator(backend, cuda_arch=arch)
+        evaluator = Evaluator(backend, cuda_arch=arch, isolation=isolation)
         job = evaluator.job(problem.path, source, problem.sizes_for(backend),
                             atol=_tol(args.atol, problem.tolerance[0]),
                             rtol=_tol(args.rtol, problem.tolerance[1]))

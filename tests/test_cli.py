@@ -9,7 +9,8 @@ from tests.conftest import run_ktree
 
 def assert_one_line_usage_error(proc, needle: str) -> None:
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    # (a machine where strict isolation cannot run adds a note line before it)
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("ktree: note:")]
     assert len(lines) == 1, proc.stderr
     assert needle in lines[0]
     assert "Traceback" not in proc.stderr
@@ -188,3 +189,14 @@ def test_model_specs():
     assert parse_spec("o3", "openai") == ("openai", "o3")
     # An Ollama tag is a model name, not a provider prefix.
     assert parse_spec("qwen2.5-coder:7b", "openai-compatible") == ("openai-compatible", "qwen2.5-coder:7b")
+
+
+def test_strict_isolation_without_bubblewrap_is_refused(tmp_path: Path):
+    import os
+    import sys
+
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--isolation", "strict",
+                     env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
+    assert_one_line_usage_error(proc, "--isolation strict is not available: bubblewrap (bwrap) is not")

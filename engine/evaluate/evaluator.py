@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
+from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 
 PhaseCallback = Callable[[str], Awaitable[None]]
@@ -38,6 +39,8 @@ class Evaluator:
         compile_timeout_s: float | None = None,
         run_timeout_s: float | None = None,
         cuda_arch: str | None = None,
+        isolation: str = "auto",
+        limits: Limits | None = None,
     ):
         self.backend = backend
         self.cache_dir = str(cache_dir or default_cache_dir())
@@ -48,6 +51,7 @@ class Evaluator:
         self.run_timeout_s = run_timeout_s or default_run
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self._device_slot = asyncio.Semaphore(1)
+        self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2"}
         if backend == "cuda":
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
@@ -72,8 +76,8 @@ class Evaluator:
         async with self._slot("compile"):
             await phase("compiling")
             outcome, result, log = await run_child(
-                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env
-            )
+                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env,
+                self.sandbox)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
         if result["status"] != "compiled":
@@ -85,7 +89,7 @@ class Evaluator:
 
         async with self._slot("device"), self._quiet_cpu():
             await phase("evaluating")
-            outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env)
+            outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env, self.sandbox)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, log, job)
         return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
@@ -96,9 +100,11 @@ class Evaluator:
         job = self.job(problem_path, "", sizes, mode="reference")
         if self.backend == "cuda":  # compile in the pool (several at once), time alone
             async with self._slot("compile"):
-                await run_child(job.replace(mode="warm"), self.compile_timeout_s, self._run_env)
+                await run_child(job.replace(mode="warm"), self.compile_timeout_s, self._run_env,
+                                self.sandbox)
         async with self._slot("device"), self._quiet_cpu():
-            outcome, result, log = await run_child(job, self.compile_timeout_s, self._run_env)
+            outcome, result, log = await run_child(job, self.compile_timeout_s, self._run_env,
+                                                   self.sandbox)
         if outcome != "ok" or result is None:
             return {"error": f"{outcome}: {log[-500:]}"}
         return result

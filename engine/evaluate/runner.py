@@ -7,37 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.sandbox import Sandbox, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-# Environment variables a build or a run legitimately needs; everything else is dropped.
-_ENV_ALLOW = re.compile(
-    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|TERM|TZ|TMPDIR|LC_[A-Z_]+|"
-    r"CUDA_[A-Z_]*|NVIDIA_[A-Z_]*|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|C_INCLUDE_PATH|"
-    r"CPLUS_INCLUDE_PATH|CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|NVCC_[A-Z_]*|TORCH_[A-Z_]*|"
-    r"MAX_JOBS|OMP_NUM_THREADS|MKL_NUM_THREADS|CCACHE_[A-Z_]*|XDG_CACHE_HOME|"
-    r"VIRTUAL_ENV|CONDA_PREFIX|PYTHONHOME)$"
-)
-_ENV_DENY = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
-
-
-def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for generated code: an allow-list, never a secret."""
-    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
-    env["PYTHONPATH"] = str(PROJECT_ROOT)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra or {})
-    return env
+__all__ = ["default_cache_dir", "failed_verdict", "run_child", "scrubbed_env"]  # scrubbed_env: moved
 
 
 def default_cache_dir() -> Path:
@@ -49,37 +29,57 @@ def default_cache_dir() -> Path:
 
 
 async def run_child(
-    job: EvalJob, timeout_s: float, extra_env: dict[str, str] | None = None
+    job: EvalJob, timeout_s: float, extra_env: dict[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> tuple[str, dict[str, Any] | None, str]:
-    """Run one child. Returns (outcome, result, log tail).
+    """Run one child in the sandbox (default: the best isolation available, default limits).
+    Returns (outcome, result, log tail).
 
-    outcome: "ok" (result holds the child's JSON), "timeout", or "crashed".
+    outcome: "ok" (result holds the child's JSON), "timeout", or "crashed" (died, or killed by the
+    watchdog for breaking a memory or process limit).
     """
-    workdir = Path(tempfile.mkdtemp(prefix=f"ktree-{job.mode}-"))
+    sandbox = sandbox or Sandbox(backend=job.backend)
+    if job.mode in ("reference", "warm"):
+        # The user's own problem file, not generated code; torch.compile's on-disk caches must
+        # outlive one process (warm-up, then timing), which a private /tmp would not allow.
+        sandbox = sandbox.replace(isolation="basic")
+    workdir = make_workdir(job.mode)
     job_path, result_path, log_path = workdir / "job.json", workdir / "result.json", workdir / "log.txt"
     job_path.write_text(json.dumps(job.to_dict()))
+    argv = sandbox.command(
+        [sys.executable, "-m", "engine.evaluate.child", str(job_path), str(result_path)],
+        workdir=workdir, read_only=[job.problem_path] if job.problem_path else [],
+        writable=[job.cache_dir], timeout_s=timeout_s,
+    )
     try:
         with open(log_path, "wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "engine.evaluate.child", str(job_path), str(result_path),
-                cwd=workdir, env=scrubbed_env(extra_env), stdin=asyncio.subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True,
+                *argv, cwd=workdir, env=sandbox.env(extra_env, workdir=workdir),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
+            watcher = asyncio.ensure_future(watch(proc.pid, sandbox.limits))
+            waiter = asyncio.ensure_future(proc.wait())
             try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except (TimeoutError, asyncio.CancelledError) as exc:
+                done, _ = await asyncio.wait({waiter, watcher}, timeout=timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
                 _kill_group(proc.pid)
                 await proc.wait()
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+                raise
+            finally:
+                watcher.cancel()
+            if waiter not in done:
+                _kill_group(proc.pid)
+                await proc.wait()
                 text = _read_tail(log_path)
+                if watcher in done:
+                    return "crashed", None, f"killed: {watcher.result()}\n{text}"
                 return "timeout", None, f"killed after {timeout_s:g} s\n{text}"
         _kill_group(proc.pid)  # anything the candidate left behind
         text = _read_tail(log_path)
         if result_path.exists():
             return "ok", json.loads(result_path.read_text()), text
-        code = proc.returncode
-        why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+        why = sandbox.exit_reason(proc.returncode)
         return "crashed", None, f"evaluation process died ({why}) before reporting\n{text}"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

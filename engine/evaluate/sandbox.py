@@ -1,0 +1,367 @@
+"""Isolation for processes that run generated code (builds, evaluations, a GPU worker).
+
+Two levels, usable by any launcher:
+
+- ``basic`` (always): an environment built from an allow-list (never a key or token), a working
+  dir under this engine's temp root, per-process rlimits set by a tiny exec wrapper (CPU time,
+  file size, and on the cpu backend address space), and a watchdog over the whole process tree
+  (resident memory and number of processes) run by the launcher.
+- ``strict``: the same inside bubblewrap: a new mount namespace holding only the system and
+  Python directories (read-only), the engine's own package, the files the job names, and
+  writable the working dir and the build cache; no network, a private /tmp, its own PID
+  namespace (killing bwrap kills every process inside, double-forked or not); on ``cuda`` the
+  /dev/nvidia* nodes. Home directories, ~/.ssh, the config file and the store are not there.
+
+Limits, and why they are where they are:
+
+- Memory is limited by the tree watchdog on resident set size, not by RLIMIT_AS: CUDA reserves
+  hundreds of GiB of virtual address space at context creation, so an address-space limit
+  breaks every CUDA process (RLIMIT_DATA is no better: what it counts changed across kernels).
+  On the cpu backend RLIMIT_AS is set as well, well above the RSS limit, so a single huge
+  allocation fails at once with MemoryError instead of waiting for the watchdog.
+- The number of processes is limited by the same watchdog, not by RLIMIT_NPROC: that limit is
+  per user (all of the user's threads, the engine's included) and is not enforced for root, which
+  is how CI and most GPU boxes run.
+- RLIMIT_FSIZE caps any one file the candidate writes (Python then gets EFBIG); RLIMIT_CPU is a
+  backstop for a process that escaped the kill (basic mode only has its process group).
+
+Imports only the standard library (the evaluation side must run on a bare GPU box).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import functools
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ENGINE_DIR = PROJECT_ROOT / "engine"
+ISOLATIONS = ("basic", "strict")
+GiB = 1 << 30
+
+# Environment variables a build or a run legitimately needs; everything else is dropped.
+_ENV_ALLOW = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|TERM|TZ|TMPDIR|LC_[A-Z_]+|"
+    r"CUDA_[A-Z_]*|NVIDIA_[A-Z_]*|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|C_INCLUDE_PATH|"
+    r"CPLUS_INCLUDE_PATH|CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|NVCC_[A-Z_]*|TORCH_[A-Z_]*|"
+    r"MAX_JOBS|OMP_NUM_THREADS|MKL_NUM_THREADS|CCACHE_[A-Z_]*|XDG_CACHE_HOME|"
+    r"VIRTUAL_ENV|CONDA_PREFIX|PYTHONHOME)$"
+)
+_ENV_DENY = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+# What a Python + torch + C++/CUDA toolchain reads under /etc; the rest of /etc stays hidden.
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group",
+        "nsswitch.conf", "localtime", "hosts", "os-release", "nvidia")
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 * GiB
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per launch. memory_bytes: resident memory of the whole process tree; procs: processes in
+    the tree; file_bytes: largest file one process may write; cpu_s: CPU seconds per process
+    (None: derived from the launch's timeout, or unlimited without one)."""
+
+    memory_bytes: int | None = max(4 * GiB, _total_memory() // 4)
+    procs: int | None = 512
+    file_bytes: int | None = 2 * GiB
+    cpu_s: float | None = None
+
+
+# -- the environment --------------------------------------------------------------------------
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for generated code: an allow-list, never a secret. The interpreter's own
+    bin dir comes first on PATH (ninja and friends live there; shims like pyenv's may not be
+    visible in the sandbox)."""
+    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+# -- the temp root and working dirs -----------------------------------------------------------
+
+
+@functools.cache
+def session_root() -> Path:
+    """One temp dir per engine process (under TMPDIR), removed at exit; left-overs of engines
+    that died (by pid) are swept when the next one starts."""
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob("ktree-run-*"):
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix=f"ktree-run-{os.getpid()}-", dir=base))
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def make_workdir(label: str) -> Path:
+    """A fresh working dir for one launch, under the session root. The caller removes it."""
+    root = session_root()
+    if not root.is_dir():  # removed under us (a test's tmp cleanup): start a new one
+        session_root.cache_clear()
+        root = session_root()
+    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- strict: bubblewrap -----------------------------------------------------------------------
+
+
+@functools.cache
+def available() -> tuple[str, str]:
+    """("strict", how) when bubblewrap can build the sandbox here, else ("basic", why not)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "basic", "bubblewrap (bwrap) is not installed"
+    probe = Path(tempfile.mkdtemp(prefix="ktree-probe-"))
+    try:
+        argv = _bwrap_args(bwrap, workdir=probe, backend="cpu", read_only=(), writable=())
+        proc = subprocess.run([*argv, sys.executable, "-S", "-c", "pass"], capture_output=True,
+                              text=True, timeout=30, env=scrubbed_env())
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "basic", f"bubblewrap failed to start: {exc}"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        return "basic", f"bubblewrap cannot create a sandbox here: {why}"
+    return "strict", f"bubblewrap at {bwrap}"
+
+
+def resolve(isolation: str) -> str:
+    """'auto' → the best level available; 'strict' when unavailable raises RuntimeError."""
+    if isolation == "auto":
+        return available()[0]
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"unknown isolation {isolation!r}")
+    if isolation == "strict" and available()[0] != "strict":
+        raise RuntimeError(f"--isolation strict is not available: {available()[1]}")
+    return isolation
+
+
+def _python_dirs() -> list[str]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(sys.executable))}
+    dirs.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    dirs.update(p for p in sys.path if p and os.path.isdir(p) and not _under(p, str(PROJECT_ROOT)))
+    return sorted(dirs)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _bwrap_args(bwrap: str, *, workdir: Path, backend: str, read_only: tuple[str, ...] | list[str],
+                writable: tuple[str, ...] | list[str], tmp_bytes: int = GiB) -> list[str]:
+    args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "ktree-sandbox",
+            "--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+            "--ro-bind-try", "/sys", "/sys"]
+    if os.geteuid() == 0:
+        args += ["--cap-drop", "ALL"]
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += [a for name in _ETC for a in ("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")]
+    ro = [*_python_dirs(), str(ENGINE_DIR), *map(str, read_only)]
+    if backend == "cuda":
+        ro += [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/opt",
+               "/run/nvidia-persistenced"]
+    bound: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in ro if p}, key=len):
+        if os.path.exists(path) and not any(_under(path, b) for b in bound):
+            bound.append(path)
+            args += ["--ro-bind", path, path]
+            real = os.path.realpath(path)
+            if real != path:
+                args += ["--ro-bind", real, real]
+    for path in [*map(str, writable), str(workdir)]:
+        os.makedirs(path, exist_ok=True)
+        path = os.path.abspath(path)
+        args += ["--bind", path, path]
+    if backend == "cuda":
+        for dev in sorted(glob.glob("/dev/nvidia*")):
+            args += ["--dev-bind", dev, dev]
+    args += ["--chdir", str(workdir), "--"]
+    return args
+
+
+# -- the command line ------------------------------------------------------------------------
+
+# Run by `python -S -c` before the real program: sets rlimits, makes this tree the OOM killer's
+# first choice, then execs. (A preexec_fn would do the same in the engine's forked child, which
+# is unsafe while the engine has threads.)
+_RLIMIT_EXEC = """\
+import json, os, resource, sys
+for name, (soft, hard) in json.loads(sys.argv[1]).items():
+    resource.setrlimit(getattr(resource, name), (soft, hard))
+try:
+    with open('/proc/self/oom_score_adj', 'w') as f:
+        f.write('1000')
+except OSError:
+    pass
+os.execvpe(sys.argv[2], sys.argv[2:], os.environ)
+"""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to launch generated code: the isolation level ("auto" picks the best available at
+    launch), the backend (cuda binds the GPU nodes and sets no address-space limit), limits."""
+
+    isolation: str = "auto"
+    backend: str = "cpu"
+    limits: Limits = Limits()
+
+    @property
+    def level(self) -> str:
+        return resolve(self.isolation)
+
+    def replace(self, **changes: object) -> Sandbox:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def rlimits(self, timeout_s: float | None = None) -> dict[str, tuple[int, int]]:
+        """(soft, hard) per rlimit. CPU: SIGXCPU at the soft limit, SIGKILL 5 s later."""
+        limits = self.limits
+        out: dict[str, tuple[int, int]] = {}
+        cpu_s = limits.cpu_s
+        if cpu_s is None and timeout_s is not None:  # every core busy for the whole timeout
+            cpu_s = timeout_s * (os.cpu_count() or 1) + 60
+        if cpu_s is not None:
+            out["RLIMIT_CPU"] = (int(max(1, cpu_s)), int(max(1, cpu_s)) + 5)
+        if limits.file_bytes is not None:
+            out["RLIMIT_FSIZE"] = (int(limits.file_bytes),) * 2
+        if self.backend != "cuda" and limits.memory_bytes is not None:
+            out["RLIMIT_AS"] = (int(limits.memory_bytes + 8 * GiB),) * 2
+        out["RLIMIT_CORE"] = (0, 0)  # no core dumps of multi-GiB crashed processes
+        return out
+
+    def command(self, argv: list[str], *, workdir: Path, read_only: tuple[str, ...] | list[str] = (),
+                writable: tuple[str, ...] | list[str] = (), timeout_s: float | None = None) -> list[str]:
+        """The full command line: [bwrap ...] python -S -c <rlimits> ... argv. `read_only`: files
+        the program must read (the problem file); `writable`: dirs it must write besides its
+        workdir (the build cache). Both are ignored under basic, which sees everything."""
+        inner = [sys.executable, "-S", "-c", _RLIMIT_EXEC, json.dumps(self.rlimits(timeout_s)), *argv]
+        if self.level == "basic":
+            return inner
+        bwrap = shutil.which("bwrap") or "bwrap"
+        return _bwrap_args(bwrap, workdir=workdir, backend=self.backend, read_only=read_only,
+                           writable=writable) + inner
+
+    def exit_reason(self, code: int | None) -> str:
+        """Why the launched program ended, from the launcher's exit status. Under strict, bwrap
+        passes a signal death on as exit status 128 + signal."""
+        if code is not None and code < 0:
+            return f"killed by signal {_signal_name(-code)}"
+        if code is not None and code > 128 and self.level == "strict" and _signal_name(code - 128):
+            return f"killed by signal {_signal_name(code - 128)}"
+        return f"exit code {code}"
+
+    def env(self, extra: dict[str, str] | None = None, *, workdir: Path) -> dict[str, str]:
+        """The scrubbed environment; temp files go to the workdir (removed with it); under
+        strict, HOME is the workdir too (the real one is not in the sandbox)."""
+        env = scrubbed_env(extra)
+        env["TMPDIR"] = str(workdir)
+        if self.level == "strict":
+            env["HOME"] = str(workdir)
+            env.pop("XDG_CACHE_HOME", None)
+        return env
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return ""
+
+
+# -- the watchdog over the process tree ------------------------------------------------------
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_snapshot_cache: tuple[float, dict[int, tuple[int, int]]] = (0.0, {})
+
+
+def _snapshot(max_age_s: float = 0.1) -> dict[int, tuple[int, int]]:
+    """pid → (ppid, rss bytes) of every process, shared by concurrent watchers for max_age_s."""
+    global _snapshot_cache
+    taken, procs = _snapshot_cache
+    now = time.monotonic()
+    if now - taken < max_age_s:
+        return procs
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        procs[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)
+    _snapshot_cache = (now, procs)
+    return procs
+
+
+def tree_usage(pid: int) -> tuple[int, int]:
+    """(processes, resident bytes) of pid and all its descendants."""
+    procs = _snapshot()
+    children: dict[int, list[int]] = {}
+    for p, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(p)
+    count, rss, todo = 0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in procs:
+            count += 1
+            rss += procs[p][1]
+        todo.extend(children.get(p, ()))
+    return count, rss
+
+
+async def watch(pid: int, limits: Limits, interval_s: float = 0.25) -> str:
+    """Return, with the reason, once the tree under pid breaks a limit; never returns otherwise
+    (cancel it when the process ends). The caller kills the tree."""
+    if not os.path.isdir("/proc") or (limits.memory_bytes is None and limits.procs is None):
+        await asyncio.Event().wait()
+    while True:
+        await asyncio.sleep(interval_s)
+        count, rss = tree_usage(pid)
+        if limits.procs is not None and count > limits.procs:
+            return f"process limit: {count} processes > {limits.procs} (a fork bomb?)"
+        if limits.memory_bytes is not None and rss > limits.memory_bytes:
+            return f"memory limit: resident {rss / GiB:.2f} GiB > {limits.memory_bytes / GiB:.2f} GiB"

@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("session", type=_positive, help="session id")
     export.add_argument("--node", type=_positive, help="this variant instead of the best")
     export.add_argument("--out", help="write here instead of printing")
+    show.add_argument("--follow", action="store_true",
+                      help="open the session in the TUI and follow it live (another process runs it)")
     probs = sub.add_parser("problems", help="the built-in problems (and any files given) as a table")
     probs.add_argument("paths", nargs="*", help="more problem files to list")
 
@@ -142,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--top", type=_positive, default=2)
     bp.add_argument("--compile-workers", type=_positive, default=None)
     bp.add_argument("--json", action="store_true")
+    btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
+    btui.add_argument("--nodes", type=_positive, default=5000)
+    btui.add_argument("--moves", type=_positive, default=200, help="cursor moves to time")
     return parser
 
 
@@ -178,6 +183,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sessions(_db_path(args))
     if args.command == "problems":
         return _problems(args, _db_path(args))
+    if args.command == "bench" and args.bench == "tui":
+        from tui.bench import bench_tui
+
+        return bench_tui(nodes=args.nodes, moves=args.moves)
     if args.command == "bench":
         if args.bench == "pipeline":
             return _bench_pipeline(args)
@@ -354,7 +363,7 @@ def _run(args: argparse.Namespace) -> int:
     from tui.app import KtreeApp
 
     # The store opens inside the app's event loop (aiosqlite binds to it).
-    app = KtreeApp(db_path=db, search_factory=prepared.search)
+    app = KtreeApp(db_path=db, search_factory=prepared.search, keymap=_keymap())
     app.run()
     return app.return_code or 0
 
@@ -446,6 +455,8 @@ def _show(args: argparse.Namespace, db: Path) -> int:
 
     if not db.exists():
         raise UsageError(f"no database at {db}")
+    if args.follow:
+        return _follow(args, db)
 
     async def go() -> list[dict[str, Any]]:
         store = await _open_store(db)
@@ -623,7 +634,41 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
 def _open_tui(db: Path) -> int:
     from tui.app import KtreeApp
 
-    app = KtreeApp(db_path=db)
+    app = KtreeApp(db_path=db, keymap=_keymap())
+    app.run()
+    return app.return_code or 0
+
+
+def _keymap() -> dict[str, str]:
+    """Key bindings from the config file's [bindings] table (binding id = "key")."""
+    from engine.config import ConfigError, load_config
+    from tui.app import keymap_from_config
+
+    try:
+        return keymap_from_config(load_config().raw)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _follow(args: argparse.Namespace, db: Path) -> int:
+    """`ktree show SESSION --follow`: the search screen on that session, read live from the DB."""
+    from tui.app import KtreeApp
+
+    async def latest() -> int:
+        store = await _open_store(db)
+        try:
+            sessions = await store.sessions()
+        finally:
+            await store.close()
+        if args.session is not None:
+            if not any(s["id"] == args.session for s in sessions):
+                raise UsageError(f"no session {args.session} in {db}")
+            return args.session
+        if not sessions:
+            raise UsageError(f"no sessions in {db}")
+        return sessions[0]["id"]
+
+    app = KtreeApp(db_path=db, session_id=asyncio.run(latest()), follow=True, keymap=_keymap())
     app.run()
     return app.return_code or 0
 

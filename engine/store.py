@@ -500,9 +500,11 @@ class Store:
             "SELECT * FROM nodes WHERE session_id = ? ORDER BY id", (session_id,))
         return [_node(r) for r in rows]
 
-    async def evaluations(self, session_id: int) -> list[dict[str, Any]]:
+    async def evaluations(self, session_id: int, after_id: int = 0) -> list[dict[str, Any]]:
+        """A session's evaluations in order; with `after_id`, only those recorded after it."""
         rows = await self.conn.execute_fetchall(
-            "SELECT * FROM evaluations WHERE session_id = ? ORDER BY id", (session_id,))
+            "SELECT * FROM evaluations WHERE session_id = ? AND id > ? ORDER BY id",
+            (session_id, after_id))
         out = []
         for r in rows:
             d = dict(r)
@@ -540,10 +542,31 @@ class Store:
             f"SELECT * FROM commands WHERE session_id = ?{where} ORDER BY id", (session_id,))
         return [dict(r) for r in rows]
 
-    async def llm_calls(self, session_id: int) -> list[dict[str, Any]]:
-        rows = await self.conn.execute_fetchall(
-            "SELECT * FROM llm_calls WHERE session_id = ? ORDER BY id", (session_id,))
+    async def llm_calls(self, session_id: int, node_id: int | None = None,
+                        purpose: str | None = None) -> list[dict[str, Any]]:
+        """A session's LLM calls in order; only one node's (and one purpose's) when given."""
+        sql, params = "SELECT * FROM llm_calls WHERE session_id = ?", [session_id]
+        if node_id is not None:
+            sql, params = sql + " AND node_id = ?", [*params, node_id]
+        if purpose is not None:
+            sql, params = sql + " AND purpose = ?", [*params, purpose]
+        rows = await self.conn.execute_fetchall(sql + " ORDER BY id", params)
         return [dict(r) for r in rows]
+
+    async def nodes_since(self, session_id: int, since: float) -> list[tuple[Node, float]]:
+        """Nodes added or changed at or after `since` (updated_at), with their updated_at: how a
+        second process follows a running session."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM nodes WHERE session_id = ? AND updated_at >= ? ORDER BY id",
+            (session_id, since))
+        return [(_node(r), r["updated_at"]) for r in rows]
+
+    async def delete_session(self, session_id: int) -> bool:
+        """Delete a session and everything recorded under it; False if there was none."""
+        await self.conn.execute("DELETE FROM llm_calls WHERE session_id = ?", (session_id,))
+        cur = await self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        await self.conn.commit()
+        return cur.rowcount > 0
 
 
 def _session_dict(row: Any) -> dict[str, Any]:

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.syntax import Syntax
-from textual.widgets import DataTable, Static, Tree
+from textual.widgets import DataTable, RichLog, Static, Tree
 
 from engine.cli import build_parser, prepare_search
+from tests.tui_helpers import label_of, log_text, tree_labels, without_line_numbers
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
-
-
-def tree_labels(tree: Tree) -> list[str]:
-    labels, stack = [], [tree.root]
-    while stack:
-        node = stack.pop()
-        labels.append(str(node.label))
-        stack.extend(reversed(node.children))
-    return labels
-
-
-def shown_code(screen: SearchScreen) -> str:
-    renderable = screen.query_one("#code", Static).content
-    return renderable.code if isinstance(renderable, Syntax) else str(renderable)
 
 
 async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
@@ -45,32 +31,42 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
         assert len(variants) == 4
 
         # The tree shows each variant with its final status (and speedup when correct).
-        labels = tree_labels(screen.query_one("#tree", Tree))
+        tree = screen.query_one("#tree", Tree)
         for node in variants.values():
-            label = next(lb for lb in labels if lb.split(" ")[1:2] == [f"#{node.id}"])
-            assert node.status in label
+            label = label_of(tree, node.id)
+            assert label.split(" ")[1] == f"#{node.id}" and node.status in label
             if node.status == "correct":
                 assert f"{node.speedup:.2f}x" in label
-        assert any("★ best" in lb for lb in labels)
+                vs_compile = screen.verdicts[node.id].get("speedup_compile")
+                if vs_compile is not None:  # wide terminal: the speedup vs torch.compile too
+                    assert f"({vs_compile:.2f}x compile)" in label
+        assert any("★ best" in lb for lb in tree_labels(tree))
         assert "SCRIPTED" in str(screen.query_one("#banner", Static).content)
+        assert "live" in str(screen.query_one("#banner", Static).content)
 
         # The timings table has a row per evaluated variant, with the verdict's numbers.
         table = screen.query_one("#timings", DataTable)
         assert table.row_count == 4
         for node in variants.values():
             row = table.get_row(str(node.id))
-            assert row[0] == node.id and str(row[3]) == node.status
+            assert row[0] == str(node.id) and str(row[3]) == node.status
             if node.status == "correct":
-                assert row[6] == f"{screen.verdicts[node.id]['speedup_eager']:.4g}x"
+                assert row[8] == f"{screen.verdicts[node.id]['speedup_eager']:.3g}x"
 
-        # Selecting a row selects the node and shows its source, highlighted.
+        # Selecting a row selects the node and shows its source, highlighted, line-numbered.
         table.focus()
-        target = next(iter(variants))
-        table.move_cursor(row=table.get_row_index(str(target)))
+        target = int(table.coordinate_to_cell_key((2, 0)).row_key.value)
+        await pilot.press("down", "down")
         await pilot.pause()
         assert screen.selected == target
-        assert shown_code(screen) == variants[target].source
-        assert isinstance(screen.query_one("#code", Static).content, Syntax)
+        assert tree.cursor_node is not None and tree.cursor_node.data == target
+        shown = log_text(screen.query_one("#code", RichLog))
+        assert without_line_numbers(shown).strip() == variants[target].source.strip()
+        assert screen.code_text.spans  # highlighted, not plain
+
+        # Progress: the round, and the tokens counted from the LLM calls.
+        progress = str(screen.query_one("#progress-text", Static).content)
+        assert "round 1/1" in progress and "finished" in progress
         await pilot.press("q")
 
 
@@ -84,19 +80,21 @@ async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
         table = app.screen.query_one("#sessions", DataTable)
         assert table.row_count == 1
         row = table.get_row(str(summary["session_id"]))
-        assert row[1] == "softmax" and row[8] == "finished"
-        assert row[6] == f"{summary['best']['speedup_eager']:.2f}x"
+        assert row[1] == "softmax" and str(row[9]) == "finished" and "SCRIPTED" in row[3]
+        assert row[7] == f"{summary['best']['speedup_eager']:.2f}x"
+        assert row[6] == str(summary["variants"])
 
         await pilot.press("enter")
         await pilot.pause()
         screen = app.screen
-        assert isinstance(screen, SearchScreen) and not screen.live
+        assert isinstance(screen, SearchScreen) and not screen.live and not screen.follow
         variants = [n for n in screen.nodes.values() if n.kind == "variant"]
         assert len(variants) == summary["variants"]
-        assert screen.query_one("#timings", DataTable).row_count == summary["variants"]
-        labels = tree_labels(screen.query_one("#tree", Tree))
+        evaluated = [n for n in variants if n.id in screen.verdicts]
+        assert screen.query_one("#timings", DataTable).row_count == len(evaluated)
         best = summary["best"]["node_id"]
-        assert any(f"#{best} " in lb and "★ best" in lb for lb in labels)
+        assert "★ best" in label_of(screen.query_one("#tree", Tree), best)
+        assert "round 2/2" in str(screen.query_one("#progress-text", Static).content)
 
         await pilot.press("escape")
         await pilot.pause()

@@ -1,13 +1,14 @@
-"""The ktree Textual app: a sessions screen, and a search screen for a live or past session."""
+"""The ktree Textual app: a sessions screen, and a search screen for a live, followed or past session."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
@@ -21,37 +22,63 @@ class KtreeApp(App[int]):
     TITLE = "ktree"
     BINDINGS = [Binding("q", "quit", "Quit", id="quit")]
 
-    def __init__(self, db_path: Path, search_factory: SearchFactory | None = None):
+    def __init__(self, db_path: Path, search_factory: SearchFactory | None = None,
+                 session_id: int | None = None, follow: bool = False,
+                 keymap: dict[str, str] | None = None):
         super().__init__()
         self.db_path = db_path
         self.search_factory = search_factory
+        self.open_session_id = session_id
+        self.follow = follow
         self.store: Store | None = None
         self.search: Any = None
         self.search_summary: dict[str, Any] | None = None
         self.bus = EventBus()
+        self.initial_keymap = keymap or {}
 
     async def on_mount(self) -> None:
         from tui.screens.search import SearchScreen
         from tui.screens.sessions import SessionsScreen
 
+        if self.initial_keymap:
+            self.set_keymap(self.initial_keymap)
         try:
             self.store = await Store.open(self.db_path)
         except StoreError as exc:
             self.exit(2, message=f"ktree: error: {exc}")
             return
-        self.sub_title = str(self.db_path)
-        if self.search_factory is None:
-            await self.push_screen(SessionsScreen())
+        self.sub_title = self.db_path.name
+        if self.search_factory is not None:
+            await self.start_search(self.search_factory)
             return
+        await self.push_screen(SessionsScreen())
+        if self.open_session_id is not None:
+            session = await self.store.session(self.open_session_id)
+            if session is None:
+                self.exit(2, message=f"ktree: error: no session {self.open_session_id} in {self.db_path}")
+                return
+            await self.push_screen(SearchScreen(session_id=self.open_session_id,
+                                                follow=self.follow or session["status"] == "running"))
+
+    async def start_search(self, factory: SearchFactory) -> bool:
+        """Run a new search in this process and show it live; False (and a notice) if it cannot start."""
+        from tui.screens.search import SearchScreen
+
+        assert self.store is not None
         try:
-            self.search = self.search_factory(self.store, self.bus)
+            search = factory(self.store, self.bus)
         except Exception as exc:  # a usage error found late: say it in one line
-            self.exit(2, message=f"ktree: error: {exc}")
-            return
+            if not self.screen_stack or len(self.screen_stack) <= 1:
+                self.exit(2, message=f"ktree: error: {exc}")
+            else:
+                self.notify(f"cannot start: {exc}", severity="error")
+            return False
+        self.search = search
         screen = SearchScreen(live=True)
         self.bus.subscribe(screen.receive)
         await self.push_screen(screen)
         self.run_worker(self._run_search(), name="search", group="search", exit_on_error=False)
+        return True
 
     async def _run_search(self) -> None:
         self.search_summary = await self.search.run()
@@ -61,6 +88,14 @@ class KtreeApp(App[int]):
         failed or interrupted, recorded by the search itself)."""
         if event.worker.group == "search" and event.state == WorkerState.ERROR:
             self.notify(f"the search stopped: {event.worker.error}", severity="error", timeout=30)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette offers the app's commands plus the current screen's own (steering keys on
+        the search screen, open/delete/compare on the sessions screen)."""
+        yield from super().get_system_commands(screen)
+        commands = getattr(screen, "palette_commands", None)
+        if commands is not None:
+            yield from commands()
 
     async def action_quit(self) -> None:
         """Stop a running search first, so its session is recorded as interrupted."""
@@ -81,3 +116,19 @@ class KtreeApp(App[int]):
         if self.store is not None:
             store, self.store = self.store, None
             await store.close()
+
+
+def keymap_from_config(raw: dict[str, Any]) -> dict[str, str]:
+    """The `[bindings]` table of the config file: binding id -> key(s), e.g. `prune = "delete"`.
+    Raises ValueError (one line) on a malformed entry."""
+    table = raw.get("bindings") or {}
+    if not isinstance(table, dict):
+        raise ValueError("[bindings] must be a table of binding id = \"key\" entries")
+    keymap = {}
+    for binding_id, keys in table.items():
+        if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+            keys = ",".join(keys)
+        if not isinstance(keys, str) or not keys.strip():
+            raise ValueError(f"[bindings] {binding_id}: expected a key name like \"ctrl+k\", got {keys!r}")
+        keymap[str(binding_id)] = keys
+    return keymap

@@ -1,0 +1,80 @@
+"""Source rendering for the code pane: Python highlighted as Python, and the C++/CUDA source
+strings inside it (what `load_inline` compiles) highlighted as C++; a unified diff against the parent."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from rich.style import Style
+from rich.syntax import Syntax
+from rich.text import Span, Text
+
+THEME = "monokai"
+_TRIPLE = re.compile(r'(?P<q>"""|\'\'\')(?P<body>.*?)(?P=q)', re.S)
+_CXX = re.compile(r"#include|__global__|__device__|torch::|\bvoid\s+\w+\s*\(|\bfor\s*\(\s*(int|auto|size_t)")
+
+
+def _highlight(code: str, lexer: str) -> Text:
+    text = Syntax(code, lexer, theme=THEME).highlight(code)
+    if text.plain != code and text.plain.endswith("\n"):
+        text.right_crop(len(text.plain) - len(code))
+    # Foreground colours only: the theme's own background would paint boxes over Textual's.
+    text.spans = [Span(s.start, s.end, _fg(s.style)) for s in text.spans]
+    text.style = ""
+    return text
+
+
+def _fg(style: str | Style) -> Style:
+    style = Style.parse(style) if isinstance(style, str) else style
+    return Style(color=style.color, bold=style.bold, italic=style.italic, underline=style.underline)
+
+
+def embedded_cxx(source: str) -> list[tuple[int, int]]:
+    """(start, end) of each triple-quoted string in `source` that holds C++ or CUDA code."""
+    return [m.span("body") for m in _TRIPLE.finditer(source) if _CXX.search(m.group("body"))]
+
+
+def highlight_source(source: str, line_numbers: bool = True) -> Text:
+    """The variant's Python file, its embedded C++/CUDA strings highlighted as C++."""
+    out = Text()
+    pos = 0
+    for start, end in embedded_cxx(source):
+        out.append_text(_highlight(source[pos:start], "python"))
+        out.append_text(_highlight(source[start:end], "cpp"))
+        pos = end
+    out.append_text(_highlight(source[pos:], "python"))
+    out.no_wrap = True
+    if not line_numbers:
+        return out
+    lines = out.split("\n", allow_blank=True)
+    width = len(str(len(lines)))
+    numbered = Text()
+    for i, line in enumerate(lines, 1):
+        numbered.append(f"{i:>{width}} ", style="dim")
+        numbered.append_text(line)
+        if i < len(lines):
+            numbered.append("\n")
+    numbered.no_wrap = True
+    return numbered
+
+
+def diff_text(old: str, new: str, old_name: str, new_name: str) -> Text:
+    """A unified diff, coloured: what this variant changed against its parent."""
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name,
+                                      lineterm="", n=3))
+    if not lines:
+        return Text("(identical to its parent)", style="dim")
+    out = Text()
+    styles = {"+": "green", "-": "red", "@": "cyan"}
+    for line in lines:
+        style = "bold" if line.startswith(("+++", "---")) else styles.get(line[:1], "")
+        out.append(line + "\n", style=style)
+    out.right_crop(1)
+    out.no_wrap = True
+    return out
+
+
+def fmt_num(value: Any, spec: str = ".4g", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"

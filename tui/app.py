@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
-from engine.store import Store, StoreError
+from engine.store import Store, StoreError, session_state
 
 SearchFactory = Callable[[Store, EventBus], Any]
 
@@ -57,8 +57,8 @@ class KtreeApp(App[int]):
             if session is None:
                 self.exit(2, message=f"ktree: error: no session {self.open_session_id} in {self.db_path}")
                 return
-            await self.push_screen(SearchScreen(session_id=self.open_session_id,
-                                                follow=self.follow or session["status"] == "running"))
+            running = session_state(session) == "running"
+            await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
 
     async def start_search(self, factory: SearchFactory) -> bool:
         """Run a new search in this process and show it live; False (and a notice) if it cannot start."""

@@ -5,7 +5,9 @@ its provider is "synthetic" and the screens mark it SCRIPTED)."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from typing import Any
 
 from engine.store import Store
@@ -110,10 +112,12 @@ async def write_fake_session(store: Store, n_nodes: int = 60, *, seed: int = 0, 
            "budget_tokens": None, "strategy": "tree"}
     cur = await store.conn.execute(
         "INSERT INTO sessions(problem, problem_path, backend, strategy, provider, models, config, sizes,"
-        " status, created_at, finished_at, ref_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        " status, created_at, finished_at, ref_ms, pid, heartbeat_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         ("softmax", "problems/level1/softmax.py", "cpu", "tree", "scripted",
          json.dumps(["scripted:synthetic"]), json.dumps(cfg), json.dumps({"batch_size": 4096, "dim": 4096}),
-         status, t0, None if status == "running" else t0 + 600 + n_nodes, ref_ms))
+         status, t0, None if status == "running" else t0 + 600 + n_nodes, ref_ms,
+         # "running": this process stands in for its engine (alive, beating now)
+         os.getpid() if status == "running" else None, time.time() if status == "running" else None))
     sid = cur.lastrowid
     assert sid is not None
     rows = await store.conn.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM nodes")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from textual import on
@@ -15,37 +14,6 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 PROVIDERS = ["auto", "scripted", "openai", "gemini", "openai-compatible"]
 SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    calls: int
-    fix_calls: int
-    tokens: int
-    cost_usd: float
-    priced: bool  # False when no model in the run has a price (self-hosted, scripted)
-
-
-def rough_estimate(problem_source: str, rounds: int, ideas: int, variants: int, top: int, fixes: int,
-                   models: list[str], prices: Any) -> Estimate:
-    """ktree's own rough pre-run estimate: every parent expanded, every variant answered; prompts
-    sized from the problem file, replies at typical lengths (1k tokens of ideas, 3k of code)."""
-    parents = 1 + top * (rounds - 1)
-    idea_calls = parents
-    impl_calls = parents * ideas * variants
-    src_tokens = len(problem_source) // 4
-    idea_tok = (src_tokens * 2 + 700) + 1000
-    impl_tok = (src_tokens * 2 + 900) + 3000
-    tokens = idea_calls * idea_tok + impl_calls * impl_tok
-    names = [m.split(":", 1)[-1] for m in models] or [""]
-    known = [prices.get(n) for n in names if n and prices.get(n) is not None]
-    cost = 0.0
-    if known:
-        inp = sum(p.input_per_mtok for p in known) / len(known)
-        out = sum(p.output_per_mtok for p in known) / len(known)
-        in_tok = idea_calls * (src_tokens * 2 + 700) + impl_calls * (src_tokens * 2 + 900)
-        cost = (in_tok * inp + (tokens - in_tok) * out) / 1e6
-    return Estimate(idea_calls + impl_calls, impl_calls * fixes, tokens, cost, bool(known))
 
 
 class NewSearchScreen(Screen):
@@ -78,6 +46,10 @@ class NewSearchScreen(Screen):
                     yield Label(name)
                     yield Input(str(default), type="integer", id=name, compact=True)
             with Horizontal():
+                yield Label("strategy")
+                yield Select([(x, x) for x in ("tree", "sequential", "best-of-n")], value="tree", id="strategy",
+                             allow_blank=False, compact=True)
+            with Horizontal():
                 yield Label("backend")
                 yield Select([(b, b) for b in ("auto", "cuda", "cpu")], value="auto", id="backend",
                              allow_blank=False, compact=True)
@@ -92,7 +64,16 @@ class NewSearchScreen(Screen):
             yield Button("Start", id="start", variant="success")
         yield Footer(compact=True)
 
-    def on_mount(self) -> None:
+    auto_backend = "cuda"  # what `auto` means here, once known (the estimate's prompts differ a little)
+
+    async def on_mount(self) -> None:
+        self._update_estimate()
+        try:
+            from engine.cli import resolve_backend
+
+            self.auto_backend, _ = await asyncio.to_thread(resolve_backend, "auto")
+        except Exception:
+            return
         self._update_estimate()
 
     @on(Input.Changed)
@@ -107,6 +88,7 @@ class NewSearchScreen(Screen):
         v["problem"] = path or str(self.query_one("#problem", Select).value)
         v["provider"] = str(self.query_one("#provider", Select).value)
         v["backend"] = str(self.query_one("#backend", Select).value)
+        v["strategy"] = str(self.query_one("#strategy", Select).value)
         v["models"] = [m.strip() for m in self.query_one("#models", Input).value.split(",") if m.strip()]
         for name, _ in SHAPE:
             text = self.query_one(f"#{name}", Input).value.strip()
@@ -124,9 +106,12 @@ class NewSearchScreen(Screen):
         return v
 
     def _update_estimate(self) -> None:
+        """The engine's pre-run estimate (engine.estimate, as `ktree run --estimate` prints it)."""
         from engine.config import ConfigError, load_config
-        from engine.llm.prices import Prices
+        from engine.estimate import estimate, format_estimate
+        from engine.llm.registry import auto_provider, parse_spec
         from engine.problems import ProblemError, load_problem
+        from engine.search import SearchConfig
 
         box = self.query_one("#estimate", Static)
         try:
@@ -134,28 +119,23 @@ class NewSearchScreen(Screen):
             problem = load_problem(v["problem"])
             try:
                 config = load_config()
-            except ConfigError:
-                config = None
-            from engine.llm.registry import DEFAULT_MODELS
-
-            models = v["models"] or (config.default_models if config else [])
-            if not models and v["provider"] in DEFAULT_MODELS:
-                models = [DEFAULT_MODELS[v["provider"]]]
-            prices = Prices.load(config.prices if config else None)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+            provider = auto_provider(config) if v["provider"] == "auto" else v["provider"]
+            specs = v["models"] or (config.default_models if v["provider"] == "auto" else [])
+            models = [parse_spec(m, provider) for m in specs] or [(provider, "")]
+            shape = SearchConfig(rounds=v["rounds"], ideas=v["ideas"], variants=v["variants"], top=v["top"],
+                                 strategy=v["strategy"])
+            backend = v["backend"] if v["backend"] != "auto" else self.auto_backend
+            result = estimate(problem, shape, models, backend, config.prices)
         except (ValueError, ProblemError) as exc:
             box.update(f"estimate: — ({exc})")
             return
-        est = rough_estimate(problem.source, v["rounds"], v["ideas"], v["variants"], v["top"], 1, models,
-                             prices)
-        scripted = v["provider"] == "scripted"
-        cost = ("$0 (scripted: canned answers, no LLM)" if scripted else
-                f"≈ ${est.cost_usd:.2f}" if est.priced else "unknown (no price for these models)")
-        budget = ""
-        if v["budget_usd"] and est.priced and not scripted and est.cost_usd > v["budget_usd"]:
-            budget = f" — over the ${v['budget_usd']:g} budget: the search stops when it is spent"
-        box.update(f"Pre-run estimate (ktree's own rough count from the price table, an upper bound):\n"
-                   f"{est.calls} LLM calls (+ up to {est.fix_calls} fix calls), ≈ {est.tokens:,} tokens,"
-                   f" cost {cost}{budget}\nproblem {problem.name}: {problem.title}")
+        except Exception as exc:  # an unparseable model spec and the like: say it, in one line
+            box.update(f"estimate: — ({type(exc).__name__}: {exc})")
+            return
+        note = "  (scripted: canned answers, no LLM: $0 in fact)" if provider == "scripted" else ""
+        box.update(f"Pre-run estimate{note}\n{format_estimate(result)}")
 
     @on(Button.Pressed, "#start")
     async def _start_pressed(self) -> None:
@@ -170,7 +150,8 @@ class NewSearchScreen(Screen):
         except ValueError as exc:
             error.update(str(exc))
             return
-        argv = ["run", v["problem"], "--provider", v["provider"], "--backend", v["backend"]]
+        argv = ["run", v["problem"], "--provider", v["provider"], "--backend", v["backend"],
+                "--strategy", v["strategy"]]
         for name, _ in SHAPE:
             argv += [f"--{name}", str(v[name])]
         for m in v["models"]:

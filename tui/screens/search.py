@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,17 +37,20 @@ from textual_plotext import PlotextPlot
 
 from engine import control
 from engine.events import (
+    BudgetReached,
     CommandApplied,
     Event,
     LLMCallDone,
     NodeAdded,
     NodeUpdated,
+    Progress,
     RoundDone,
     SessionDone,
     SessionStarted,
     VerdictReady,
 )
-from engine.store import Node
+from engine.export import ExportError, solution_text
+from engine.store import Node, session_state
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 from tui.widgets.code import diff_text, fmt_num, highlight_source
 
@@ -198,14 +202,15 @@ class SearchScreen(Screen):
         if session is None:
             self.notify(f"no session {self.session_id} in this database", severity="error")
             return
-        self._set_info(session)
+        if not self.live:
+            self._set_info({**session, "status": session_state(session)})
         for ev in await self.store.evaluations(self.session_id):
             self.verdicts[ev["node_id"]] = ev["verdict"]
             self._seen_eval = max(self._seen_eval, ev["id"])
         rows = await self.store.nodes_since(self.session_id, 0.0)
         self._seen_ts = max((ts for _, ts in rows), default=0.0)
-        nodes = [n for n, _ in rows]
-        auto = len(nodes) <= AUTO_EXPAND
+        nodes = [n for n, _ in rows if n.id not in self.nodes]
+        auto = len(nodes) + len(self.nodes) <= AUTO_EXPAND
         for node in nodes:
             self.nodes[node.id] = node
             self.kids.setdefault(node.parent_id, []).append(node.id)
@@ -256,10 +261,12 @@ class SearchScreen(Screen):
             totals = await self.store.llm_totals(self.session_id)
             self.tokens = int(totals["input_tokens"] + totals["output_tokens"] + totals["reasoning_tokens"])
             self.cost_usd = float(totals["cost_usd"])
-            if session["status"] != self.info.get("status"):
-                self.info.update(status=session["status"], finished_at=session["finished_at"],
+            state = session_state(session)
+            if state != self.info.get("status"):
+                self.info.update(status=state, finished_at=session["finished_at"],
                                  stop_reason=session.get("stop_reason"))
-                self._status_line(f"session {session['status']}")
+                reason = f" ({session['stop_reason']})" if session.get("stop_reason") else ""
+                self._status_line(f"session {state}{reason}")
             self._refresh_best()
             self._progress_dirty = True
         finally:
@@ -271,13 +278,16 @@ class SearchScreen(Screen):
         self.post_message(EngineEvent(event))
 
     @on(EngineEvent)
-    def _handle(self, message: EngineEvent) -> None:
+    async def _handle(self, message: EngineEvent) -> None:
         event = message.event
         if isinstance(event, SessionStarted):
             self.session_id = event.session_id
             self._set_info({"problem": event.problem, "backend": event.backend, "provider": event.provider,
                             "sizes": event.sizes, "status": "running", "config": event.config,
                             "created_at": time.time(), "finished_at": None}, scripted=event.scripted)
+            if getattr(event, "resumed", False):  # the tree so far is in the DB
+                await self._load_past()
+                self.info["status"] = "running"
         elif isinstance(event, NodeAdded):
             self._add(event.node)
         elif isinstance(event, NodeUpdated):
@@ -298,9 +308,11 @@ class SearchScreen(Screen):
         elif isinstance(event, SessionDone):
             self.info.update(status=event.status, finished_at=time.time())
             self._status_line(f"session {event.status}")
-        elif type(event).__name__ == "Progress":  # the engine's progress report (issue 6)
-            self.progress = {k: getattr(event, k) for k in dir(event) if not k.startswith("_")}
-            self.paused = bool(self.progress.get("paused", self.paused))
+        elif isinstance(event, Progress):
+            self.progress = asdict(event)
+            self.paused = event.paused
+        elif isinstance(event, BudgetReached):
+            self._status_line(f"budget reached: {event.reason}; in-flight work finishes")
         self._progress_dirty = True
 
     # -- header ------------------------------------------------------------------------------
@@ -681,7 +693,7 @@ class SearchScreen(Screen):
         budget_tokens = p.get("budget_tokens", cfg.get("budget_tokens"))
         status = self.info.get("status", "")
         if status == "running":
-            elapsed = p.get("elapsed", time.time() - self.info.get("created_at", time.time()))
+            elapsed = p.get("elapsed_s", time.time() - self.info.get("created_at", time.time()))
         else:
             elapsed = (self.info.get("finished_at") or time.time()) - self.info.get("created_at", time.time())
         state = "paused" if self.paused else status
@@ -689,7 +701,8 @@ class SearchScreen(Screen):
         text.append(f"round {rnd}/{rounds}", style="bold")
         text.append(f" · {state}", style="yellow" if self.paused else "")
         text.append(f" · {_duration(elapsed)}\n")
-        text.append(f"compile queue {compile_q} · GPU queue {gpu_q}\n")
+        llm = f" · LLM calls {p['llm_running']}" if "llm_running" in p else ""
+        text.append(f"compile queue {compile_q} · GPU queue {gpu_q}{llm}\n")
         text.append(f"tokens {_si(tokens)}{'/' + _si(budget_tokens) if budget_tokens else ''}"
                     f" · ${cost:.3f}{f'/${budget_usd:g}' if budget_usd else ''}")
         self.query_one("#progress-text", Static).update(text, layout=False)
@@ -809,7 +822,7 @@ class SearchScreen(Screen):
                                      "e.g. fuse the max and the sum into one pass"), done)
 
     def action_edit(self) -> None:
-        node = self._target(("variant", "root"), "a variant to edit")
+        node = self._target(("variant",), "a variant to edit")
         if node is None or not self._steerable():
             return
         if not node.source:
@@ -839,14 +852,17 @@ class SearchScreen(Screen):
 
         self.app.push_screen(Confirm(f"Stop session {self.session_id}? In-flight work finishes."), done)
 
-    def action_export(self) -> None:
-        node = self._target(("variant", "root"), "a variant to export")
+    async def action_export(self) -> None:
+        node = self._target(("variant",), "a variant to export")
         if node is None:
             return
-        if not node.source or node.kind == "root":
-            self.notify("only a variant with code can be exported", severity="warning")
+        try:
+            text = await solution_text(self.store, node.id)
+        except ExportError as exc:
+            self.notify(str(exc), severity="warning")
             return
-        path = export_variant(node, self.info.get("problem", "problem"), Path.cwd())
+        path = export_path(self.info.get("problem", "problem"), node.id, Path.cwd())
+        path.write_text(text)
         self.notify(f"wrote {path}")
         self._status_line(f"exported #{node.id} to {path}")
 
@@ -871,15 +887,14 @@ class SearchScreen(Screen):
             self.app.pop_screen()
 
 
-def export_variant(node: Node, problem: str, directory: Path) -> Path:
-    """Write a variant's source (a KernelBench solution: ModelNew) to a new file; never overwrite."""
-    stem = f"{problem}_node{node.id}"
+def export_path(problem: str, node_id: int, directory: Path) -> Path:
+    """Where the export key writes a variant: a new file in `directory`, never an existing one."""
+    stem = f"{problem}_node{node_id}"
     path = directory / f"{stem}.py"
     n = 1
     while path.exists():
         n += 1
         path = directory / f"{stem}_{n}.py"
-    path.write_text(node.source if node.source.endswith("\n") else node.source + "\n")
     return path
 
 

@@ -3,7 +3,7 @@ resume an interrupted one, delete one, compare two, start a new search."""
 
 from __future__ import annotations
 
-import os
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from engine.store import session_state
 from tui.screens.dialogs import Confirm
 
 COLUMNS = [("id", "#"), ("problem", "problem"), ("strategy", "strategy"), ("models", "models"),
@@ -130,11 +131,16 @@ class SessionsScreen(Screen):
             self.notify(f"session {row['id']} is {session_status(row)}: only an interrupted one resumes",
                         severity="warning")
             return
-        resume = _resume_factory(row["id"])
-        if resume is None:
-            self.notify("this build of the engine cannot resume a session yet", severity="error")
+        from engine.cli import UsageError, build_parser, prepare_search
+
+        db = self.app.db_path  # type: ignore[attr-defined]
+        args = build_parser().parse_args(["run", "--resume", str(row["id"]), "--db", str(db)])
+        try:
+            prepared = await asyncio.to_thread(prepare_search, args, db)
+        except UsageError as exc:
+            self.notify(f"cannot resume: {exc}", severity="error")
             return
-        await self.app.start_search(resume)  # type: ignore[attr-defined]
+        await self.app.start_search(prepared.search)  # type: ignore[attr-defined]
 
     async def action_mark(self) -> None:
         row = self._current()
@@ -187,27 +193,8 @@ class SessionsScreen(Screen):
 
 
 def session_status(row: dict[str, Any]) -> str:
-    """The recorded status, except that a 'running' session whose engine process is gone (a kill -9,
-    a power cut) shows as interrupted."""
-    status = row["status"]
-    pid = row.get("pid")
-    if status == "running" and pid:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return "interrupted"
-        except PermissionError:
-            pass
-    return status
-
-
-def _resume_factory(session_id: int) -> Any:
-    """The engine's resume entry point (issue 6), if this build has one."""
-    try:
-        from engine.cli import prepare_resume  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return prepare_resume(session_id)
+    """As the store reports it: a 'running' session whose engine stopped beating is interrupted."""
+    return session_state({**row, "status": row.get("recorded_status", row["status"])})
 
 
 def _duration(seconds: float) -> str:

@@ -7,6 +7,8 @@ import time
 from typing import Any, TextIO
 
 from engine.events import (
+    BudgetReached,
+    CommandApplied,
     Event,
     LLMCallDone,
     NodeAdded,
@@ -31,7 +33,8 @@ class HeadlessPrinter:
         if isinstance(event, SessionStarted):
             mode = "SCRIPTED (offline canned answers, no LLM)" if event.scripted else event.provider
             sizes = ", ".join(f"{k}={v}" for k, v in event.sizes.items())
-            self._line(f"session {event.session_id}: {event.problem} on {event.backend}"
+            resumed = "resumed " if event.resumed else ""
+            self._line(f"{resumed}session {event.session_id}: {event.problem} on {event.backend}"
                        f" [{sizes}] {event.cost} — provider {mode}")
             if event.backend == "cpu":
                 self._line("cpu backend: C++ kernels against the CPU reference at the CPU size preset")
@@ -40,7 +43,10 @@ class HeadlessPrinter:
             label = f"idea \"{n.title}\"" if n.kind == "idea" else n.kind
             self._line(f"node {n.id} {label} added (round {n.round}, parent {n.parent_id}): {n.status}")
         elif isinstance(event, NodeUpdated):
-            self._line(f"node {event.node.id} {event.node.status}")
+            n = event.node
+            title = f" \"{n.title}\"" if n.kind == "idea" and n.status == "ok" else ""
+            marks = "".join(m for m, on in ((" pinned", n.pinned), (" pruned", n.pruned)) if on)
+            self._line(f"node {n.id}{title} {n.status}{marks}")
         elif isinstance(event, VerdictReady):
             self._line(f"node {event.node.id} verdict: {format_verdict(event.verdict)}")
         elif isinstance(event, LLMCallDone):
@@ -50,6 +56,11 @@ class HeadlessPrinter:
         elif isinstance(event, RoundDone):
             self._line(f"round {event.round} done: best {fmt_x(event.best_speedup)},"
                        f" next parents {list(event.parent_ids)}")
+        elif isinstance(event, BudgetReached):
+            self._line(f"{event.reason}: no new work starts, work in flight finishes")
+        elif isinstance(event, CommandApplied):
+            nodes = f" (nodes {', '.join(map(str, event.node_ids))})" if event.node_ids else ""
+            self._line(f"command {event.command_id} {event.kind} applied{nodes}")
         elif isinstance(event, SessionDone):
             self._line(f"session {event.session_id} {event.status}")
 

@@ -335,8 +335,8 @@ class Search:
     async def _evaluate(self, node: Node) -> dict[str, Any]:
         verdict = self.verdicts.get(node.id)
         if verdict is None:  # not evaluated yet (a resume finds the verdicts already committed)
+            # Code that exists is evaluated even once a budget is spent: budgets stop new LLM work.
             await self.sched.gate()
-            self._check_budget_or_skip()
             job = self.evaluator.job(
                 self.problem.path, node.source, self.sizes, atol=self.config.atol,
                 rtol=self.config.rtol, trials=self.config.trials, seed=self.config.seed,

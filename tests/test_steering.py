@@ -1,0 +1,251 @@
+"""Each human command on a real scripted CPU search: recorded in the DB the way the TUI records
+it (store.add_command), picked up by the engine, and its effect checked on the tree and the DB.
+
+Shapes are tiny (1 idea, 1-2 variants) and every source is one of the scripted library's, so the
+shared build cache makes each evaluation a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine import control
+from engine.evaluate.evaluator import Evaluator
+from engine.events import CommandApplied, Event, NodeAdded, NodeUpdated, Progress, RoundDone, VerdictReady
+from engine.llm.scripted import DATA, ScriptedProvider
+from engine.problems import load_problem
+from engine.search import Search, SearchConfig
+from engine.store import Store
+from tests.conftest import query
+
+Hook = Callable[[Event, "Steered"], Any]
+
+
+class Steered:
+    """A scripted search whose subscriber (`hook`) may record commands as events arrive."""
+
+    def __init__(self, db: Path, hook: Hook, **shape: Any):
+        self.db = db
+        self.hook = hook
+        self.shape = {"rounds": 1, "ideas": 1, "variants": 1, "top": 2, **shape}
+        self.events: list[Event] = []
+        self.store: Store | None = None
+        self.search: Search | None = None
+
+    async def command(self, cmd: control.Command) -> int:
+        assert self.store is not None and self.search is not None
+        return await self.store.add_command(self.search.session_id, *control.encode(cmd))
+
+    async def _receive(self, event: Event) -> None:
+        self.events.append(event)
+        result = self.hook(event, self)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def run(self) -> dict[str, Any]:
+        self.store = await Store.open(self.db)
+        problem = load_problem("softmax")
+        from engine.events import EventBus
+
+        bus = EventBus()
+        bus.subscribe(self._receive)
+        self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
+                             Evaluator("cpu"), problem, SearchConfig(**self.shape))
+        try:
+            return await asyncio.wait_for(self.search.run(), timeout=400)
+        finally:
+            await self.store.close()
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def variant_added(event: Event) -> bool:
+    return isinstance(event, NodeAdded) and event.node.kind == "variant"
+
+
+def applied(s: Steered) -> list[tuple[str, tuple[int, ...]]]:
+    return [(e.kind, e.node_ids) for e in s.of(CommandApplied)]
+
+
+def pending(db: Path) -> int:
+    return query(db, "SELECT COUNT(*) FROM commands WHERE applied_at IS NULL")[0][0]
+
+
+async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: Path):
+    pruned: list[int] = []
+
+    async def hook(e: Event, s: Steered) -> None:
+        # The first variant is pruned as soon as it exists (its work is cancelled); the second
+        # once it has a verdict (correct, and still never selected).
+        if variant_added(e) and not pruned:
+            pruned.append(e.node.id)
+            await s.command(control.Prune(e.node.id))
+        elif isinstance(e, VerdictReady) and len(pruned) == 1:
+            pruned.append(e.node.id)
+            await s.command(control.Prune(e.node.id))
+
+    s = Steered(tmp_path / "k.db", hook, variants=2)
+    summary = await s.run()
+    first, second = pruned
+    db = s.db
+    assert summary["status"] == "finished"
+    assert query(db, "SELECT id, pruned FROM nodes WHERE id IN (?, ?) ORDER BY id", first, second) == [
+        (first, 1), (second, 1)]
+    [(status, text)] = query(db, "SELECT status, text FROM nodes WHERE id = ?", first)
+    assert (status, text) == ("failed", "cancelled: pruned")
+    assert query(db, "SELECT COUNT(*) FROM evaluations WHERE node_id = ?", first) == [(0,)]
+    assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", second) == [("correct",)]
+    # Neither is a parent: the round kept the reference (nothing correct and unpruned).
+    [root] = query(db, "SELECT id FROM nodes WHERE kind = 'root'")[0]
+    assert [e.parent_ids for e in s.of(RoundDone)] == [(root,)]
+    assert applied(s) == [("prune", (first,)), ("prune", (second,))]
+    assert pending(db) == 0
+    assert any(isinstance(e, NodeUpdated) and e.node.id == first and e.node.pruned for e in s.events)
+
+
+async def test_expand_ideas_from_a_variant_now(tmp_path: Path):
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, VerdictReady) and not s.of(CommandApplied) and e.node.status == "correct":
+            await s.command(control.Expand(e.node.id, ideas=1))
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    [(kind, ids)] = applied(s)
+    [idea_id] = ids
+    db = s.db
+    # The new idea grows from the variant, in the same round (not the next one), and its own
+    # variant was generated and evaluated.
+    [(parent_kind, idea_round, idea_status)] = query(
+        db, "SELECT p.kind, i.round, i.status FROM nodes i JOIN nodes p ON i.parent_id = p.id WHERE i.id = ?",
+        idea_id)
+    assert (kind, parent_kind, idea_round, idea_status) == ("expand", "variant", 1, "ok")
+    assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE node_id = ? AND purpose = 'idea'", idea_id) == [(1,)]
+    [(child, child_status)] = query(db, "SELECT id, status FROM nodes WHERE parent_id = ?", idea_id)
+    assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", child) == [(child_status,)]
+    assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'") == [(2,)]
+
+
+async def test_expand_variants_of_an_idea_now(tmp_path: Path):
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, NodeUpdated) and e.node.kind == "idea" and e.node.status == "ok":
+            await s.command(control.Expand(e.node.id, variants=1))
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    [(kind, ids)] = applied(s)
+    [extra] = ids
+    db = s.db
+    [(idea,)] = query(db, "SELECT id FROM nodes WHERE kind = 'idea'")
+    variants = query(db, "SELECT id, round FROM nodes WHERE parent_id = ? ORDER BY id", idea)
+    assert kind == "expand" and len(variants) == 2 and extra in {v for v, _ in variants}
+    assert {r for _, r in variants} == {1}
+    # Both were implemented and evaluated.
+    assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE purpose = 'implement'") == [(2,)]
+    assert query(db, "SELECT COUNT(DISTINCT node_id) FROM evaluations") == [(2,)]
+
+
+async def test_pin_keeps_a_node_as_a_parent(tmp_path: Path):
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, NodeAdded) and e.node.kind == "root":
+            await s.command(control.Pin(e.node.id))
+
+    s = Steered(tmp_path / "k.db", hook, rounds=2, top=1)
+    assert (await s.run())["status"] == "finished"
+    db = s.db
+    [(root, pinned)] = query(db, "SELECT id, pinned FROM nodes WHERE kind = 'root'")
+    assert pinned == 1 and applied(s) == [("pin", (root,))]
+    [(best,)] = query(db, "SELECT id FROM nodes WHERE kind = 'variant' AND round = 1 AND status = 'correct'")
+    # Round 2 grows from the pinned reference as well as from round 1's best.
+    assert query(db, "SELECT parent_ids FROM rounds WHERE round = 2") == [(f"[{root}, {best}]",)]
+    assert sorted(p for (p,) in query(db, "SELECT parent_id FROM nodes WHERE kind = 'idea' AND round = 2")) == [
+        root, best]
+
+
+async def test_inject_idea_is_implemented_and_marked_human(tmp_path: Path):
+    text = "Vectorized single-pass online softmax\nFuse max and sum with the online recurrence."
+
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, NodeAdded) and e.node.kind == "root":
+            await s.command(control.InjectIdea(e.node.id, text))
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    db = s.db
+    [(idea, title, body, status)] = query(
+        db, "SELECT id, title, text, status FROM nodes WHERE kind = 'idea' AND origin = 'human'")
+    assert (title, body, status) == ("Vectorized single-pass online softmax", text, "ok")
+    [(variant, vstatus)] = query(db, "SELECT id, status FROM nodes WHERE parent_id = ?", idea)
+    assert applied(s) == [("inject_idea", (idea, variant))]
+    [(prompt,)] = query(db, "SELECT prompt FROM llm_calls WHERE node_id = ?", variant)
+    assert "Fuse max and sum with the online recurrence." in prompt
+    assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", variant) == [(vstatus,)]
+    assert vstatus in ("correct", "incorrect", "compile_error")
+
+
+async def test_edit_variant_makes_an_evaluated_child(tmp_path: Path):
+    edited = (DATA / "softmax" / "cpu" / "online_1.py").read_text()
+
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, VerdictReady) and not s.of(CommandApplied):
+            await s.command(control.EditVariant(e.node.id, edited))
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    [(kind, (child,))] = applied(s)
+    db = s.db
+    [(parent, origin, source, status)] = query(
+        db, "SELECT parent_id, origin, source, status FROM nodes WHERE id = ?", child)
+    assert kind == "edit_variant" and origin == "edit" and source == edited
+    assert query(db, "SELECT kind FROM nodes WHERE id = ?", parent) == [("variant",)]
+    assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", child) == [(status,)]
+    assert status == "correct"
+    assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE node_id = ?", child) == [(0,)]  # no LLM
+
+
+async def test_pause_holds_new_work_until_resume(tmp_path: Path):
+    resumed_at: list[float] = []
+
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, NodeAdded) and e.node.kind == "root":
+            await s.command(control.Pause())
+        elif isinstance(e, Progress) and e.paused and not resumed_at:
+            resumed_at.append(0.0)
+            await asyncio.sleep(1.0)  # paused: nothing may start meanwhile
+            assert query(s.db, "SELECT COUNT(*) FROM llm_calls") == [(0,)]
+            await s.command(control.Resume())
+            resumed_at[0] = query(s.db, "SELECT MAX(created_at) FROM commands")[0][0]
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    db = s.db
+    assert [k for k, _ in applied(s)] == ["pause", "resume"]
+    [(first_call,)] = query(db, "SELECT MIN(created_at) FROM llm_calls")
+    assert first_call > resumed_at[0] > 0
+    assert query(db, "SELECT COUNT(*) FROM evaluations") == [(1,)]
+    assert any(e.paused for e in s.of(Progress)) and not s.of(Progress)[-1].paused
+
+
+async def test_stop_ends_the_search_and_cancels_work_in_flight(tmp_path: Path):
+    sent: list[int] = []
+
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, NodeUpdated) and e.node.status == "compiling" and not sent:
+            sent.append(e.node.id)  # before the await: hooks of other tasks run meanwhile
+            await s.command(control.Stop())
+
+    s = Steered(tmp_path / "k.db", hook, rounds=2, variants=2)
+    summary = await s.run()
+    db = s.db
+    assert summary["status"] == "stopped" and summary["stop_reason"] == "stopped by the user"
+    assert query(db, "SELECT status, stop_reason FROM sessions") == [("stopped", "stopped by the user")]
+    assert applied(s) == [("stop", ())]
+    # Nothing was left in flight, nothing started after the stop, and round 2 never began.
+    statuses = query(db, "SELECT status, text FROM nodes WHERE kind = 'variant'")
+    assert statuses and all(st == "failed" and tx.startswith("cancelled: stopped by the user")
+                            or st in ("correct", "incorrect", "compile_error") for st, tx in statuses)
+    assert any(st == "failed" for st, _ in statuses)
+    assert query(db, "SELECT MAX(round) FROM rounds") == [(1,)]

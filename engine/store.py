@@ -561,6 +561,7 @@ class Store:
             (session_id, since))
         return [(_node(r), r["updated_at"]) for r in rows]
 
+    @_writes
     async def delete_session(self, session_id: int) -> bool:
         """Delete a session and everything recorded under it; False if there was none."""
         await self.conn.execute("DELETE FROM llm_calls WHERE session_id = ?", (session_id,))

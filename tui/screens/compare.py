@@ -79,7 +79,7 @@ class CompareScreen(Screen):
         for sid in self.ids:
             rounds = self.data[sid]["rounds"]
             if rounds:
-                plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker="braille")
+                plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker="dot")
         for sid in self.ids:
             best = self.data[sid]["best"]
             widget = self.query_one(f"#code-{sid}", Static)

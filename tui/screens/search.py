@@ -151,7 +151,8 @@ class SearchScreen(Screen):
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield Tree(Text("reference"), id="tree")
-                with Vertical(id="progress"):
+                with Vertical(id="progress") as progress:
+                    progress.border_title = "progress · best speedup by round"
                     yield Static("", id="progress-text")
                     yield ProgressBar(id="round-bar", show_eta=False)
                     yield PlotextPlot(id="plot")
@@ -720,9 +721,8 @@ class SearchScreen(Screen):
             best = max(best, self.best_by_round[r])
             xs.append(r)
             ys.append(best)
-        plt.title("best speedup by round")
         if xs:
-            plt.plot(xs, ys, marker="braille")
+            plt.plot(xs, ys, marker="dot")
             plt.xticks(xs)
         plot.refresh()
 

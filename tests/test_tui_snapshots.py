@@ -1,0 +1,68 @@
+"""Snapshot tests (pytest-textual-snapshot) at fixed sizes on deterministic fake sessions.
+Update after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update`,
+and look at the SVGs before committing them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.store import Store
+from tui.app import KtreeApp
+from tui.fake import T0, write_fake_session
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TZ", "UTC")  # start times render the same on every machine
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def make_db(path: Path, sessions: int = 1) -> Path:
+    async def go() -> None:
+        store = await Store.open(path)
+        for i in range(sessions):
+            await write_fake_session(store, 40 + 20 * i, seed=i, t0=T0 + 3600 * i)
+        await store.close()
+
+    asyncio.run(go())
+    return path
+
+
+def test_search_screen(snap_compare, tmp_path: Path):
+    db = make_db(tmp_path / "k.db")
+
+    async def select(pilot) -> None:  # noqa: ANN001
+        await pilot.pause()
+        pilot.app.screen.select_node(4)
+        await pilot.pause()
+
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(140, 44), run_before=select)
+
+
+def test_search_screen_compact_80x24(snap_compare, tmp_path: Path):
+    db = make_db(tmp_path / "k.db")
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(80, 24), press=["down", "down"])
+
+
+def test_diff_view(snap_compare, tmp_path: Path):
+    db = make_db(tmp_path / "k.db")
+
+    async def diff(pilot) -> None:  # noqa: ANN001
+        await pilot.pause()
+        pilot.app.screen.select_node(9)
+        await pilot.press("d")
+        await pilot.pause()
+
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(140, 44), run_before=diff)
+
+
+def test_sessions_screen(snap_compare, tmp_path: Path):
+    db = make_db(tmp_path / "k.db", sessions=3)
+    assert snap_compare(KtreeApp(db_path=db), terminal_size=(120, 24))

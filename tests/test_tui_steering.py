@@ -1,0 +1,84 @@
+"""The steering keys against a real scripted CPU search in this process: each action shows as
+pending at once, the engine applies it (CommandApplied / NodeUpdated), and the tree and DB agree."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.widgets import Tree
+
+from engine.cli import build_parser, prepare_search
+from tests.tui_helpers import label_of
+from tui.app import KtreeApp
+from tui.screens.search import SearchScreen
+
+
+async def wait_until(pilot, what: Callable[[], bool], timeout: float = 120) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await pilot.pause(0.1)
+
+
+async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("KTREE_SCRIPTED_LATENCY", "0.4")  # slow enough to act on
+    db = tmp_path / "k.db"
+    args = build_parser().parse_args(
+        ["run", "softmax", "--backend", "cpu", "--provider", "scripted", "--rounds", "2", "--ideas", "2",
+         "--variants", "1", "--db", str(db)])
+    app = KtreeApp(db_path=db, search_factory=prepare_search(args).search)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        tree = screen.query_one("#tree", Tree)
+        await wait_until(pilot, lambda: any(n.kind == "root" for n in screen.nodes.values()))
+        root = next(n.id for n in screen.nodes.values() if n.kind == "root")
+
+        await pilot.press("P")  # pause: the engine confirms
+        assert screen.pending
+        await wait_until(pilot, lambda: screen.paused and not screen.pending)
+
+        screen.select_node(root)
+        await pilot.press("i", *"tile by 64 rows", "enter")
+        assert "⧗idea…" in label_of(tree, root)
+        await wait_until(pilot, lambda: any(n.origin == "human" for n in screen.nodes.values()))
+        human = next(n for n in screen.nodes.values() if n.origin == "human")
+        assert human.kind == "idea" and human.text == "tile by 64 rows"
+        assert "(yours)" in label_of(tree, human.id)
+        await wait_until(pilot, lambda: root not in screen.node_pending)
+
+        llm_idea = next(n.id for n in screen.nodes.values() if n.kind == "idea" and n.origin != "human")
+        screen.select_node(llm_idea)
+        await pilot.press("x")
+        assert "⧗prune…" in label_of(tree, llm_idea)
+        await wait_until(pilot, lambda: screen.nodes[llm_idea].pruned)
+        await wait_until(pilot, lambda: llm_idea not in screen.node_pending)
+        assert "✂pruned" in label_of(tree, llm_idea) and "⧗" not in label_of(tree, llm_idea)
+
+        variant = next(n.id for n in screen.nodes.values() if n.parent_id == human.id)
+        screen.select_node(variant)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: screen.nodes[variant].pinned)
+        assert "⚲pinned" in label_of(tree, variant)
+
+        await pilot.press("P")  # resume
+        await wait_until(pilot, lambda: not screen.paused)
+        await pilot.press("S", "y")  # stop: in-flight work finishes, then the session ends
+        await asyncio.wait_for(app.workers.wait_for_complete(), 300)
+        await pilot.pause()
+        assert app.search_summary is not None and app.search_summary["status"] == "stopped"
+        assert screen.info["status"] == "stopped"
+        await pilot.press("q")
+
+    with sqlite3.connect(db) as conn:
+        kinds = conn.execute("SELECT kind, applied_at IS NOT NULL FROM commands ORDER BY id").fetchall()
+        pruned, pinned = conn.execute(
+            "SELECT (SELECT pruned FROM nodes WHERE id = ?), (SELECT pinned FROM nodes WHERE id = ?)",
+            (llm_idea, variant)).fetchone()
+    assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("pin", 1), ("resume", 1), ("stop", 1)]
+    assert (pruned, pinned) == (1, 1)

@@ -14,7 +14,7 @@ from textual.widgets import Input, RichLog, TextArea, Tree
 
 from engine import control
 from engine.store import Store
-from tests.tui_helpers import fake_db, label_of, log_text
+from tests.tui_helpers import fake_db, label_of, log_text, wait_until
 from tui.app import KtreeApp, keymap_from_config
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 from tui.screens.search import SearchScreen
@@ -62,7 +62,7 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
         for c in await store.commands(sid):
             await store.mark_command_applied(c["id"])
         await store.close()
-        await pilot.pause(1.2)  # two polls
+        await wait_until(pilot, lambda: not screen.pending)  # the next poll sees it
         label = label_of(tree, vid)
         assert "⧗" not in label and "✂pruned" in label and "⚲pinned" in label
         assert not screen.pending

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, RichLog, Select, Static, Tree
 
 from engine.store import Store
 from tests.conftest import run_ktree
-from tests.tui_helpers import fake_db, label_of, log_text
+from tests.tui_helpers import fake_db, label_of, log_text, wait_until
 from tui.app import KtreeApp
 from tui.fake import T0, write_fake_session
 from tui.screens.compare import CompareScreen, best_per_round
@@ -138,7 +138,7 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         other = await Store.open(db)
         node = await other.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                     status="compiling", title=idea.title, source="class ModelNew: pass\n")
-        await pilot.pause(1.2)
+        await wait_until(pilot, lambda: node.id in screen.tree_nodes)
         tree = screen.query_one("#tree", Tree)
         assert f"#{node.id}" in label_of(tree, node.id) and "compiling" in label_of(tree, node.id)
         verdict = {"status": "correct", "max_abs_err": 1e-6, "time_ms": 0.1, "ref_eager_ms": 2.0,
@@ -147,7 +147,7 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         await other.update_node(node.id, status="correct", speedup=20.0, time_ms=0.1)
         await other.update_session(sid, status="finished", finished_at=T0 + 10)
         await other.close()
-        await pilot.pause(1.2)
+        await wait_until(pilot, lambda: screen.info["status"] == "finished" and screen.best_id == node.id)
         label = label_of(tree, node.id)
         assert "20.00x" in label and "correct" in label and "★ best" in label
         assert screen.query_one("#timings", DataTable).get_row(str(node.id))[8] == "20x"

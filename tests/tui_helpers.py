@@ -46,3 +46,13 @@ def log_text(log: RichLog) -> str:
 
 def without_line_numbers(text: str) -> str:
     return "\n".join(re.sub(r"^\s*\d+ ", "", line, count=1) for line in text.splitlines())
+
+
+async def wait_until(pilot, what, timeout: float = 60) -> None:  # noqa: ANN001
+    """Pause until `what()` holds (a poll, an engine step); fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await pilot.pause(0.1)

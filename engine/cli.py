@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except sqlite3.DatabaseError as exc:  # damage deeper in the file than opening it reads
+        print(f"ktree: error: {_db_path(args)} is damaged ({exc}); `sqlite3 DB .recover` may save"
+              " its rows", file=sys.stderr)
+        return USAGE_ERROR
 
 
 def _db_path(args: argparse.Namespace) -> Path:

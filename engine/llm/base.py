@@ -28,6 +28,14 @@ class Completion:
     model: str
     attempts: int = 1  # HTTP requests made for this completion (1 = no retry)
 
+    def __post_init__(self) -> None:
+        # A JSON reply may hold lone surrogates ("\ud800"), which are not UTF-8 and would fail
+        # the store's write; repaired once here, for every provider.
+        try:
+            self.text.encode("utf-8")
+        except UnicodeEncodeError:
+            object.__setattr__(self, "text", self.text.encode("utf-8", "replace").decode("utf-8"))
+
 
 class LLMError(Exception):
     """A provider call that failed (auth, rate limit, server error, bad reply)."""

@@ -1,0 +1,108 @@
+"""Every kind of bad input the issue lists, walked as one table: each is a one-line error (exit 2)
+before anything starts, or a failed node in a search that still finishes — never a traceback.
+(A damaged DB file: tests/test_durability.py; crashing generated code: tests/test_sandbox.py.)"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import query, run_ktree
+from tests.llm_server import LLMServer
+
+IDEA_JSON = '[{"title": "One thread per row", "description": "Keep it simple."}]'
+SEARCH = ["--headless", "--json", "--backend", "cpu", "--rounds", "1", "--ideas", "1", "--variants", "1",
+          "--fixes", "0"]
+
+
+def _reply(content: bytes) -> bytes:
+    """A Chat Completions body around `content`, which goes in as raw bytes (valid JSON or not)."""
+    return (b'{"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [{"index": 0,'
+            b' "finish_reason": "stop", "message": {"role": "assistant", "content": "' + content +
+            b'"}}], "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}')
+
+
+def _file(tmp_path: Path, name: str, data: bytes | str) -> str:
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return str(path)
+
+
+# name: (ktree arguments (a function of tmp_path), environment, the one line's needle)
+ONE_LINE = {
+    "unknown problem": (lambda t: ["run", "no_such_problem"], {}, "unknown problem 'no_such_problem'"),
+    "malformed problem file": (lambda t: ["run", _file(t, "bad.py", "class Model(:\n")], {},
+                               "bad.py: syntax error on line 1"),
+    "problem file without Model": (
+        lambda t: ["run", _file(t, "nomodel.py", "def get_inputs(): return []\n")], {}, "missing `Model`"),
+    "solution without ModelNew": (lambda t: ["eval", "softmax", _file(t, "sol.py", "x = 1\n")], {},
+                                  "defines no ModelNew"),
+    "solution not UTF-8": (lambda t: ["eval", "softmax", _file(t, "sol.py", b"class ModelNew: '\xff\xfe'\n")],
+                           {}, "cannot read"),
+    "config not TOML": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],
+                        {"KTREE_CONFIG": "{tmp}/config.toml"}, "is not valid TOML"),
+    "config unreadable": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],
+                          {"KTREE_CONFIG": "{tmp}"}, "cannot read config"),
+    "unknown provider": (lambda t: ["run", "softmax", "--provider", "anthropic"], {}, "invalid choice"),
+    "missing key": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--provider", "openai"],
+                    {"OPENAI_API_KEY": "", "KTREE_CONFIG": "{tmp}/none.toml"}, "needs an API key"),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_LINE))
+def test_bad_input_is_one_line(tmp_path: Path, case: str):
+    args, env, needle = ONE_LINE[case]
+    (tmp_path / "config.toml").write_text("[keys\nopenai = ")
+    env = {k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()}
+    proc = run_ktree("--db", str(tmp_path / "k.db"), *args(tmp_path), env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("ktree: note:")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "k.db").exists()  # nothing started
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# name: (what the server answers for the idea call, then the implementation call; the failed
+# node's kind; its text's needle). None for the idea: the default one idea.
+FAILED_NODE = {
+    "unknown model": ([{"status": 404, "message": "The model `nope` does not exist", "times": 5}],
+                      "idea", "the LLM call failed"),
+    "unreachable base URL": (None, "idea", "the LLM call failed"),
+    "reply with no code": ([{"text": IDEA_JSON}, {"text": "Sorry, only words today."}], "variant",
+                           "no fenced code block"),
+    "reply of megabytes": ([{"text": IDEA_JSON}, {"text": "I think " * 500_000}], "variant",
+                           "no fenced code block"),
+    "non-UTF-8 bytes in a reply": ([{"text": IDEA_JSON}, {"raw": _reply(b"bad \xff\xfe bytes")}], "variant",
+                                   "the LLM call failed"),
+    "unpaired surrogate in a reply": ([{"text": IDEA_JSON}, {"raw": _reply(b"lone \\ud800 half")}],
+                                      "variant", "no fenced code block"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILED_NODE))
+def test_bad_llm_behaviour_is_a_failed_node(tmp_path: Path, case: str):
+    pushes, kind, needle = FAILED_NODE[case]
+    db = tmp_path / "k.db"
+    with LLMServer() as server:
+        for push in pushes or []:
+            server.push(**push)
+        url = f"http://127.0.0.1:{_free_port()}/v1" if pushes is None else server.url
+        proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url", url,
+                         "--model", "m", *SEARCH, "--db", str(db))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["status"] == "finished"
+    failed = query(db, "SELECT kind, text FROM nodes WHERE status = 'failed'")
+    assert [k for k, _ in failed] == [kind] and needle in failed[0][1], failed
+    calls = query(db, "SELECT status, length(reply) FROM llm_calls ORDER BY id")
+    if case == "reply of megabytes":
+        assert calls[-1] == ("ok", 4_000_000)  # recorded whole

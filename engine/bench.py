@@ -30,7 +30,8 @@ SAMPLE_S = 0.005
 
 
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
-                         variants: int, top: int = 2, compile_workers: int | None = None) -> dict[str, Any]:
+                         variants: int, top: int = 2, compile_workers: int | None = None,
+                         cold: bool = False) -> dict[str, Any]:
     from engine.events import EventBus
 
     status: dict[int, str] = {}
@@ -43,7 +44,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         store = await Store.open(Path(tmp) / "bench.db")
         bus = EventBus()
         bus.subscribe(watch)
-        evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch)
+        cache = {"cache_dir": Path(tmp) / "build-cache"} if cold else {}
+        evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, **cache)
         provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0)
         config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
         search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
@@ -81,7 +83,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     workers = evaluator.compile_workers
     ideal = totals["compile_slot_s"] / workers + totals["device_s"]
     return {
-        "problem": problem.name, "backend": backend, "status": summary["status"],
+        "problem": problem.name, "backend": backend, "status": summary["status"], "cold_cache": cold,
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
         "compile_workers": workers, "variants": summary["variants"], "evaluations": evaluations,
         "by_status": summary["by_status"], "wall_s": round(wall, 3),
@@ -101,7 +103,8 @@ def format_pipeline(r: dict[str, Any]) -> str:
     lines = [
         f"Pipeline bench: {r['problem']} on {r['backend']}, scripted provider (no LLM latency),"
         f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
-        f" {r['compile_workers']} compile workers: {r['status']}",
+        f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"
+        f" {r['status']}",
         "",
         "| measure | value | target (cuda) |",
         "| --- | --- | --- |",

@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
     bp.add_argument("--top", type=_positive, default=2)
     bp.add_argument("--compile-workers", type=_positive, default=None)
+    bp.add_argument("--cold", action="store_true",
+                    help="an empty build cache, so each distinct source really compiles")
     bp.add_argument("--json", action="store_true")
     btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
     btui.add_argument("--nodes", type=_positive, default=5000)
@@ -329,20 +331,22 @@ def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
     if not db.exists():
         raise UsageError(f"no database at {db}")
 
-    async def read() -> dict[str, Any] | None:
+    async def read() -> tuple[dict[str, Any] | None, int]:
         store = await _open_store(db)
         try:
-            return await store.session(args.resume)
+            session = await store.session(args.resume)
+            pending = len(await store.commands(args.resume, pending_only=True)) if session else 0
+            return session, pending
         finally:
             await store.close()
 
-    session = asyncio.run(read())
+    session, pending = asyncio.run(read())
     if session is None:
         raise UsageError(f"no session {args.resume} in {db}")
     state = session_state(session)
     if state == "running":
         raise UsageError(f"session {args.resume} is still running (pid {session['pid']})")
-    if state == "finished":
+    if state == "finished" and not pending:  # with commands given since, it runs them
         raise UsageError(f"session {args.resume} has finished; there is nothing to resume")
     problem = _load_problem(session["problem_path"])
     backend, arch = resolve_backend(session["backend"])
@@ -558,7 +562,7 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
     result = asyncio.run(pipeline_bench(
         problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
         ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
-        top=args.top, compile_workers=args.compile_workers,
+        top=args.top, compile_workers=args.compile_workers, cold=args.cold,
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

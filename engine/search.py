@@ -136,14 +136,16 @@ class Search:
         else:
             await self._create()
         status = "failed"
-        background = [asyncio.create_task(self._poll_commands()), asyncio.create_task(self._tick())]
+        background: list[asyncio.Task[None]] = []
         try:
-            await self._apply_commands()
             if self.round == 0:
+                await self._apply_commands()  # e.g. a human idea before the first round
                 root = next(n for n in self.nodes.values() if n.kind == "root")
                 await self._start_round(1, self._first_parents(root))
             else:
-                await self._recover()
+                await self._recover()  # before any command adds work of its own
+                await self._apply_commands()
+            background = [asyncio.create_task(self._poll_commands()), asyncio.create_task(self._tick())]
             await self._rounds()
             status = "stopped" if self.stop_reason else "finished"
         except SearchAborted as exc:
@@ -632,7 +634,10 @@ class Search:
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
+        busy = self.sched.busy_nodes()
         for node in sorted(self.nodes.values(), key=lambda n: n.id):
+            if node.id in busy:
+                continue
             if node.status in DONE_STATUSES:
                 if (node.kind == "variant" and node.status == "compile_error" and node.round == self.round
                         and not any(c.parent_id == node.id for c in self.nodes.values())):

@@ -27,8 +27,9 @@ Hook = Callable[[Event, "Steered"], Any]
 class Steered:
     """A scripted search whose subscriber (`hook`) may record commands as events arrive."""
 
-    def __init__(self, db: Path, hook: Hook, **shape: Any):
+    def __init__(self, db: Path, hook: Hook, resume: int | None = None, **shape: Any):
         self.db = db
+        self.resume = resume
         self.hook = hook
         self.shape = {"rounds": 1, "ideas": 1, "variants": 1, "top": 2, **shape}
         self.events: list[Event] = []
@@ -53,7 +54,7 @@ class Steered:
         bus = EventBus()
         bus.subscribe(self._receive)
         self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
-                             Evaluator("cpu"), problem, SearchConfig(**self.shape))
+                             Evaluator("cpu"), problem, SearchConfig(**self.shape), resume=self.resume)
         try:
             return await asyncio.wait_for(self.search.run(), timeout=400)
         finally:
@@ -249,3 +250,32 @@ async def test_stop_ends_the_search_and_cancels_work_in_flight(tmp_path: Path):
                             or st in ("correct", "incorrect", "compile_error") for st, tx in statuses)
     assert any(st == "failed" for st, _ in statuses)
     assert query(db, "SELECT MAX(round) FROM rounds") == [(1,)]
+
+
+async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
+    """Steering a finished session from another process: the command waits in the DB, and
+    `ktree run --resume` carries it out (and only it)."""
+    s = Steered(tmp_path / "k.db", lambda e, s: None)
+    assert (await s.run())["status"] == "finished"
+    db = s.db
+    [(sid,)] = query(db, "SELECT id FROM sessions")
+    [(variant,)] = query(db, "SELECT id FROM nodes WHERE kind = 'variant'")
+    evaluations = query(db, "SELECT * FROM evaluations")
+    store = await Store.open(db)
+    edited = (DATA / "softmax" / "cpu" / "rowblock_1.py").read_text()
+    await store.add_command(sid, *control.encode(control.EditVariant(variant, edited)))
+    await store.close()
+
+    from engine.cli import build_parser, prepare_search
+
+    args = build_parser().parse_args(["run", "--resume", str(sid), "--db", str(db), "--headless"])
+    prepared = await asyncio.to_thread(prepare_search, args)
+    assert prepared.resume == sid
+    again = Steered(db, lambda e, s: None, resume=sid)
+    summary = await again.run()
+    assert summary["status"] == "finished" and summary["resumed"]
+    [(child,)] = query(db, "SELECT id FROM nodes WHERE origin = 'edit' AND parent_id = ?", variant)
+    assert applied(again) == [("edit_variant", (child,))]
+    assert query(db, "SELECT * FROM evaluations")[: len(evaluations)] == evaluations
+    assert query(db, "SELECT node_id FROM evaluations")[len(evaluations):] == [(child,)]
+    assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE purpose = 'idea'") == [(1,)]  # nothing else

@@ -13,6 +13,10 @@
     [prices."my-model"]          # USD per million tokens, overriding the built-in table
     input = 1.0
     output = 4.0
+
+    [bindings]                   # TUI keys by binding id (see the README's TUI section)
+    prune = "delete"
+    pin = ["p", "ctrl+t"]
 """
 
 from __future__ import annotations

@@ -262,3 +262,15 @@ async def test_command_palette_offers_steering(running):
         assert [k for k, _ in commands(db)] == ["prune"]
         assert control.decode(*[(k, json.dumps(a)) for k, a in commands(db)][0]).kind == "prune"
         await pilot.press("q")
+
+
+def test_bindings_come_from_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from engine.cli import UsageError, _keymap
+
+    config = tmp_path / "config.toml"
+    config.write_text('[bindings]\nprune = "delete"\npin = ["p", "ctrl+t"]\n')
+    monkeypatch.setenv("KTREE_CONFIG", str(config))
+    assert _keymap() == {"prune": "delete", "pin": "p,ctrl+t"}
+    config.write_text("[bindings]\nprune = 5\n")
+    with pytest.raises(UsageError, match="prune"):
+        _keymap()

@@ -71,3 +71,53 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
             (llm_idea, variant)).fetchone()
     assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("pin", 1), ("resume", 1), ("stop", 1)]
     assert (pruned, pinned) == (1, 1)
+
+
+async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypatch):
+    """Sessions screen -> n -> the form starts a scripted CPU search; quitting mid-run leaves it
+    interrupted; a second app resumes it (R) and shows the recorded tree plus the new work."""
+    from textual.widgets import Select
+
+    from tui.screens.new_search import NewSearchScreen
+    from tui.screens.sessions import SessionsScreen
+
+    monkeypatch.setenv("KTREE_SCRIPTED_LATENCY", "0.3")
+    db = tmp_path / "k.db"
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, NewSearchScreen)
+        form.query_one("#provider", Select).value = "scripted"
+        form.query_one("#backend", Select).value = "cpu"
+        for name, value in (("rounds", "2"), ("ideas", "1"), ("variants", "1"), ("top", "1")):
+            form.query_one(f"#{name}").value = value
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
+        screen = app.screen
+        assert screen.live and "SCRIPTED" in str(screen.query_one("#banner").content)
+        await wait_until(pilot, lambda: screen.verdicts)  # a first variant evaluated
+        seen = set(screen.nodes)
+        await pilot.press("q")  # quits mid-run: the session is recorded as interrupted
+    sid = screen.session_id
+
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        sessions = app.screen
+        assert isinstance(sessions, SessionsScreen)
+        assert str(sessions.query_one("#sessions").get_row(str(sid))[9]) == "interrupted"
+        await pilot.press("R")
+        await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
+        screen = app.screen
+        await asyncio.wait_for(app.workers.wait_for_complete(), 300)
+        await pilot.pause()
+        assert app.search_summary is not None and app.search_summary["status"] == "finished"
+        assert screen.session_id == sid and seen <= set(screen.nodes)  # the recorded tree, and more
+        assert max(n.round for n in screen.nodes.values()) == 2
+        tree = screen.query_one("#tree", Tree)
+        for node_id in seen:
+            assert label_of(tree, node_id)
+        await pilot.press("q")

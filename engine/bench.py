@@ -10,6 +10,9 @@ latency, so only compiles and device work remain) on a throwaway DB, watched fro
 Sampled every 5 ms. Reports the device's idle time while compiled variants wait, and the wall
 time against the ideal of a perfect pipeline: total compile time / compile workers + total device
 time.
+
+On the cpu backend a timing waits until running builds end (so no build skews it): that wait is
+device idle time while compiled variants wait, by design; the < 5 % target is for cuda.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 queued = evaluator.waiting.get("device", 0)
                 shown_waiting = phases.count("waiting")
                 compiling = phases.count("compiling") - max(0, queued - shown_waiting)
+                # A variant that holds the device but has not begun (on cpu it first waits for
+                # running builds to end) still shows "compiling": it is not building.
+                slot = getattr(evaluator, "_device_slot", None)
+                if slot is not None and slot.locked() and not busy:
+                    compiling -= 1
                 totals["device_s"] += dt if busy else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
                 if queued:

@@ -48,16 +48,19 @@ def model(forward: str) -> str:
 def evaluate_then_honest(body: str, *, isolation: str = "auto", limits: Limits | None = None,
                          timeout_s: float | None = None) -> tuple[Verdict, Verdict, float]:
     """Evaluate `body`, then an honest variant, in one evaluator. Returns both verdicts and the
-    seconds from the crash's verdict to the honest variant's (the time to recover)."""
+    seconds from the crash's verdict to the honest variant's (the time to recover), and prints
+    `CPU-RECOVER <status> <seconds to the crash's verdict> <seconds to recover>` (see with -s)."""
 
     async def go() -> tuple[Verdict, Verdict, float]:
         ev = Evaluator("cpu", compile_timeout_s=timeout_s, run_timeout_s=timeout_s,
                        isolation=isolation, limits=limits)
+        t0 = time.monotonic()
         bad = await ev.evaluate(ev.job(SOFTMAX.path, HEADER + textwrap.dedent(body),
                                        SOFTMAX.sizes_for("cpu"), **QUICK))
-        t0 = time.monotonic()
+        t1 = time.monotonic()
         good = await ev.evaluate(ev.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **QUICK))
-        return bad, good, time.monotonic() - t0
+        print(f"CPU-RECOVER {bad.status} {t1 - t0:.1f} {time.monotonic() - t1:.1f}")
+        return bad, good, time.monotonic() - t1
 
     bad, good, recover_s = asyncio.run(go())
     assert good.status == "flagged" and good.time_ms is not None, good.log  # evaluated to the end

@@ -218,7 +218,10 @@ def test_strict_hides_files_and_network_that_basic_exposes(planted: dict):
 
 
 @needs_strict
-def test_strict_command_line_binds_what_a_build_needs(tmp_path: Path):
+def test_strict_command_line_binds_what_a_build_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    monkeypatch.setattr(sys, "path", [str(Path.home()), *sys.path])  # `python -m` from ~
     sb = Sandbox("strict", "cuda")
     work, cache = tmp_path / "work", tmp_path / "cache"
     argv = sb.command(["prog"], workdir=work, read_only=["/p/problem.py"], writable=[str(cache)])
@@ -227,6 +230,7 @@ def test_strict_command_line_binds_what_a_build_needs(tmp_path: Path):
     assert f"--bind {cache} {cache}" in joined and f"--bind {work} {work}" in joined
     assert "--ro-bind /p/problem.py /p/problem.py" not in joined  # missing files are skipped
     assert f"--ro-bind {sandbox.ENGINE_DIR} {sandbox.ENGINE_DIR}" in joined
+    assert f" {Path.home()} " not in joined  # the directory ktree started from is not bound
     assert "RLIMIT_AS" not in joined  # CUDA reserves huge address space: no AS limit on cuda
     assert argv[-1] == "prog"
 

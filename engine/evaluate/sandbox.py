@@ -82,7 +82,7 @@ class Limits:
 
     memory_bytes: int | None = max(4 * GiB, _total_memory() // 4)
     procs: int | None = 512
-    file_bytes: int | None = 2 * GiB
+    file_bytes: int | None = GiB
     cpu_s: float | None = None
 
 
@@ -173,9 +173,12 @@ def resolve(isolation: str) -> str:
 
 
 def _python_dirs() -> list[str]:
+    """The interpreter's prefixes and its package dirs. Not every sys.path entry: the first is
+    the directory ktree was started from (for `python -m`), which may be a home directory."""
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(sys.executable))}
     dirs.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    dirs.update(p for p in sys.path if p and os.path.isdir(p) and not _under(p, str(PROJECT_ROOT)))
+    dirs.update(p for p in sys.path if os.path.isdir(p)
+                and os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages"))
     return sorted(dirs)
 
 

@@ -222,15 +222,16 @@ def resolve_backend(requested: str) -> tuple[str, str | None]:
     return backend, arch
 
 
-def resolve_isolation(requested: str) -> str:
-    """The isolation level to run generated code under; a fallback from strict says so once."""
+def resolve_isolation(requested: str, notice: bool = False) -> str:
+    """The isolation level to run generated code under. With `notice`, a fallback from strict is
+    said on stderr (once per command; not from inside the TUI, whose screen it would garble)."""
     from engine.evaluate import sandbox
 
     try:
         level = sandbox.resolve(requested)
     except RuntimeError as exc:
         raise UsageError(str(exc)) from None
-    if requested == "auto" and level != "strict":
+    if notice and requested == "auto" and level != "strict":
         print(f"ktree: note: {sandbox.available()[1]}; generated code runs with basic isolation"
               " (scrubbed environment, limits, no filesystem or network isolation)", file=sys.stderr)
     return level
@@ -367,6 +368,7 @@ def _run(args: argparse.Namespace) -> int:
     prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
     if args.estimate:
         return _estimate(args, prepared)
+    resolve_isolation(args.isolation, notice=True)
     if args.headless:
         return asyncio.run(_run_headless(args, prepared, db))
     from tui.app import KtreeApp
@@ -422,7 +424,7 @@ def _eval(args: argparse.Namespace) -> int:
     if "ModelNew" not in source:
         raise UsageError(f"{solution}: defines no ModelNew")
     backend, arch = resolve_backend(args.backend)
-    isolation = resolve_isolation(args.isolation)
+    isolation = resolve_isolation(args.isolation, notice=True)
 
     async def go() -> Any:
         evaluator = Evaluator(backend, cuda_arch=arch, isolation=isolation)

@@ -200,3 +200,19 @@ def test_strict_isolation_without_bubblewrap_is_refused(tmp_path: Path):
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--isolation", "strict",
                      env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
     assert_one_line_usage_error(proc, "--isolation strict is not available: bubblewrap (bwrap) is not")
+
+
+def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path):
+    import json
+    import os
+    import sys
+
+    sol = tmp_path / "sol.py"
+    sol.write_text("import sys\nsys.exit(3)  # before any ModelNew is defined\n")
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json",
+                     env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
+    assert proc.returncode == 0, proc.stderr
+    [note] = proc.stderr.strip().splitlines()
+    assert note.startswith("ktree: note: bubblewrap (bwrap) is not installed; generated code runs with basic")
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "crashed" and "exit code 3" in verdict["log"]

@@ -49,7 +49,18 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         await wait_until(pilot, lambda: llm_idea not in screen.node_pending)
         assert "✂pruned" in label_of(tree, llm_idea) and "⧗" not in label_of(tree, llm_idea)
 
-        variant = next(n.id for n in screen.nodes.values() if n.parent_id == human.id)
+        def under(idea_id: int) -> list[int]:
+            return [n.id for n in screen.nodes.values() if n.parent_id == idea_id and n.kind == "variant"]
+
+        before = len(under(human.id))
+        screen.select_node(human.id)
+        await pilot.press("e")
+        app.screen.query_one("#number").value = "2"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(under(human.id)) == before + 2)  # two more variants, made
+        await wait_until(pilot, lambda: human.id not in screen.node_pending)
+
+        variant = under(human.id)[0]
         screen.select_node(variant)
         await pilot.press("p")
         await wait_until(pilot, lambda: screen.nodes[variant].pinned)
@@ -69,7 +80,8 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         pruned, pinned = conn.execute(
             "SELECT (SELECT pruned FROM nodes WHERE id = ?), (SELECT pinned FROM nodes WHERE id = ?)",
             (llm_idea, variant)).fetchone()
-    assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("pin", 1), ("resume", 1), ("stop", 1)]
+    assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("expand", 1), ("pin", 1), ("resume", 1),
+                     ("stop", 1)]
     assert (pruned, pinned) == (1, 1)
 
 

@@ -191,6 +191,7 @@ def _bwrap_args(bwrap: str, *, workdir: Path, backend: str, read_only: tuple[str
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "ktree-sandbox",
             "--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+            "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
             "--ro-bind-try", "/sys", "/sys"]
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]

@@ -197,3 +197,18 @@ def test_show_follow_bad_session_is_one_line(tmp_path: Path):
     proc = run_ktree("--db", str(db), "show", "7", "--follow", timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "ktree: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+async def test_code_colours_follow_the_theme(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(next(n.id for n in screen.nodes.values() if n.kind == "variant"))
+        dark = {str(span.style) for span in screen.code_text.spans}
+        app.theme = "textual-light"
+        await pilot.pause()
+        light = {str(span.style) for span in screen.code_text.spans}
+        assert dark and light and dark != light
+        await pilot.press("q")

@@ -87,7 +87,7 @@ class CompareScreen(Screen):
                 widget.update(Text(f"session {sid}: no correct variant", style="dim"))
             else:
                 head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                widget.update(head + highlight_source(best.source))
+                widget.update(head + highlight_source(best.source, dark=self.app.current_theme.dark))
 
     def action_back(self) -> None:
         self.app.pop_screen()

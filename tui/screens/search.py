@@ -132,7 +132,7 @@ class SearchScreen(Screen):
         self.tokens = 0
         self.cost_usd = 0.0
         self.best_by_round: dict[int, float] = {}
-        self._code_cache: dict[int, Text] = {}
+        self._code_cache: dict[tuple[int, bool], Text] = {}  # (node, dark theme) -> highlighted
         self._wide = False
         self._progress_dirty = True
         self._plot_dirty = True
@@ -181,6 +181,12 @@ class SearchScreen(Screen):
             if self.follow:
                 self.set_interval(0.5, self._poll)
         self.set_interval(0.25, self._tick)
+        self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    def _theme_changed(self) -> None:
+        """Code colours follow the theme (dark or light); the rest is Textual's own styling."""
+        if self.selected is not None and self.selected in self.nodes:
+            self._show(self.selected)
 
     def on_resize(self, event: Any) -> None:
         self._layout(event.size.width, event.size.height)
@@ -443,7 +449,8 @@ class SearchScreen(Screen):
         old = self.nodes[node.id]
         self.nodes[node.id] = node
         if old.source != node.source:
-            self._code_cache.pop(node.id, None)
+            self._code_cache.pop((node.id, True), None)
+            self._code_cache.pop((node.id, False), None)
         if (old.pinned, old.pruned) != (node.pinned, node.pruned):
             self.node_pending.pop(node.id, None)  # the engine has carried the pin / prune out
         self._note_best(node)
@@ -522,12 +529,13 @@ class SearchScreen(Screen):
             if parent is None:
                 return Text("(no parent source to diff against)", style="dim")
             return diff_text(parent[1], node.source, f"#{parent[0]}", f"#{node.id}")
-        text = self._code_cache.get(node.id)
+        dark = self.app.current_theme.dark
+        text = self._code_cache.get((node.id, dark))
         if text is None:
-            text = highlight_source(node.source)
+            text = highlight_source(node.source, dark=dark)
             if len(self._code_cache) > 128:
                 self._code_cache.pop(next(iter(self._code_cache)))
-            self._code_cache[node.id] = text
+            self._code_cache[(node.id, dark)] = text
         return text
 
     def _verdict(self, node: Node) -> Text:

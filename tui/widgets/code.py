@@ -11,13 +11,14 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Span, Text
 
-THEME = "monokai"
+THEME = "monokai"  # on dark Textual themes
+LIGHT_THEME = "friendly"  # on light ones
 _TRIPLE = re.compile(r'(?P<q>"""|\'\'\')(?P<body>.*?)(?P=q)', re.S)
 _CXX = re.compile(r"#include|__global__|__device__|torch::|\bvoid\s+\w+\s*\(|\bfor\s*\(\s*(int|auto|size_t)")
 
 
-def _highlight(code: str, lexer: str) -> Text:
-    text = Syntax(code, lexer, theme=THEME).highlight(code)
+def _highlight(code: str, lexer: str, theme: str = THEME) -> Text:
+    text = Syntax(code, lexer, theme=theme).highlight(code)
     if text.plain != code and text.plain.endswith("\n"):
         text.right_crop(len(text.plain) - len(code))
     # Foreground colours only: the theme's own background would paint boxes over Textual's.
@@ -36,15 +37,16 @@ def embedded_cxx(source: str) -> list[tuple[int, int]]:
     return [m.span("body") for m in _TRIPLE.finditer(source) if _CXX.search(m.group("body"))]
 
 
-def highlight_source(source: str, line_numbers: bool = True) -> Text:
+def highlight_source(source: str, line_numbers: bool = True, dark: bool = True) -> Text:
     """The variant's Python file, its embedded C++/CUDA strings highlighted as C++."""
+    theme = THEME if dark else LIGHT_THEME
     out = Text()
     pos = 0
     for start, end in embedded_cxx(source):
-        out.append_text(_highlight(source[pos:start], "python"))
-        out.append_text(_highlight(source[start:end], "cpp"))
+        out.append_text(_highlight(source[pos:start], "python", theme))
+        out.append_text(_highlight(source[start:end], "cpp", theme))
         pos = end
-    out.append_text(_highlight(source[pos:], "python"))
+    out.append_text(_highlight(source[pos:], "python", theme))
     out.no_wrap = True
     if not line_numbers:
         return out

@@ -212,3 +212,23 @@ async def test_code_colours_follow_the_theme(tmp_path: Path):
         light = {str(span.style) for span in screen.code_text.spans}
         assert dark and light and dark != light
         await pilot.press("q")
+
+
+async def test_every_status_has_a_glyph_and_an_unknown_one_is_neutral(tmp_path: Path):
+    from engine.events import NODE_STATUSES
+    from tui.screens.search import GLYPHS, NEUTRAL
+
+    assert set(NODE_STATUSES) <= set(GLYPHS)
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    with sqlite3.connect(db) as conn:
+        vid = conn.execute("SELECT MAX(id) FROM nodes WHERE kind = 'variant'").fetchone()[0]
+        conn.execute("UPDATE nodes SET status = 'from-a-newer-ktree' WHERE id = ?", (vid,))
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(vid)
+        await pilot.pause()
+        assert label_of(screen.query_one("#tree", Tree), vid).startswith(f"{NEUTRAL} #{vid} ")
+        assert "from-a-newer-ktree" in str(screen.query_one("#verdict", Static).content)
+        await pilot.press("q")

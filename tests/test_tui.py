@@ -7,7 +7,7 @@ from pathlib import Path
 from textual.widgets import DataTable, RichLog, Static, Tree
 
 from engine.cli import build_parser, prepare_search
-from tests.tui_helpers import label_of, log_text, tree_labels, without_line_numbers
+from tests.tui_helpers import label_of, log_text, table_row, tree_labels, without_line_numbers
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
@@ -79,10 +79,10 @@ async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
         assert isinstance(app.screen, SessionsScreen)
         table = app.screen.query_one("#sessions", DataTable)
         assert table.row_count == 1
-        row = table.get_row(str(summary["session_id"]))
-        assert row[1] == "softmax" and str(row[9]) == "finished" and "SCRIPTED" in row[3]
-        assert row[7] == f"{summary['best']['speedup_eager']:.2f}x"
-        assert row[6] == str(summary["variants"])
+        row = table_row(table, str(summary["session_id"]))
+        assert row["problem"] == "softmax" and row["status"] == "finished" and "SCRIPTED" in row["models"]
+        assert row["best"] == f"{summary['best']['speedup_eager']:.2f}x"
+        assert row["variants"] == str(summary["variants"])
 
         await pilot.press("enter")
         await pilot.pause()

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, RichLog, Select, Static, Tree
 
 from engine.store import Store
 from tests.conftest import run_ktree
-from tests.tui_helpers import fake_db, label_of, log_text, wait_until
+from tests.tui_helpers import fake_db, label_of, log_text, table_row, wait_until
 from tui.app import KtreeApp
 from tui.fake import T0, write_fake_session
 from tui.screens.compare import CompareScreen, best_per_round
@@ -36,11 +36,12 @@ async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
         screen = app.screen
         assert isinstance(screen, SessionsScreen)
         table = screen.query_one("#sessions", DataTable)
-        row = table.get_row(str(b))  # newest first
-        assert table.get_row_at(0) == row
-        assert [row[1], row[2], row[3], row[6], str(row[9])] == ["softmax", "tree", "SCRIPTED synthetic",
-                                                                 "44", "finished"]
-        assert row[5] == "11m00s" and row[7].endswith("x") and row[8].startswith("$")
+        assert table.get_row_at(0) == table.get_row(str(b))  # newest first
+        row = table_row(table, str(b))
+        assert {k: row[k] for k in ("problem", "strategy", "models", "variants", "status", "duration")} == {
+            "problem": "softmax", "strategy": "tree", "models": "SCRIPTED synthetic", "variants": "44",
+            "status": "finished", "duration": "11m00s"}
+        assert row["best"].endswith("x") and row["cost"].startswith("$")
         await pilot.press("D")
         assert isinstance(app.screen, Confirm)
         await pilot.press("n")

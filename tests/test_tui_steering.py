@@ -11,7 +11,7 @@ from pathlib import Path
 from textual.widgets import Tree
 
 from engine.cli import build_parser, prepare_search
-from tests.tui_helpers import label_of, wait_until
+from tests.tui_helpers import label_of, table_row, wait_until
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen
 
@@ -120,7 +120,7 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         await pilot.pause()
         sessions = app.screen
         assert isinstance(sessions, SessionsScreen)
-        assert str(sessions.query_one("#sessions").get_row(str(sid))[9]) == "interrupted"
+        assert table_row(sessions.query_one("#sessions"), str(sid))["status"] == "interrupted"
         await pilot.press("R")
         await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
         screen = app.screen

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from textual.widgets import RichLog, Tree
+from textual.widgets import DataTable, RichLog, Tree
 
 from engine.store import Store
 from tui.fake import write_fake_session
@@ -56,3 +56,9 @@ async def wait_until(pilot, what, timeout: float = 60) -> None:  # noqa: ANN001
     while not what():
         assert time.monotonic() < deadline, "timed out waiting"
         await pilot.pause(0.1)
+
+
+def table_row(table: DataTable, key: str) -> dict[str, str]:
+    """A row of a DataTable by its key, as {column key: cell text}."""
+    keys = [str(c.key.value) for c in table.ordered_columns]
+    return {k: str(v) for k, v in zip(keys, table.get_row(key), strict=True)}

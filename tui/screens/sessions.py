@@ -20,9 +20,10 @@ from textual.widgets import DataTable, Footer, Header, Static
 from engine.store import session_state
 from tui.screens.dialogs import Confirm
 
-COLUMNS = [("id", "#"), ("problem", "problem"), ("strategy", "strategy"), ("models", "models"),
-           ("started", "started"), ("duration", "duration"), ("variants", "variants"), ("best", "best"),
-           ("cost", "cost"), ("status", "status")]
+# What matters most first: at 80 columns the models and strategy are the ones cut off.
+COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "best"),
+           ("variants", "variants"), ("cost", "cost"), ("started", "started"), ("duration", "duration"),
+           ("strategy", "strategy"), ("models", "models")]
 STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "interrupted": "magenta",
                  "failed": "red"}
 
@@ -88,11 +89,15 @@ class SessionsScreen(Screen):
         if "scripted" in s["provider"].split(","):
             models = f"SCRIPTED {models}"
         mark = "▶ " if s["id"] in self.marked else ""
-        return [Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""), s["problem"],
-                s["strategy"], models[:28],
-                datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M"), duration,
-                str(s["variants"]), "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
-                f"${s['cost_usd']:.2f}", Text(status, style=STATUS_STYLES.get(status, ""))]
+        cells = {
+            "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""), "problem": s["problem"],
+            "status": Text(status, style=STATUS_STYLES.get(status, "")),
+            "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
+            "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
+            "started": datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M"),
+            "duration": duration, "strategy": s["strategy"], "models": models[:28],
+        }
+        return [cells[key] for key, _ in COLUMNS]
 
     def _current(self) -> dict[str, Any] | None:
         table = self.query_one("#sessions", DataTable)

@@ -70,3 +70,42 @@ def test_ktree_in_tmux(tmp_path: Path):
         assert not alive, "ktree did not quit on q"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_edit_in_editor_under_tmux(tmp_path: Path):
+    """E opens the editor pane; Ctrl+O hands the source to $EDITOR (here a sed that renames a
+    constant) in the real terminal; Ctrl+S records the edited source as an edit_variant command."""
+    import sqlite3
+
+    db = tmp_path / "k.db"
+
+    async def make() -> int:
+        store = await Store.open(db)
+        sid = await write_fake_session(store, 40, status="running")
+        await store.close()
+        return sid
+
+    sid = asyncio.run(make())
+    session = f"ktree-edit-{os.getpid()}"
+    env = {"TERM": "xterm-256color", "PYTHONPATH": str(REPO), "KTREE_CONFIG": str(tmp_path / "none.toml"),
+           "EDITOR": "'sed -i s/kTile/kBlockRows/g'"}
+    command = " ".join([f"{k}={v}" for k, v in env.items()]
+                       + [sys.executable, "-m", "engine.cli", "--db", str(db), "show", str(sid), "--follow"])
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True,
+                   cwd=REPO)
+    try:
+        wait_for(session, "reference softmax")
+        subprocess.run(["tmux", "send-keys", "-t", session, "Down", "Down"], check=True)
+        wait_for(session, "max abs err")
+        subprocess.run(["tmux", "send-keys", "-t", session, "E"], check=True)
+        wait_for(session, "Ctrl+S: save and re-queue")
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-o"], check=True)
+        wait_for(session, "kBlockRows")  # the editor pane shows what $EDITOR wrote
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-s"], check=True)
+        wait_for(session, "⧗edit")
+        with sqlite3.connect(db) as conn:
+            kind, args = conn.execute("SELECT kind, args FROM commands").fetchone()
+        assert kind == "edit_variant" and "kBlockRows" in args and "kTile" not in args
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -68,9 +68,10 @@ STYLES = {
 COMPILE_QUEUE = {"queued", "compiling"}
 GPU_QUEUE = {"waiting", "checking", "timing", "evaluating"}
 IN_FLIGHT = {"generating"} | COMPILE_QUEUE | GPU_QUEUE
-COLUMNS = [("node", "node"), ("round", "round"), ("idea", "idea"), ("status", "status"),
-           ("time_ms", "ms"), ("p10", "p10"), ("p90", "p90"), ("ref_ms", "eager ms"),
-           ("speedup", "vs eager"), ("speedup_compile", "vs compile"), ("sol", "% SOL")]
+# (key, label, width): fixed widths, so adding thousands of rows measures no cell.
+COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
+           ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
+           ("speedup", "vs eager", 8), ("speedup_compile", "vs compile", 10), ("sol", "% SOL", 6)]
 SORTS = [("speedup", True), ("round", False), ("time_ms", False)]
 AUTO_EXPAND = 400  # trees up to this many nodes open fully; larger ones open level by level
 WIDE = 120  # columns from which labels also show the speedup vs torch.compile
@@ -170,8 +171,8 @@ class SearchScreen(Screen):
 
     async def on_mount(self) -> None:
         table = self.query_one("#timings", DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
+        for key, label, width in COLUMNS:
+            table.add_column(label, key=key, width=width)
         tree = self.query_one("#tree", Tree)
         tree.root.expand()
         tree.focus()

@@ -24,7 +24,8 @@ async def best_variant(store: Store, session_id: int) -> int:
 
 
 async def solution_text(store: Store, node_id: int, session_id: int | None = None) -> str:
-    """The solution file for one variant: a header comment, then its source unchanged."""
+    """The solution file for one variant: a header comment, then its source unchanged. The same
+    for every export of a node (no export time), so its build is cached like the variant's."""
     rows = await store.conn.execute_fetchall("SELECT session_id FROM nodes WHERE id = ?", (node_id,))
     if not rows or (session_id is not None and rows[0][0] != session_id):
         where = f" in session {session_id}" if session_id is not None else ""
@@ -58,8 +59,7 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
         f"# measured on {verdict.get('device') or session['backend']} ({session['backend']}) at {sizes},"
         f" search started {measured}",
-        f"# exported {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by ktree; models"
-        f" {', '.join(session['models'])}",
+        f"# found by ktree with {', '.join(session['models'])}",
         "",
     ]
     return "\n".join(lines) + node.source.rstrip() + "\n"

@@ -108,6 +108,7 @@ def test_unreadable_config_is_one_line(tmp_path: Path):
 def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
     """SIGTERM mid-search: the session row says interrupted, nothing committed is lost, and no
     compile or evaluation process is left behind."""
+    import contextlib
     import os
     import signal
     import sqlite3
@@ -128,7 +129,7 @@ def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
     while time.time() < deadline:  # wait until variants are being built
         time.sleep(0.5)
         if db.exists():
-            with sqlite3.connect(db) as conn:
+            with sqlite3.connect(db) as conn, contextlib.suppress(sqlite3.OperationalError):  # no schema yet
                 if conn.execute("SELECT COUNT(*) FROM nodes WHERE status = 'compiling'").fetchone()[0]:
                     break
     proc.send_signal(signal.SIGTERM)
@@ -145,6 +146,7 @@ def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
 def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
     """SIGKILL gives the engine no chance to clean up: its build and run processes notice the
     parent is gone and end themselves; what was committed stays in the DB."""
+    import contextlib
     import os
     import signal
     import sqlite3
@@ -165,7 +167,7 @@ def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
     while time.time() < deadline:
         time.sleep(0.5)
         if db.exists():
-            with sqlite3.connect(db) as conn:
+            with sqlite3.connect(db) as conn, contextlib.suppress(sqlite3.OperationalError):  # no schema yet
                 if conn.execute("SELECT COUNT(*) FROM nodes WHERE status = 'compiling'").fetchone()[0]:
                     break
     time.sleep(1)  # let the builds start their compilers

@@ -68,12 +68,14 @@ def evaluate_then_honest(body: str, *, isolation: str = "auto", limits: Limits |
     return bad, good, recover_s
 
 
-MARK = "ktree-sandbox-test-" + uuid.uuid4().hex[:8]  # tags processes a crash leaves behind
+MARK = "ktree-sandbox-test-" + uuid.uuid4().hex[:8]
+# What a variant leaves running is `sleep <this>`: a duration no one else uses, to find it by.
+SLEEP = f"{600 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
 
 
 def leftovers() -> list[str]:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if MARK in line and "ps -eo" not in line]
+    return [line for line in ps.splitlines() if line.strip() == f"sleep {SLEEP}"]
 
 
 CRASHES = {
@@ -99,8 +101,7 @@ CRASHES = {
     "fork-bomb": (textwrap.dedent(f"""
         for _ in range(400):
             if os.fork() == 0:
-                time.sleep(60)  # {MARK}
-                os._exit(0)
+                os.execv('/bin/sleep', ['sleep', '{SLEEP}'])
         """), Limits(procs=32), 120, "crashed", "process limit"),
     # RLIMIT_FSIZE: the write fails with EFBIG, and nothing huge lands on disk.
     "huge-file": ("with open('big.bin', 'wb') as f:\n    for _ in range(64):\n"
@@ -127,7 +128,7 @@ def test_a_hung_compiler_is_killed_with_everything_it_started(tmp_path: Path):
         from torch.utils.cpp_extension import load_inline
         cc = os.path.join(os.getcwd(), 'hung-cc')
         with open(cc, 'w') as f:
-            f.write('#!/bin/sh\\nexec sleep 600 # {MARK}\\n')
+            f.write('#!/bin/sh\\nexec sleep {SLEEP}\\n')
         os.chmod(cc, 0o755)
         os.environ['CXX'] = cc
         ext = load_inline('hung_{MARK.replace('-', '_')}', cpp_sources='int f() {{ return 1; }}',
@@ -136,6 +137,25 @@ def test_a_hung_compiler_is_killed_with_everything_it_started(tmp_path: Path):
     bad, _, _ = evaluate_then_honest(body, timeout_s=15)
     assert bad.status == "timeout", bad.log
     assert bad.log.startswith("while compiling: killed after 15 s")
+    assert leftovers() == []
+
+
+DOUBLE_FORK = f"""
+if os.fork() == 0:
+    os.setsid()  # out of the process group, so a killpg alone misses it
+    if os.fork() == 0:
+        os.execv('/bin/sleep', ['sleep', '{SLEEP}'])
+    os._exit(0)
+os.wait()
+""" + model("return torch.softmax(x, dim=1)")
+
+
+@pytest.mark.parametrize("isolation", ["basic", "strict"])
+def test_double_forked_processes_do_not_outlive_the_evaluation(isolation: str):
+    if isolation == "strict" and STRICT != "strict":
+        pytest.skip(f"strict isolation unavailable: {WHY_NOT}")
+    bad, _, _ = evaluate_then_honest(DOUBLE_FORK, isolation=isolation)
+    assert bad.status == "flagged", bad.log  # it ran to the end; what it left behind is gone
     assert leftovers() == []
 
 

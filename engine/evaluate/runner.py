@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.sandbox import Sandbox, make_workdir, scrubbed_env, watch
+from engine.evaluate.sandbox import Sandbox, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
 
 __all__ = ["default_cache_dir", "failed_verdict", "run_child", "scrubbed_env"]  # scrubbed_env: moved
@@ -63,13 +63,13 @@ async def run_child(
                 done, _ = await asyncio.wait({waiter, watcher}, timeout=timeout_s,
                                              return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
-                _kill_group(proc.pid)
+                kill_tree(proc.pid)
                 await proc.wait()
                 raise
             finally:
                 watcher.cancel()
             if waiter not in done:
-                _kill_group(proc.pid)
+                kill_tree(proc.pid)
                 await proc.wait()
                 text = _read_tail(log_path)
                 if watcher in done:

@@ -3,9 +3,11 @@
 Two levels, usable by any launcher:
 
 - ``basic`` (always): an environment built from an allow-list (never a key or token), a working
-  dir under this engine's temp root, per-process rlimits set by a tiny exec wrapper (CPU time,
-  file size, and on the cpu backend address space), and a watchdog over the whole process tree
-  (resident memory and number of processes) run by the launcher.
+  dir under this engine's temp root, per-process rlimits (CPU time, file size, and on the cpu
+  backend address space) set by a small launcher in front of the program that also acts as its
+  init (a child subreaper: what the program double-forks and setsid's stays below it and is
+  killed when the program ends or the engine dies), and a watchdog over the whole process tree
+  (resident memory and number of processes) run by the engine.
 - ``strict``: the same inside bubblewrap: a new mount namespace holding only the system and
   Python directories (read-only), the engine's own package, the files the job names, and
   writable the working dir and the build cache; no network, a private /tmp, its own PID
@@ -23,7 +25,7 @@ Limits, and why they are where they are:
   per user (all of the user's threads, the engine's included) and is not enforced for root, which
   is how CI and most GPU boxes run.
 - RLIMIT_FSIZE caps any one file the candidate writes (Python then gets EFBIG); RLIMIT_CPU is a
-  backstop for a process that escaped the kill (basic mode only has its process group).
+  backstop for anything that escapes the kill anyway.
 
 Imports only the standard library (the evaluation side must run on a bare GPU box).
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -226,11 +229,14 @@ def _bwrap_args(bwrap: str, *, workdir: Path, backend: str, read_only: tuple[str
 
 # -- the command line ------------------------------------------------------------------------
 
-# Run by `python -S -c` before the real program: sets rlimits, makes this tree the OOM killer's
-# first choice, then execs. (A preexec_fn would do the same in the engine's forked child, which
-# is unsafe while the engine has threads.)
-_RLIMIT_EXEC = """\
-import json, os, resource, sys
+# Run by `python -S -c` in front of the real program (a preexec_fn would run in the engine's
+# forked child, which is unsafe while the engine has threads). It sets the rlimits, makes this
+# tree the OOM killer's first choice, and stays as a small init: a child subreaper, so what the
+# program double-forks (and setsid's) is still below it; when the program ends, it kills whatever
+# is left, then exits as the program did. The launcher's death is a SIGTERM here: same cleanup.
+_LAUNCH = r"""
+import ctypes, json, os, resource, signal, sys, time
+parent = os.getppid()
 for name, (soft, hard) in json.loads(sys.argv[1]).items():
     resource.setrlimit(getattr(resource, name), (soft, hard))
 try:
@@ -238,7 +244,74 @@ try:
         f.write('1000')
 except OSError:
     pass
-os.execvpe(sys.argv[2], sys.argv[2:], os.environ)
+
+class LauncherGone(Exception):
+    pass
+
+def gone(*_):
+    raise LauncherGone
+
+signal.signal(signal.SIGTERM, gone)
+libc = ctypes.CDLL(None)
+libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if os.getppid() != parent:  # the launcher died before the line above
+    os._exit(1)
+main = os.fork()
+if main == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        os.execvpe(sys.argv[2], sys.argv[2:], os.environ)
+    finally:
+        os._exit(127)
+
+def below():
+    kids = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open('/proc/' + entry + '/stat', 'rb') as f:
+                    stat = f.read()
+                kids.setdefault(int(stat[stat.rindex(b')') + 2:].split()[1]), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [os.getpid()]
+    while todo:
+        for kid in kids.get(todo.pop(), ()):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+status = None
+try:
+    while status is None:
+        pid, st = os.wait()
+        if pid == main:
+            status = st
+except (LauncherGone, ChildProcessError):
+    pass
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for _ in range(200):
+    left = below()
+    if not left:
+        break
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.005)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+if status is None:
+    os._exit(1)
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+os._exit(os.waitstatus_to_exitcode(status))
 """
 
 
@@ -276,10 +349,10 @@ class Sandbox:
 
     def command(self, argv: list[str], *, workdir: Path, read_only: tuple[str, ...] | list[str] = (),
                 writable: tuple[str, ...] | list[str] = (), timeout_s: float | None = None) -> list[str]:
-        """The full command line: [bwrap ...] python -S -c <rlimits> ... argv. `read_only`: files
+        """The full command line: [bwrap ...] python -S -c <launcher> ... argv. `read_only`: files
         the program must read (the problem file); `writable`: dirs it must write besides its
         workdir (the build cache). Both are ignored under basic, which sees everything."""
-        inner = [sys.executable, "-S", "-c", _RLIMIT_EXEC, json.dumps(self.rlimits(timeout_s)), *argv]
+        inner = [sys.executable, "-S", "-c", _LAUNCH, json.dumps(self.rlimits(timeout_s)), *argv]
         if self.level == "basic":
             return inner
         bwrap = shutil.which("bwrap") or "bwrap"
@@ -333,28 +406,50 @@ def _snapshot(max_age_s: float = 0.1) -> dict[int, tuple[int, int]]:
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
-        except OSError:
+            fields = stat[stat.rindex(b")") + 2:].split()
+            procs[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or unreadable
             continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        procs[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)
     _snapshot_cache = (now, procs)
     return procs
 
 
-def tree_usage(pid: int) -> tuple[int, int]:
-    """(processes, resident bytes) of pid and all its descendants."""
-    procs = _snapshot()
+def _tree(pid: int, max_age_s: float = 0.1) -> list[tuple[int, int]]:
+    """(pid, rss bytes) of pid and all its descendants."""
+    procs = _snapshot(max_age_s)
     children: dict[int, list[int]] = {}
     for p, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(p)
-    count, rss, todo = 0, 0, [pid]
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
         if p in procs:
-            count += 1
-            rss += procs[p][1]
+            found.append((p, procs[p][1]))
         todo.extend(children.get(p, ()))
-    return count, rss
+    return found
+
+
+def tree_usage(pid: int) -> tuple[int, int]:
+    """(processes, resident bytes) of pid and all its descendants."""
+    tree = _tree(pid)
+    return len(tree), sum(rss for _, rss in tree)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL everything below pid (the launcher above stays alive meanwhile, so what it
+    adopts is still below it), then pid and its process group."""
+    for _ in range(50):
+        below = [p for p, _ in _tree(pid, max_age_s=0.0) if p != pid]
+        if not below:
+            break
+        for p in below:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+        time.sleep(0.005)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
 
 
 async def watch(pid: int, limits: Limits, interval_s: float = 0.25) -> str:

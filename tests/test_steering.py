@@ -8,6 +8,7 @@ shared build cache makes each evaluation a few seconds.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,43 @@ async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
     assert query(db, "SELECT * FROM evaluations")[: len(evaluations)] == evaluations
     assert query(db, "SELECT node_id FROM evaluations")[len(evaluations):] == [(child,)]
     assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE purpose = 'idea'") == [(1,)]  # nothing else
+
+
+def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path):
+    """A second process (another `ktree`, the TUI following a session) records a stop; the
+    engine process picks it up from the DB while its LLM call is still in flight."""
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "k.db"
+    env = {**os.environ, "KTREE_SCRIPTED_LATENCY": "3"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", "softmax", "--provider", "scripted", "--backend", "cpu",
+         "--headless", "--json", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            time.sleep(0.2)
+            if db.exists() and query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'")[0][0]:
+                break
+
+        async def stop() -> None:
+            store = await Store.open(db)
+            [(sid,)] = query(db, "SELECT id FROM sessions")
+            await store.add_command(sid, *control.encode(control.Stop()))
+            await store.close()
+
+        asyncio.run(stop())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "command 1 stop applied" in err
+    assert query(db, "SELECT status, stop_reason FROM sessions") == [("stopped", "stopped by the user")]
+    # The idea call never completed: it was cancelled, so nothing was recorded for it.
+    assert query(db, "SELECT COUNT(*) FROM llm_calls") == [(0,)]
+    assert query(db, "SELECT status, text FROM nodes WHERE kind = 'idea'") == [
+        ("failed", "cancelled: stopped by the user")]

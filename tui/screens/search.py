@@ -712,7 +712,8 @@ class SearchScreen(Screen):
         text.append(f" · {state}", style="yellow" if self.paused else "")
         text.append(f" · {_duration(elapsed)}\n")
         llm = f" · LLM calls {p['llm_running']}" if "llm_running" in p else ""
-        text.append(f"compile queue {compile_q} · GPU queue {gpu_q}{llm}\n")
+        device = "GPU" if self.info.get("backend") == "cuda" else "timing"
+        text.append(f"compile queue {compile_q} · {device} queue {gpu_q}{llm}\n")
         text.append(f"tokens {_si(tokens)}{'/' + _si(budget_tokens) if budget_tokens else ''}"
                     f" · ${cost:.3f}{f'/${budget_usd:g}' if budget_usd else ''}")
         self.query_one("#progress-text", Static).update(text, layout=False)

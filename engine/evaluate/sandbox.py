@@ -351,7 +351,10 @@ class Sandbox:
                 writable: tuple[str, ...] | list[str] = (), timeout_s: float | None = None) -> list[str]:
         """The full command line: [bwrap ...] python -S -c <launcher> ... argv. `read_only`: files
         the program must read (the problem file); `writable`: dirs it must write besides its
-        workdir (the build cache). Both are ignored under basic, which sees everything."""
+        workdir (the build cache). Both are ignored under basic, which sees everything.
+
+        Start it from a thread that outlives it (the event loop's): the launcher, and bwrap's
+        --die-with-parent, take the death of the *thread* that started them as the engine's."""
         inner = [sys.executable, "-S", "-c", _LAUNCH, json.dumps(self.rlimits(timeout_s)), *argv]
         if self.level == "basic":
             return inner

@@ -560,10 +560,14 @@ class Search:
         while True:
             await asyncio.sleep(0.25)
             now = time.time()
-            if now - last_beat >= HEARTBEAT_S:
-                await self.store.update_session(self._sid, heartbeat_at=now)
-                last_beat = now
-            await self.publish_progress()
+            try:
+                if now - last_beat >= HEARTBEAT_S:
+                    await self.store.update_session(self._sid, heartbeat_at=now)
+                    last_beat = now
+                await self.publish_progress()
+            except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
+                self.sched.fail(exc)
+                return
 
     async def publish_progress(self, force: bool = False) -> None:
         cfg = self.config

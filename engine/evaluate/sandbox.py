@@ -220,6 +220,9 @@ def _bwrap_args(bwrap: str, *, workdir: Path, backend: str, read_only: tuple[str
         os.makedirs(path, exist_ok=True)
         path = os.path.abspath(path)
         args += ["--bind", path, path]
+        real = os.path.realpath(path)
+        if real != path:  # reachable by either name inside too
+            args += ["--bind", real, real]
     if backend == "cuda":
         for dev in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", dev, dev]

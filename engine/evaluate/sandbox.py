@@ -178,7 +178,7 @@ def resolve(isolation: str) -> str:
 def _python_dirs() -> list[str]:
     """The interpreter's prefixes and its package dirs. Not every sys.path entry: the first is
     the directory ktree was started from (for `python -m`), which may be a home directory."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(sys.executable))}
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable}  # (a symlink's target)
     dirs.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
     dirs.update(p for p in sys.path if os.path.isdir(p)
                 and os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages"))

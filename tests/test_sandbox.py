@@ -147,15 +147,19 @@ if os.fork() == 0:
         os.execv('/bin/sleep', ['sleep', '{SLEEP}'])
     os._exit(0)
 os.wait()
-""" + model("return torch.softmax(x, dim=1)")
+"""
 
 
 @pytest.mark.parametrize("isolation", ["basic", "strict"])
-def test_double_forked_processes_do_not_outlive_the_evaluation(isolation: str):
+@pytest.mark.parametrize("then", ["finish", "hang"])
+def test_double_forked_processes_do_not_outlive_the_evaluation(isolation: str, then: str):
+    """The orphan is killed whether the program ends by itself or is killed at its timeout."""
     if isolation == "strict" and STRICT != "strict":
         pytest.skip(f"strict isolation unavailable: {WHY_NOT}")
-    bad, _, _ = evaluate_then_honest(DOUBLE_FORK, isolation=isolation)
-    assert bad.status == "flagged", bad.log  # it ran to the end; what it left behind is gone
+    forward = "return torch.softmax(x, dim=1)" if then == "finish" else "while True: pass"
+    bad, _, _ = evaluate_then_honest(DOUBLE_FORK + model(forward), isolation=isolation,
+                                     timeout_s=None if then == "finish" else 12)
+    assert bad.status == ("flagged" if then == "finish" else "timeout"), bad.log
     assert leftovers() == []
 
 

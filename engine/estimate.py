@@ -50,7 +50,7 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     impl_in = _tokens(prompts.implement_prompt(problem.source, sample, idea, backend, config.rtol))
     fix_in = _tokens(prompts.fix_prompt(problem.source, sample, idea.title, "z" * 4 * LOG_TOKENS,
                                         backend, config.rtol))
-    first_calls = 1 if config.strategy == "tree" else idea_calls
+    first_calls = idea_calls if config.strategy == "best-of-n" else 1  # the rest see a variant
     idea_in = first_calls * idea_in_first + (idea_calls - first_calls) * idea_in_later
     idea_out = idea_calls * per_call_ideas * IDEA_OUT_TOKENS
     expected = {"calls": idea_calls + impl, "input_tokens": idea_in + impl * impl_in,

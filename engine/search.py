@@ -461,8 +461,9 @@ class Search:
                 except (ValueError, TypeError):
                     command = None
                 ids = await self._apply(row["id"], command) if command is not None else ()
-                if command is None or not isinstance(command, control.InjectIdea | control.EditVariant
-                                                      | control.Expand) or not ids:
+                made_nodes = ids and isinstance(command, control.InjectIdea | control.EditVariant
+                                                | control.Expand)
+                if not made_nodes:  # (one that made nodes was marked in the same transaction)
                     await self.store.mark_command_applied(row["id"])
                 await self.bus.publish(CommandApplied(row["id"], row["kind"], tuple(ids)))
 

@@ -150,6 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
     btui.add_argument("--nodes", type=_positive, default=5000)
     btui.add_argument("--moves", type=_positive, default=200, help="cursor moves to time")
+    bt.add_argument("--agreement", action="store_true",
+                    help="instead: the timer run to run, and against triton's do_bench (GPU)")
+    bc = bench_sub.add_parser("compile", help="build time per variant with and without each compile lever")
+    bc.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
+    bc.add_argument("--concurrent", type=int, default=16,
+                    help="then this many distinct builds at once with every lever (default 16; 0: skip)")
+    bc.add_argument("--structure", action="append", choices=["stock", "fast", "ctypes"],
+                    help="only these solution structures (repeatable; default: all for the backend)")
+    bc.add_argument("--side-by-side", action="store_true",
+                    help="run the configurations at once (faster, but they share the cores)")
+    bc.add_argument("--json", action="store_true")
     return parser
 
 
@@ -194,6 +206,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from tui.bench import bench_tui
 
         return bench_tui(nodes=args.nodes, moves=args.moves)
+    if args.command == "bench" and args.bench == "compile":
+        return _bench_compile(args)
     if args.command == "bench":
         if args.bench == "pipeline":
             return _bench_pipeline(args)
@@ -401,6 +415,7 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        await prepared.evaluator.close()
         await store.close()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -431,7 +446,10 @@ def _eval(args: argparse.Namespace) -> int:
         job = evaluator.job(problem.path, source, problem.sizes_for(backend),
                             atol=_tol(args.atol, problem.tolerance[0]),
                             rtol=_tol(args.rtol, problem.tolerance[1]))
-        return await evaluator.evaluate(job)
+        try:
+            return await evaluator.evaluate(job)
+        finally:
+            await evaluator.close()
 
     verdict = asyncio.run(go())
     if args.json:
@@ -616,6 +634,8 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
 
     problems = _problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
+    if args.agreement:
+        return _bench_agreement(problems, backend, arch, args.json)
 
     async def one(evaluator: Any, p: Any) -> dict[str, Any]:
         print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
@@ -640,6 +660,39 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
     rows = asyncio.run(go())
     print(json.dumps(rows, indent=2) if args.json else reference_table(rows))
     return 0 if all("error" not in r for r in rows) else 1
+
+
+def _bench_agreement(problems: list[Any], backend: str, arch: str | None, as_json: bool) -> int:
+    from engine.evaluate.evaluator import Evaluator
+    from engine.evaluate.runner import run_child
+    from engine.report import agreement_table
+
+    async def go() -> list[dict[str, Any]]:
+        evaluator = Evaluator(backend, cuda_arch=arch, worker=False)
+        rows = []
+        for p in problems:  # one at a time: timings never share the device
+            print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
+            job = evaluator.job(p.path, "", p.sizes_for(backend), mode="agreement")
+            outcome, result, log = await run_child(job, evaluator.run_timeout_s, evaluator._run_env)
+            rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
+        return rows
+
+    rows = asyncio.run(go())
+    print(json.dumps(rows, indent=2) if as_json else agreement_table(rows))
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _bench_compile(args: argparse.Namespace) -> int:
+    from engine.compilebench import compile_bench, compile_table
+
+    backend, arch = resolve_backend(args.backend)
+    result = asyncio.run(compile_bench(backend, arch or "", sources=args.sources,
+                                       concurrent=max(0, args.concurrent),
+                                       parallel_configs=args.side_by_side,
+                                       structures=args.structure))
+    print(json.dumps(result, indent=2) if args.json else compile_table(result))
+    failed = any(r["compiled"] < r["builds"] for r in result["configs"])
+    return 1 if failed else 0
 
 
 def _open_tui(db: Path) -> int:

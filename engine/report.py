@@ -139,4 +139,21 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
 
     for root in children.get(None, []):
         walk(root, "", True, True)
+
+
+def agreement_table(rows: list[dict[str, Any]]) -> str:
+    """`ktree bench timing --agreement`: run-to-run spread of the timer, and its distance from
+    triton's do_bench, per problem (medians, ms)."""
+    lines = ["| problem | ours run 1 | ours run 2 | run to run | do_bench | ours vs do_bench |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['name']} | error: {r['error'][:60]} | | | | |")
+            continue
+        a, b = r["ours_ms"]
+        spread = abs(a - b) / min(a, b) if min(a, b) > 0 else 0.0
+        db = r.get("do_bench_ms")
+        versus = f"{((a + b) / 2 - db) / db:+.1%}" if db else "-"
+        lines.append(f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | {db:.4g} | {versus} |"
+                     if db else f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | - | - |")
     return "\n".join(lines)

@@ -26,8 +26,11 @@ def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Ve
 
     async def go() -> Verdict:
         evaluator = Evaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
-        return await evaluator.evaluate(
-            evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **job))
+        try:
+            return await evaluator.evaluate(
+                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **job))
+        finally:
+            await evaluator.close()
 
     return asyncio.run(go())
 
@@ -49,7 +52,10 @@ def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
 
     async def go() -> Verdict:
         evaluator = Evaluator("cpu")
-        return await evaluator.evaluate(evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu")))
+        try:
+            return await evaluator.evaluate(evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu")))
+        finally:
+            await evaluator.close()
 
     v = asyncio.run(go())
     assert v.status == "correct", v.log
@@ -102,6 +108,10 @@ def test_torch_ops_in_forward_are_flagged_but_still_timed():
                     ModelNew.last = torch.softmax(x, dim=1)
                 return ModelNew.last
         """, "recheck"),
+        # torch ops in a helper thread, out of the (thread-local) op recorder's sight.
+        ("import threading\n" + model(
+            "out = torch.empty_like(x); t = threading.Thread(target=lambda: out.copy_(torch.softmax(x, 1)));"
+            " t.start(); t.join(); return out"), "host threads"),
     ],
 )
 def test_integrity_checks_flag_cheats(body: str, flag: str):
@@ -120,6 +130,9 @@ def test_integrity_checks_flag_cheats(body: str, flag: str):
         ("return torch.full_like(x, float('nan'))", "NaN/Inf"),
         # Within atol everywhere, but 2% off in relative L2: only the norm check catches it.
         ("return torch.softmax(x, dim=1) * 1.02", "relative L2 error"),
+        ("return torch.softmax(x, dim=1).double()", "has dtype torch.float64, expected torch.float32"),
+        # Memory it never wrote: the reference's freed answer was overwritten with NaN first.
+        ("return torch.empty_like(x)", "output 0"),
     ],
 )
 def test_wrong_answers_are_incorrect(forward: str, reason: str):
@@ -179,3 +192,20 @@ def test_verdict_json_roundtrip():
     assert Verdict.from_dict(v.to_dict()) == v
     with pytest.raises(ValueError):
         Verdict(status="great")
+
+
+def test_bench_compile_measures_each_lever_on_this_backend(tmp_path: Path):
+    """`ktree bench compile` on the CPU: fresh builds with and without the precompiled header,
+    both compiled, timings reported (the lever's effect is measured, not asserted)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "bench", "compile", "--backend", "cpu", "--sources", "1",
+         "--concurrent", "0", "--json"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    result = json.loads(proc.stdout)
+    assert [r["config"] for r in result["configs"]] == ["stock, no lever", "stock + pch"]
+    assert all(r["compiled"] == r["builds"] == 1 and r["median_wall_s"] > 0 for r in result["configs"])
+    assert result["pch_build_s"] > 0 and result["concurrent"] is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,10 @@ def evaluate_all(problem_name: str, sources: list[str]) -> list[Verdict]:
     async def go() -> list[Verdict]:
         evaluator = Evaluator("cuda", cuda_arch=os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0")
         jobs = [evaluator.job(problem.path, s, problem.sizes_for("cuda")) for s in sources]
-        return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
+        try:
+            return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
+        finally:
+            await evaluator.close()
 
     return asyncio.run(go())
 
@@ -60,3 +64,37 @@ def test_identical_code_times_the_same():
     [v] = evaluate_all("softmax", [source])
     assert v.status == "flagged" and v.flags[0].startswith("torch-ops")
     assert 0.9 <= v.speedup_eager <= 1.1, v
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "engine/templates/examples"
+FAST = (EXAMPLES / "softmax_fast.py").read_text()
+
+
+@pytest.mark.parametrize("example", ["softmax_fast.py", "softmax_ctypes.py"])
+def test_fast_structures_are_correct_with_speed_of_light_and_compile_baseline(example: str):
+    [v] = evaluate_all("softmax", [(EXAMPLES / example).read_text()])
+    assert v.status == "correct", v.log
+    assert v.sol_fraction is not None and 0 < v.sol_fraction <= 1.25
+    assert v.ref_compile_ms and v.speedup_compile == pytest.approx(v.ref_compile_ms / v.time_ms)
+
+
+def test_memory_never_written_and_side_stream_work_are_caught():
+    unwritten = ("import torch\nclass ModelNew(torch.nn.Module):\n"
+                 "    def forward(self, x):\n        return torch.empty_like(x)\n")
+    # The same kernel, launched on a stream of its own that the timing events never see.
+    side = FAST.replace("c10::cuda::getCurrentCUDAStream().stream()", "side_stream()").replace(
+        "void softmax_launch(const float* x, float* y, int rows, int cols, cudaStream_t stream);",
+        "void softmax_launch(const float* x, float* y, int rows, int cols, cudaStream_t stream);\n"
+        # starts after the work already queued (so the answer is right), ends unseen
+        "static cudaStream_t side_stream() {\n  static cudaStream_t s = nullptr;\n"
+        "  static cudaEvent_t e = nullptr;\n"
+        "  if (!s) { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n"
+        "            cudaEventCreateWithFlags(&e, cudaEventDisableTiming); }\n"
+        "  cudaEventRecord(e, c10::cuda::getCurrentCUDAStream().stream());\n"
+        "  cudaStreamWaitEvent(s, e, 0);\n  return s;\n}").replace(
+        "ktree_softmax_fast", "ktree_softmax_side")
+    assert side != FAST
+    nowrite, sneaky = evaluate_all("softmax", [unwritten, side])
+    assert nowrite.status == "incorrect", nowrite.log
+    assert sneaky.status == "flagged", (sneaky.status, sneaky.flags, sneaky.log)
+    assert any(f.startswith("escaping work") for f in sneaky.flags), sneaky.flags

@@ -19,6 +19,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
@@ -26,6 +27,7 @@ from engine.evaluate.loading import load_module_from_path, load_module_from_sour
 from engine.evaluate.verdict import Verdict, log_tail
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
+SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed of light
 
 
 class EvalFailure(Exception):
@@ -37,6 +39,8 @@ class EvalFailure(Exception):
 
 
 def build_key(job: EvalJob) -> str:
+    """The build dir's name. (Levers and flags are not in it: ninja rebuilds whatever a changed
+    command line touches, so a build dir is always consistent with the last build.)"""
     import torch
 
     parts = [
@@ -66,10 +70,13 @@ def _is_build_error(exc: BaseException) -> bool:
 
 def load_solution(job: EvalJob) -> Any:
     """Build (or reuse) and import the solution module; classify any failure."""
+    from engine.evaluate import fastbuild
+
     key = build_key(job)
     build_dir = os.path.join(job.cache_dir, key)
     os.makedirs(build_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
+    fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
     try:
         module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
     except SyntaxError as exc:
@@ -97,8 +104,11 @@ def _flatten(out: Any) -> list:
     raise EvalFailure("incorrect", f"output is a {type(out).__name__}, not a tensor")
 
 
-def compare(out: Any, expected: Any, atol: float, rtol: float) -> tuple[bool, dict[str, float], str]:
-    """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail."""
+def compare(out: Any, expected: Any, atol: float, rtol: float,
+            dtypes: list[Any] | None = None) -> tuple[bool, dict[str, float], str]:
+    """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail;
+    shapes must match, and dtypes too where `dtypes` (the reference's, in the problem's own
+    precision) is given."""
     import torch
 
     outs, refs = _flatten(out), _flatten(expected)
@@ -109,6 +119,8 @@ def compare(out: Any, expected: Any, atol: float, rtol: float) -> tuple[bool, di
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         if tuple(o.shape) != tuple(r.shape):
             return False, errs, f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+        if dtypes is not None and o.dtype != dtypes[i]:
+            return False, errs, f"output {i} has dtype {o.dtype}, expected {dtypes[i]}"
         o64 = o.detach().to(r.device, torch.float64)
         r64 = r.detach().to(torch.float64)
         if not bool(torch.isfinite(o64).all()):
@@ -162,7 +174,7 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
     return {"status": "compiled", "log": "", "compile_s": time.perf_counter() - t0}
 
 
-def run_evaluate(job: EvalJob) -> Verdict:
+def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
     from engine.evaluate import integrity, timing
@@ -198,21 +210,39 @@ def run_evaluate(job: EvalJob) -> Verdict:
     ref64 = copy.deepcopy(ref).double()
 
     errs: dict[str, float] = {}
+    native_errs: dict[str, float] = {}
+    dtypes: list[Any] = []
     flags: list[str] = []
+    phase = on_phase or (lambda name: None)
+    phase("checking")
     with torch.no_grad():
         for trial in range(job.trials):
             torch.manual_seed(job.seed + 1000 + trial)
             inputs = _to(problem.get_inputs(), device)
             before = integrity.snapshot(inputs)
+            # The reference in the problem's own precision: the dtypes to match, its own error
+            # against fp64 for the log. Its freed output is then overwritten with NaN (as is
+            # every block the caching allocator holds for the output sizes), so a candidate
+            # that returns memory it never wrote cannot pass on the reference's leftovers.
+            native = _flatten(ref(*integrity.snapshot(inputs)))
+            dtypes = [t.dtype for t in native]
+            sizes_bytes = [t.numel() * t.element_size() for t in native]
+            del native
+            integrity.poison_allocator(sizes_bytes, device)
+            threads = integrity.live_threads()
             try:
                 out = new(*inputs)
                 if device == "cuda":
                     torch.cuda.synchronize()
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial, log=_format_exc(exc), **base)
+            flags += integrity.check_threads(threads)
             flags += integrity.check_inputs_unchanged(before, inputs)
             expected = ref64(*_to(before, device, torch.float64))
-            ok, trial_errs, reason = compare(out, expected, job.atol, job.rtol)
+            if trial == 0:
+                native_errs = compare(ref(*integrity.snapshot(before)), expected, float("inf"),
+                                      float("inf"))[1]
+            ok, trial_errs, reason = compare(out, expected, job.atol, job.rtol, dtypes)
             if ok:
                 flags += integrity.check_outputs(_flatten(out), inputs, device)
             for k, v in trial_errs.items():
@@ -232,25 +262,36 @@ def run_evaluate(job: EvalJob) -> Verdict:
 
         torch.manual_seed(job.seed + 2000)
         inputs = _to(problem.get_inputs(), device)
+        phase("timing")
         try:
             stats = timing.time_pair(
                 lambda: ref(*inputs), lambda: new(*inputs), device,
                 budget_s=job.time_budget_s, max_reps=job.max_reps,
             )
+            if device == "cuda":
+                flags += timing.check_escaping_work(lambda: new(*inputs), stats.new.median)
             # The timed inputs were fresh: the answer on them must be right too (no cross-call cache).
             ok, _, reason = compare(new(*inputs), ref64(*_to(inputs, device, torch.float64)),
-                                    job.atol, job.rtol)
+                                    job.atol, job.rtol, dtypes)
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=_format_exc(exc), **errs, **base)
         if not ok:
             flags.append(f"recheck: after timing, on the timed inputs: {reason}")
     flags += integrity.check_harness(harness)
+    sol_ms = timing.speed_of_light_ms(job.flops, job.bytes, dtypes[0] if dtypes else None,
+                                      device, job.cache_dir)
+    sol_fraction = sol_ms / stats.new.median if sol_ms and stats.new.median > 0 else None
+    if sol_fraction is not None and sol_fraction > SOL_FLOOR:
+        flags.append(f"speed of light: {stats.new.median:.4g} ms is below the floor of {sol_ms:.4g} ms"
+                     f" for this problem's FLOPs and bytes on this device")
     flags = list(dict.fromkeys(flags))
     speedup = stats.ref.median / stats.new.median if stats.new.median > 0 else None
     status = "flagged" if flags else "correct"
     if speedup is not None and speedup > REVIEW_SPEEDUP:
         flags.append(f"review: speedup {speedup:.1f}x is over {REVIEW_SPEEDUP:g}x")
-    summary = f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps"
+    summary = (f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps;"
+               f" the reference in {dtypes[0] if dtypes else '?'} itself errs by"
+               f" {native_errs.get('max_abs_err', 0):.3g} (max abs) against fp64")
     if status == "flagged":
         summary = "integrity check failed: " + "; ".join(f for f in flags if not f.startswith("review"))
 
@@ -262,7 +303,11 @@ def run_evaluate(job: EvalJob) -> Verdict:
         time_p10_ms=stats.new.p10,
         time_p90_ms=stats.new.p90,
         ref_eager_ms=stats.ref.median,
+        ref_compile_ms=job.ref_compile_ms,
         speedup_eager=speedup,
+        speedup_compile=job.ref_compile_ms / stats.new.median
+        if job.ref_compile_ms and stats.new.median > 0 else None,
+        sol_fraction=sol_fraction,
         reps=stats.reps,
         compile_s=load_s,
         eval_s=time.perf_counter() - started,
@@ -310,6 +355,38 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
     return result
 
 
+def run_agreement(job: EvalJob) -> dict[str, Any]:
+    """The timer checked against itself and against triton's do_bench on the reference: our
+    median twice (run to run), do_bench's median (both flush the L2 before every call)."""
+    import torch
+
+    from engine.evaluate import timing
+
+    device = "cuda" if job.backend == "cuda" else "cpu"
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    torch.manual_seed(job.seed)
+    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    torch.manual_seed(job.seed + 2000)
+    inputs = _to(problem.get_inputs(), device)
+    result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes)}
+    with torch.no_grad():
+        def call() -> Any:
+            return model(*inputs)
+
+        runs = [timing.time_pair(call, call, device, budget_s=job.time_budget_s, max_reps=job.max_reps)
+                for _ in range(2)]
+        result["ours_ms"] = [r.new.median for r in runs]
+        result["ours_ref_ms"] = [r.ref.median for r in runs]
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            result["do_bench_ms"] = None
+        else:
+            result["do_bench_ms"] = float(do_bench(call, warmup=25, rep=int(job.time_budget_s * 1000),
+                                                   return_mode="median"))
+    return result
+
+
 def _die_with_parent() -> None:
     """If the engine dies (even by SIGKILL), take this process group (the candidate's build or
     run) down with it instead of running on as an orphan."""
@@ -336,6 +413,8 @@ def main(argv: list[str]) -> int:
         result: dict[str, Any] = run_compile(job)
     elif job.mode in ("reference", "warm"):
         result = run_reference(job)
+    elif job.mode == "agreement":
+        result = run_agreement(job)
     else:
         result = run_evaluate(job).to_dict()
     tmp = result_path + ".tmp"

@@ -1,5 +1,6 @@
-"""The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden)
-feeding a device slot (one timing at a time), each stage a subprocess with its own timeout.
+"""The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden,
+each a subprocess) feeding a device slot (one evaluation at a time) served by a long-lived worker
+process (engine.evaluate.workers), each stage with its own timeout.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
+from engine.evaluate.workers import Worker
 
 PhaseCallback = Callable[[str], Awaitable[None]]
 
@@ -41,6 +44,8 @@ class Evaluator:
         cuda_arch: str | None = None,
         isolation: str = "auto",
         limits: Limits | None = None,
+        worker: bool | None = None,
+        worker_max_jobs: int = 32,
     ):
         self.backend = backend
         self.cache_dir = str(cache_dir or default_cache_dir())
@@ -61,18 +66,61 @@ class Evaluator:
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
+        self._reference_locks: dict[str, asyncio.Lock] = {}
+        if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
+            worker = os.environ.get("KTREE_WORKER", "1") != "0"
+        self.worker = Worker(env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs) if worker else None
+
+    async def close(self) -> None:
+        """Stop the worker process (it also ends by itself when the engine dies)."""
+        if self.worker is not None:
+            await self.worker.close()
 
     def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: object) -> EvalJob:
+        path = str(Path(problem_path).resolve())
+        if "flops" not in kw and "bytes" not in kw:
+            kw["flops"], kw["bytes"] = _problem_cost(path, tuple(sorted(sizes.items())))
         return EvalJob(
-            problem_path=str(Path(problem_path).resolve()), solution_source=source, backend=self.backend,
+            problem_path=path, solution_source=source, backend=self.backend,
             cache_dir=self.cache_dir, sizes=dict(sizes), **kw,  # type: ignore[arg-type]
         )
+
+    async def reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
+        """The problem's eager and torch.compile times on this device, measured once per problem
+        file + sizes + torch version + host and kept in the build cache (torch.compile takes
+        tens of seconds to warm). {"error": ...} when the reference could not be timed."""
+        import hashlib
+        import json
+        import platform
+
+        import torch
+
+        path = Path(problem_path).resolve()
+        key = hashlib.sha256(json.dumps([
+            path.read_text(), sorted(sizes.items()), self.backend, torch.__version__,
+            platform.node(), os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        ]).encode()).hexdigest()[:24]
+        file = Path(self.cache_dir) / "reference" / f"{key}.json"
+        async with self._reference_locks.setdefault(key, asyncio.Lock()):
+            if file.exists():
+                return json.loads(file.read_text())
+            result = await self.time_reference(str(path), sizes)
+            if "error" not in result:
+                file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = file.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(result))
+                os.replace(tmp, file)
+            return result
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
         async def phase(name: str) -> None:
             if on_phase is not None:
                 await on_phase(name)
 
+        if self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate":
+            ref = await self.reference(job.problem_path, job.sizes)  # once per problem, cached
+            if ref.get("compile_ms"):
+                job = job.replace(ref_compile_ms=ref["compile_ms"])
         async with self._slot("compile"):
             await phase("compiling")
             outcome, result, log = await run_child(
@@ -87,9 +135,14 @@ class Evaluator:
             )
         build_s = result.get("compile_s")
 
+        await phase("waiting")
         async with self._slot("device"), self._quiet_cpu():
-            await phase("evaluating")
-            outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env, self.sandbox)
+            if self.worker is not None:
+                outcome, result, log = await self.worker.run(job, self.run_timeout_s, on_phase)
+            else:
+                await phase("evaluating")
+                outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env,
+                                                       self.sandbox)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, log, job)
         return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
@@ -140,3 +193,20 @@ class Evaluator:
         finally:
             for _ in range(taken):
                 self._compile_slots.release()
+
+
+@functools.lru_cache(maxsize=64)
+def _problem_cost(path: str, sizes: tuple[tuple[str, int], ...]) -> tuple[float | None, float | None]:
+    """FLOPs and bytes of the problem at these sizes (declared formulas, else counted), for the
+    speed-of-light floor; (None, None) where there is no cost to be had."""
+    from engine.problems import estimate_cost, eval_formula, load_problem
+
+    try:
+        problem = load_problem(path)
+        flops, nbytes = problem.metadata.get("flops"), problem.metadata.get("bytes")
+        if flops is not None and nbytes is not None:
+            return eval_formula(str(flops), dict(sizes)) or None, eval_formula(str(nbytes), dict(sizes)) or None
+        cost = estimate_cost(problem.path, dict(sizes))
+        return cost.flops or None, cost.bytes or None
+    except Exception:  # a problem that cannot be costed only loses its speed-of-light floor
+        return None, None

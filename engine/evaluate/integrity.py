@@ -47,11 +47,29 @@ def torch_compute_ops(call: Any) -> dict[str, int]:
 
 
 def check_forward_ops(call: Any) -> list[str]:
-    ops = torch_compute_ops(call)
-    if not ops:
-        return []
-    listed = ", ".join(f"aten.{k}" for k in sorted(ops)[:6])
-    return [f"torch-ops: ModelNew.forward computes with torch ops ({listed}) instead of its kernels"]
+    """One call watched for torch compute ops, and for Python threads it starts (the recorder
+    is thread-local: torch ops in a helper thread would otherwise go unseen)."""
+    import threading
+
+    started: list[str] = []
+    original_start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        original_start(thread)
+
+    threading.Thread.start = counting_start  # type: ignore[method-assign]
+    try:
+        ops = torch_compute_ops(call)
+    finally:
+        threading.Thread.start = original_start  # type: ignore[method-assign]
+    reasons = []
+    if ops:
+        listed = ", ".join(f"aten.{k}" for k in sorted(ops)[:6])
+        reasons.append(f"torch-ops: ModelNew.forward computes with torch ops ({listed}) instead of its kernels")
+    if started:
+        reasons.append(f"host threads: ModelNew.forward starts {len(started)} Python thread(s)")
+    return reasons
 
 
 def check_outputs(outs: list[Any], inputs: list[Any], device: str) -> list[str]:
@@ -102,3 +120,33 @@ def check_harness(captured: list[tuple[Any, str, Any]]) -> list[str]:
         for owner, name, original in captured
         if getattr(owner, name) is not original
     ]
+
+
+def poison_allocator(sizes_bytes: list[int], device: str) -> None:
+    """Fill blocks of the given sizes with NaN and free them, so the caching allocator hands
+    NaN-filled memory to the next allocations of those sizes (an output the candidate never
+    writes then fails the check, instead of showing whatever was there before: the reference's
+    answer, say). On the CPU, malloc's free lists reuse blocks much the same way."""
+    blocks = []
+    for n in sizes_bytes:
+        if n > 0:
+            block = torch.empty(n // 4 + 1, dtype=torch.float32, device=device)
+            block.fill_(float("nan"))
+            blocks.append(block)
+    del blocks
+
+
+def live_threads() -> set[int]:
+    import threading
+
+    return {t.ident for t in threading.enumerate() if t.ident is not None}
+
+
+def check_threads(before: set[int]) -> list[str]:
+    """Host threads the candidate's forward started and left running: work escaping the
+    timed window (and the check)."""
+    import threading
+
+    started = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    return [f"host threads: forward left {len(started)} thread(s) running ({', '.join(started[:3])})"] \
+        if started else []

@@ -21,6 +21,9 @@ class EvalJob:
     seed: int = 0
     time_budget_s: float = 2.0
     max_reps: int = 100
+    flops: float | None = None  # the problem's work at these sizes: the speed-of-light floor
+    bytes: float | None = None
+    ref_compile_ms: float | None = None  # torch.compile reference time, measured once per problem
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -83,12 +83,107 @@ def _time_cpu(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> P
     return PairStats(Stats.of(samples["ref"]), Stats.of(samples["new"]), reps)
 
 
-def _time_cuda(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> PairStats:
+def flush_bytes() -> int:
+    """What is rewritten before every timed call: twice the L2, and at least 256 MiB."""
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
-    flush = torch.empty(2 * l2_bytes // 4, dtype=torch.float32, device="cuda")
+    return max(2 * l2_bytes, 256 * 2**20)
+
+
+def check_escaping_work(fn: Callable[[], object], event_median_ms: float, reps: int = 5) -> list[str]:
+    """Work that escapes the CUDA events (side streams, host-side waits hidden from the current
+    stream): time the call again from the host, device-synchronized, and compare."""
+    import torch
+
+    walls = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    wall = statistics.median(walls)
+    # Launch and synchronize overheads are tens of microseconds; anything beyond that and
+    # beyond half the wall time ran outside the timed window.
+    if wall - event_median_ms > max(ESCAPE_SLACK_MS, 0.5 * wall):
+        return [f"escaping work: CUDA events time {event_median_ms:.4g} ms, but the call takes"
+                f" {wall:.4g} ms device-synchronized (side stream or host work outside the events)"]
+    return []
+
+
+ESCAPE_SLACK_MS = 0.1
+
+
+def device_peaks(dtype: object, cache_dir: str | None = None) -> dict[str, float]:
+    """Measured peaks of this GPU: copy bandwidth (bytes/s) and dense matmul FLOP/s in `dtype`,
+    cached in the build cache per device and dtype (they take a second or two to measure)."""
+    import json
+    import os
+
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    key = f"peaks-{name}-{dtype}".replace(" ", "_").replace("/", "_")
+    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    src = torch.empty(2**28, dtype=torch.float32, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = _best_ms(lambda: dst.copy_(src))
+    bandwidth = 2 * src.numel() * src.element_size() / (copy_ms / 1e3)
+    src = dst = torch.empty(0)
+    mm_dtype = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float32
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=mm_dtype)
+    b = torch.randn(n, n, device="cuda", dtype=mm_dtype)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32
+    try:
+        mm_ms = _best_ms(lambda: a @ b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    peaks = {"bandwidth": bandwidth, "flops": 2 * n**3 / (mm_ms / 1e3)}
+    if path:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(peaks, f)
+        os.replace(tmp, path)
+    return peaks
+
+
+def _best_ms(fn: Callable[[], object], reps: int = 10) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return min(times)
+
+
+def speed_of_light_ms(flops: float | None, nbytes: float | None, dtype: object, device: str,
+                      cache_dir: str | None = None) -> float | None:
+    """The least time the problem's work can take here: max(FLOPs / peak FLOP/s, bytes / peak
+    bandwidth), from measured peaks. None on the CPU or without a declared or counted cost."""
+    if device != "cuda" or not (flops or nbytes):
+        return None
+    peaks = device_peaks(dtype, cache_dir)
+    return 1e3 * max((flops or 0) / peaks["flops"], (nbytes or 0) / peaks["bandwidth"])
+
+
+def _time_cuda(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> PairStats:
+    import torch
+
+    flush = torch.empty(flush_bytes() // 4, dtype=torch.float32, device="cuda")
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()

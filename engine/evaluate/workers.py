@@ -1,0 +1,169 @@
+"""Engine side of the long-lived evaluation worker (engine.evaluate.worker).
+
+One `Worker` per device. It starts the process on first use, sends it one job at a time, turns
+whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and restarts
+the process when it may no longer be trusted: after a timeout (killed), a death, any verdict other
+than correct/incorrect (a CUDA error poisons the context; a crash or a flag may leave patched
+modules, threads or streams behind), and every `max_jobs` evaluations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.runner import _read_tail
+from engine.evaluate.sandbox import Sandbox, kill_tree, make_workdir, watch
+
+PhaseCallback = Callable[[str], Awaitable[None]]
+KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
+START_TIMEOUT_S = 300.0
+
+
+class Worker:
+    """The process runs in the evaluator's sandbox (same isolation and limits as a one-shot
+    child); under strict isolation it sees the problem files of the jobs it was started for, so
+    a job for another problem file starts a new process."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
+                 cache_dir: str = "", max_jobs: int = 32):
+        self.extra_env = dict(extra_env or {})
+        self.sandbox = sandbox or Sandbox()
+        self.cache_dir = cache_dir
+        self.max_jobs = max_jobs
+        self.proc: asyncio.subprocess.Process | None = None
+        self._problems: tuple[str, ...] = ()  # the problem files this process can read
+        self.jobs_done = 0  # by the current process
+        self.starts = 0
+        self.restarts: list[str] = []  # why each restart happened, in order
+        self.busy_s = 0.0  # time spent evaluating (for idle fractions)
+        self._dir = make_workdir("worker")
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
+
+    async def _start(self, problems: tuple[str, ...]) -> str | None:
+        """Start the process; None when ready, else why it could not start."""
+        stderr_path = self._dir / "worker-stderr.txt"
+        argv = self.sandbox.command(
+            [sys.executable, "-m", "engine.evaluate.worker"], workdir=self._dir,
+            read_only=list(problems), writable=[self.cache_dir] if self.cache_dir else [])
+        with open(stderr_path, "wb") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=self._dir, env=self.sandbox.env(self.extra_env, workdir=self._dir),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                start_new_session=True,
+            )
+        self._problems = problems
+        self.starts += 1
+        self.jobs_done = 0
+        try:
+            line = await asyncio.wait_for(self._readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            line = None
+        if line is None or "ready" not in line:
+            await self.stop()
+            return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
+        return None
+
+    async def _readline(self) -> dict[str, Any] | None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            raw = await self.proc.stdout.readline()
+            if not raw:
+                return None
+            with contextlib.suppress(ValueError):
+                message = json.loads(raw)
+                if isinstance(message, dict):
+                    return message
+
+    async def stop(self, why: str = "") -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if why:
+            self.restarts.append(why)
+        kill_tree(proc.pid)
+        await proc.wait()
+
+    async def close(self) -> None:
+        await self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    async def run(
+        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None = None
+    ) -> tuple[str, dict[str, Any] | None, str]:
+        """(outcome, result, log) as runner.run_child returns them."""
+        if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
+            await self.stop("a new problem file")
+        if self.proc is None or self.proc.returncode is not None:
+            self.proc = None
+            problem = await self._start((job.problem_path,) if job.problem_path else ())
+            if problem is not None:
+                return "crashed", None, problem
+        assert self.proc is not None and self.proc.stdin is not None
+        work = Path(tempfile.mkdtemp(prefix="job-", dir=self._dir))
+        paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
+        paths["job"].write_text(json.dumps(job.to_dict()))
+        started = time.monotonic()
+        try:
+            self.proc.stdin.write((json.dumps({k: str(v) for k, v in paths.items()}) + "\n").encode())
+            await self.proc.stdin.drain()
+            deadline = started + timeout_s
+            watcher = asyncio.ensure_future(watch(self.proc.pid, self.sandbox.limits))
+            try:
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    reader = asyncio.ensure_future(self._readline())
+                    done, _ = await asyncio.wait({reader, watcher}, timeout=remaining,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if watcher in done:  # a memory or process limit broken: killed
+                        reader.cancel()
+                        await self.stop("limit")
+                        return "crashed", None, f"killed: {watcher.result()}\n{_read_tail(paths['log'])}"
+                    if reader not in done:
+                        reader.cancel()
+                        raise TimeoutError
+                    message = reader.result()
+                    if message is None:
+                        code = await self.proc.wait()
+                        await self.stop("died")
+                        return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
+                                f" before reporting\n{_read_tail(paths['log'])}")
+                    if "phase" in message and on_phase is not None:
+                        await on_phase(str(message["phase"]))
+                    if "done" in message:
+                        break
+            finally:
+                watcher.cancel()
+        except (TimeoutError, asyncio.CancelledError, BrokenPipeError, ConnectionResetError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                await self.stop("cancelled")
+                raise
+            if isinstance(exc, TimeoutError):
+                await self.stop("timeout")
+                return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
+            await self.stop("died")
+            return ("crashed", None,
+                    f"evaluation process died before reading the job\n{_read_tail(paths['log'])}")
+        finally:
+            self.busy_s += time.monotonic() - started
+        result = json.loads(paths["result"].read_text())
+        log = _read_tail(paths["log"])
+        shutil.rmtree(work, ignore_errors=True)
+        self.jobs_done += 1
+        if result.get("status") not in KEEP_AFTER:
+            await self.stop(f"after {result.get('status')}")
+        elif self.jobs_done >= self.max_jobs:
+            await self.stop(f"after {self.max_jobs} evaluations")
+        return "ok", result, log

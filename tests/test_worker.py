@@ -1,0 +1,80 @@
+"""The long-lived evaluation worker: reused between evaluations, restarted after a crash, a
+timeout or a flag, and after K evaluations; the verdicts are the same as a fresh process's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engine.evaluate.evaluator import Evaluator
+from engine.problems import load_problem
+
+SOFTMAX = load_problem("softmax")
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+HONEST = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
+WRONG = (SCRIPTED / "softmax" / "cpu" / "online_2.py").read_text()  # declared incorrect
+PYTHON_ONLY = """
+import os, torch, torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x):
+        {body}
+"""
+
+
+def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_trusted():
+    phases: list[str] = []
+
+    async def on_phase(name: str) -> None:
+        phases.append(name)
+
+    async def go() -> tuple[list, list]:
+        evaluator = Evaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=3)
+        worker = evaluator.worker
+        assert worker is not None
+        seen = []
+
+        async def one(source: str) -> None:
+            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+            verdict = await evaluator.evaluate(job, on_phase)
+            seen.append((verdict.status, worker.starts, list(worker.restarts), verdict.log))
+
+        try:
+            await one(HONEST)
+            await one(WRONG)
+            await one(PYTHON_ONLY.format(body="os._exit(3)"))  # the worker dies with it
+            await one(HONEST)
+            await one(PYTHON_ONLY.format(body="return torch.softmax(x, dim=1)"))  # flagged: torch ops
+            await one(HONEST)
+            await one(HONEST)
+            await one(HONEST)  # the 3rd evaluation of this process: replaced after it
+            await one(HONEST)
+        finally:
+            await evaluator.close()
+        return [(s, starts, restarts) for s, starts, restarts, _ in seen], seen
+
+    summary, seen = asyncio.run(go())
+    assert [s for s, _, _ in summary] == [
+        "correct", "incorrect", "crashed", "correct", "flagged", "correct", "correct", "correct", "correct"]
+    assert "exit code 3" in seen[2][3]
+    # one process for the first two, a new one after the crash, another after the flag, and
+    # one more after three evaluations in a row
+    assert [starts for _, starts, _ in summary] == [1, 1, 1, 2, 2, 3, 3, 3, 4]
+    assert summary[-1][2] == ["died", "after flagged", "after 3 evaluations"]
+    assert phases.count("checking") == 9 and "timing" in phases and "compiling" in phases
+
+
+def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
+    async def go() -> tuple[str, str, list[str], int]:
+        evaluator = Evaluator("cpu", run_timeout_s=15, worker=True)
+        assert evaluator.worker is not None
+        try:
+            hung = await evaluator.evaluate(evaluator.job(
+                SOFTMAX.path, PYTHON_ONLY.format(body="while True: pass"), SOFTMAX.sizes_for("cpu")))
+            after = await evaluator.evaluate(evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu")))
+            return hung.status, after.status, evaluator.worker.restarts, evaluator.worker.starts
+        finally:
+            await evaluator.close()
+
+    hung, after, restarts, starts = asyncio.run(go())
+    assert (hung, after) == ("timeout", "correct")
+    assert restarts == ["timeout"] and starts == 2

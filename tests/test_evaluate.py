@@ -76,9 +76,9 @@ def test_torch_ops_in_forward_are_flagged_but_still_timed():
     assert v.max_abs_err < 1e-5 and v.time_ms > 0 and v.speedup_eager is not None
 
 
-@pytest.mark.parametrize(
-    ("body", "flag"),
-    [
+# A cheating solution per integrity check, and the flag it must get (tests/test_gpu.py runs them
+# on CUDA too).
+CHEATS = [
         # A fallback to PyTorch behind a try/except around a kernel that never builds.
         (textwrap.dedent("""
         try:
@@ -112,8 +112,10 @@ def test_torch_ops_in_forward_are_flagged_but_still_timed():
         ("import threading\n" + model(
             "out = torch.empty_like(x); t = threading.Thread(target=lambda: out.copy_(torch.softmax(x, 1)));"
             " t.start(); t.join(); return out"), "host threads"),
-    ],
-)
+]
+
+
+@pytest.mark.parametrize(("body", "flag"), CHEATS)
 def test_integrity_checks_flag_cheats(body: str, flag: str):
     v = evaluate(body)
     assert v.status == "flagged", v.log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "engine/templates/examples"
 FAST = (EXAMPLES / "softmax_fast.py").read_text()
 
 
-@pytest.mark.parametrize("example", ["softmax_fast.py", "softmax_ctypes.py"])
-def test_fast_structures_are_correct_with_speed_of_light_and_compile_baseline(example: str):
-    [v] = evaluate_all("softmax", [(EXAMPLES / example).read_text()])
+@pytest.mark.parametrize(("problem", "example"), [
+    ("softmax", "softmax_fast.py"), ("softmax", "softmax_ctypes.py"), ("layernorm", "layernorm_ctypes.py")])
+def test_honest_fast_kernels_are_correct_with_speed_of_light_and_compile_baseline(problem: str, example: str):
+    [v] = evaluate_all(problem, [(EXAMPLES / example).read_text()])
     assert v.status == "correct", v.log
     assert v.sol_fraction is not None and 0 < v.sol_fraction <= 1.25
     assert v.ref_compile_ms and v.speedup_compile == pytest.approx(v.ref_compile_ms / v.time_ms)
@@ -98,3 +100,11 @@ def test_memory_never_written_and_side_stream_work_are_caught():
     assert nowrite.status == "incorrect", nowrite.log
     assert sneaky.status == "flagged", (sneaky.status, sneaky.flags, sneaky.log)
     assert any(f.startswith("escaping work") for f in sneaky.flags), sneaky.flags
+
+
+def test_integrity_cheats_are_flagged_on_cuda_too():
+    from tests.test_evaluate import CHEATS, HEADER
+
+    verdicts = evaluate_all("softmax", [HEADER + textwrap.dedent(body) for body, _ in CHEATS])
+    for (_, flag), v in zip(CHEATS, verdicts, strict=True):
+        assert v.status == "flagged" and any(f.startswith(flag) for f in v.flags), (flag, v.status, v.flags)

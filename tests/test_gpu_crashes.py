@@ -78,8 +78,18 @@ class ModelNew(torch.nn.Module):
 """
 
 # kind: (source, statuses accepted, needle in the log (lower case))
+HOST_SEGFAULT = """
+import ctypes, torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ctypes.string_at(0)
+"""
+EXIT_AT_IMPORT = "import os\nos._exit(3)\n"
+
 CRASHES = {
     "illegal-address": (ILLEGAL_ADDRESS, {"crashed", "runtime_error"}, "illegal memory access"),
+    "host-segfault": (HOST_SEGFAULT, {"crashed"}, "sigsegv"),
+    "exit-at-import": (EXIT_AT_IMPORT, {"crashed"}, "exit code 3"),
     "endless-kernel": (ENDLESS_KERNEL, {"timeout"}, f"killed after {RUN_TIMEOUT_S:g} s"),
     "gpu-oom": (GPU_OOM, {"runtime_error", "crashed"}, "out of memory"),
 }
@@ -96,10 +106,13 @@ def evaluate_then_honest(source: str, isolation: str = "auto") -> tuple[Verdict,
     async def go() -> tuple[Verdict, Verdict, float]:
         ev = Evaluator("cuda", cuda_arch=arch, run_timeout_s=RUN_TIMEOUT_S, isolation=isolation)
         sizes = SOFTMAX.sizes_for("cuda")
-        bad = await ev.evaluate(ev.job(SOFTMAX.path, source, sizes, trials=1, time_budget_s=0.5))
-        t0 = time.monotonic()
-        good = await ev.evaluate(ev.job(SOFTMAX.path, HONEST, sizes, trials=1, time_budget_s=0.5))
-        return bad, good, time.monotonic() - t0
+        try:
+            bad = await ev.evaluate(ev.job(SOFTMAX.path, source, sizes, trials=1, time_budget_s=0.5))
+            t0 = time.monotonic()
+            good = await ev.evaluate(ev.job(SOFTMAX.path, HONEST, sizes, trials=1, time_budget_s=0.5))
+            return bad, good, time.monotonic() - t0
+        finally:
+            await ev.close()
 
     return asyncio.run(go())
 

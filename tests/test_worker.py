@@ -70,6 +70,7 @@ def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
         try:
             hung = await evaluator.evaluate(evaluator.job(
                 SOFTMAX.path, PYTHON_ONLY.format(body="while True: pass"), SOFTMAX.sizes_for("cpu")))
+            evaluator.run_timeout_s = 300  # the honest one has all the time it needs on a busy machine
             after = await evaluator.evaluate(evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu")))
             return hung.status, after.status, evaluator.worker.restarts, evaluator.worker.starts
         finally:
@@ -78,3 +79,24 @@ def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
     hung, after, restarts, starts = asyncio.run(go())
     assert (hung, after) == ("timeout", "correct")
     assert restarts == ["timeout"] and starts == 2
+
+
+def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
+    """torch's builder leaves its lock file behind when killed (a compile timeout); the next
+    evaluation of that source must not wait on it."""
+    from engine.evaluate.child import build_key
+
+    async def go():
+        evaluator = Evaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)
+        job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"))
+        stale = Path(job.cache_dir) / build_key(job) / "ktree_softmax_online_1_cpu" / "lock"
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.write_text("")  # as a killed build leaves it
+        try:
+            return await evaluator.evaluate(job), stale.exists()
+        finally:
+            await evaluator.close()
+
+    verdict, still_there = asyncio.run(go())
+    assert verdict.status == "correct", verdict.log
+    assert not still_there

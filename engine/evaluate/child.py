@@ -11,6 +11,7 @@ only torch and the standard library, and reports through a JSON file. Two modes:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -19,7 +20,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
@@ -68,6 +69,24 @@ def _is_build_error(exc: BaseException) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def _build_dir_lock(build_dir: str) -> Iterator[None]:
+    """One builder per build dir at a time, under a lock the kernel drops when its holder dies.
+    torch's own lock file stays behind when a build is killed (a timeout), and every later build
+    of that source would wait on it forever: holding ours, any such file is stale, so remove it."""
+    import fcntl
+    from pathlib import Path
+
+    fd = os.open(os.path.join(build_dir, ".ktree-build.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in Path(build_dir).glob("*/lock"):
+            stale.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def load_solution(job: EvalJob) -> Any:
     """Build (or reuse) and import the solution module; classify any failure."""
     from engine.evaluate import fastbuild
@@ -78,7 +97,8 @@ def load_solution(job: EvalJob) -> Any:
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
     try:
-        module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
+        with _build_dir_lock(build_dir):
+            module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
     except SyntaxError as exc:
         raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
     except Exception as exc:

@@ -116,16 +116,16 @@ def check_escaping_work(fn: Callable[[], object], event_median_ms: float, reps: 
 ESCAPE_SLACK_MS = 0.1
 
 
-def device_peaks(dtype: object, cache_dir: str | None = None) -> dict[str, float]:
-    """Measured peaks of this GPU: copy bandwidth (bytes/s) and dense matmul FLOP/s in `dtype`,
-    cached in the build cache per device and dtype (they take a second or two to measure)."""
+def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
+    """Measured peaks of this GPU, once per GPU (cached in the build cache): copy bandwidth
+    (bytes/s) and dense matmul rates (FLOP/s) in FP32, TF32 and BF16."""
     import json
     import os
 
     import torch
 
     name = torch.cuda.get_device_name(0)
-    key = f"peaks-{name}-{dtype}".replace(" ", "_").replace("/", "_")
+    key = f"peaks-{name}-torch{torch.__version__}".replace(" ", "_").replace("/", "_")
     path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
     if path and os.path.exists(path):
         with open(path) as f:
@@ -133,19 +133,19 @@ def device_peaks(dtype: object, cache_dir: str | None = None) -> dict[str, float
     src = torch.empty(2**28, dtype=torch.float32, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
     copy_ms = _best_ms(lambda: dst.copy_(src))
-    bandwidth = 2 * src.numel() * src.element_size() / (copy_ms / 1e3)
+    peaks = {"bandwidth": 2 * src.numel() * src.element_size() / (copy_ms / 1e3)}
     src = dst = torch.empty(0)
-    mm_dtype = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float32
     n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=mm_dtype)
-    b = torch.randn(n, n, device="cuda", dtype=mm_dtype)
     tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # FP32 means FP32
     try:
-        mm_ms = _best_ms(lambda: a @ b)
+        for label, dtype, allow_tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                                         ("bf16", torch.bfloat16, False)):
+            torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            peaks[label] = 2 * n**3 / (_best_ms(lambda: a @ b) / 1e3)  # noqa: B023
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
-    peaks = {"bandwidth": bandwidth, "flops": 2 * n**3 / (mm_ms / 1e3)}
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -172,12 +172,16 @@ def _best_ms(fn: Callable[[], object], reps: int = 10) -> float:
 
 def speed_of_light_ms(flops: float | None, nbytes: float | None, dtype: object, device: str,
                       cache_dir: str | None = None) -> float | None:
-    """The least time the problem's work can take here: max(FLOPs / peak FLOP/s, bytes / peak
-    bandwidth), from measured peaks. None on the CPU or without a declared or counted cost."""
+    """The least time the problem's work can take here: max(FLOPs / peak rate, bytes / peak
+    bandwidth), from measured peaks; the rate is the fastest this dtype may use (FP32 problems:
+    FP32 or TF32; 16-bit: BF16). None on the CPU or without a declared or counted cost."""
+    import torch
+
     if device != "cuda" or not (flops or nbytes):
         return None
-    peaks = device_peaks(dtype, cache_dir)
-    return 1e3 * max((flops or 0) / peaks["flops"], (nbytes or 0) / peaks["bandwidth"])
+    peaks = device_peaks(cache_dir)
+    rate = peaks["bf16"] if dtype in (torch.float16, torch.bfloat16) else max(peaks["fp32"], peaks["tf32"])
+    return 1e3 * max((flops or 0) / rate, (nbytes or 0) / peaks["bandwidth"])
 
 
 def _time_cuda(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> PairStats:

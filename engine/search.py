@@ -345,9 +345,9 @@ class Search:
             )
 
             async def on_phase(phase: str) -> None:
+                await self._update(node.id, status=phase)
                 crash.point("compile" if phase == "compiling" else
                             "evaluate" if phase in DEVICE_PHASES else "phase")
-                await self._update(node.id, status=phase)
 
             verdict = (await self.evaluator.evaluate(job, on_phase)).to_dict()
             await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)

@@ -31,8 +31,8 @@ def killed_where(db: Path) -> dict:
 
 
 CASES = {
-    # During the first implementation call (the scripted model takes 0.5 s to answer).
-    "llm": ("llm:2:0.2", {"KTREE_SCRIPTED_LATENCY": "0.5"},
+    # During the first implementation call (the scripted model takes 1 s to answer).
+    "llm": ("llm:2:0.2", {"KTREE_SCRIPTED_LATENCY": "1"},
             lambda k: len(k["calls"]) == 1 and ("variant", "generating") in [n[1:] for n in k["nodes"]]),
     # While the first variant builds.
     "compile": ("compile:1:0.5", {},

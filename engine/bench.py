@@ -69,7 +69,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 # A variant that holds the device but has not begun (on cpu it first waits for
                 # running builds to end) still shows "compiling": it is not building.
                 slot = getattr(evaluator, "_device_slot", None)
-                if slot is not None and slot.locked() and not busy:
+                if slot is not None and slot.locked() and not busy and not shown_waiting:
                     compiling -= 1
                 totals["device_s"] += dt if busy else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
@@ -87,6 +87,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             done.set()
             await sampler
             evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
+            await evaluator.close()
             await store.close()
     workers = evaluator.compile_workers
     ideal = totals["compile_slot_s"] / workers + totals["device_s"]

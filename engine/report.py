@@ -139,6 +139,7 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
 
     for root in children.get(None, []):
         walk(root, "", True, True)
+    return "\n".join(lines)
 
 
 def agreement_table(rows: list[dict[str, Any]]) -> str:

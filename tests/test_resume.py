@@ -16,6 +16,7 @@ import pytest
 
 from engine import control
 from engine.events import DONE_STATUSES
+from engine.search import DEVICE_PHASES
 from engine.store import Store
 from tests.conftest import query, run_ktree
 
@@ -39,7 +40,7 @@ CASES = {
                 lambda k: not k["evaluations"] and any(n[2] == "compiling" for n in k["nodes"])),
     # While the first variant is checked and timed.
     "evaluate": ("evaluate:1:0.5", {},
-                 lambda k: not k["evaluations"] and any(n[2] == "evaluating" for n in k["nodes"])),
+                 lambda k: not k["evaluations"] and any(n[2] in DEVICE_PHASES for n in k["nodes"])),
     # Inside the transaction that turns the ideas reply into idea and variant rows.
     "db-transaction": ("db:4", {},
                        lambda k: len(k["calls"]) == 1 and [n[1:] for n in k["nodes"]] == [

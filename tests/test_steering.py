@@ -63,11 +63,13 @@ class Steered:
 
         bus = EventBus()
         bus.subscribe(self._receive)
+        evaluator = Evaluator("cpu")
         self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
-                             Evaluator("cpu"), problem, SearchConfig(**self.shape), resume=self.resume)
+                             evaluator, problem, SearchConfig(**self.shape), resume=self.resume)
         try:
             return await asyncio.wait_for(self.search.run(), timeout=400)
         finally:
+            await evaluator.close()
             await self.store.close()
 
     def of(self, kind: type) -> list[Any]:

@@ -628,6 +628,10 @@ class Search:
         if rounds:
             self.round = max(rounds)
             self.parents = rounds[self.round]
+        elif any(n.kind == "idea" for n in self.nodes.values()):  # recorded before schema 3
+            self.round = max(n.round for n in self.nodes.values())
+            self.parents = list(dict.fromkeys(n.parent_id for n in self.nodes.values()  # type: ignore[misc]
+                                              if n.kind == "idea" and n.round == self.round))
         for row in await self.store.commands(sid):  # pause state as the human left it
             if row["applied_at"] is not None and row["kind"] in ("pause", "resume"):
                 (self.sched.pause if row["kind"] == "pause" else self.sched.resume)()

@@ -333,3 +333,31 @@ def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path)
     assert query(db, "SELECT COUNT(*) FROM llm_calls") == [(0,)]
     assert query(db, "SELECT status, text FROM nodes WHERE kind = 'idea'") == [
         ("failed", "cancelled: stopped by the user")]
+
+
+async def test_a_session_recorded_before_rounds_were_recorded_resumes_in_its_round(tmp_path: Path):
+    """A session interrupted under schema 2 has no `rounds` rows: its round and parents come
+    from its idea nodes, and its unfinished variant is finished, not a new round 1 started."""
+    db = tmp_path / "k.db"
+    store = await Store.open(db)
+    problem = load_problem("softmax")
+    sid = await store.create_session(
+        problem="softmax", problem_path=str(problem.path), backend="cpu", strategy="tree",
+        provider="scripted", models=["scripted:scripted"], config={"rounds": 1, "ideas": 1, "variants": 1},
+        sizes=problem.sizes_for("cpu"))
+    root, idea, variant = await store.add_nodes(sid, [
+        {"parent_id": None, "kind": "root", "round": 0, "status": "reference", "source": problem.source},
+        {"parent_id": {"new": 0}, "kind": "idea", "round": 1, "status": "ok",
+         "title": "Vectorized single-pass online softmax", "text": "Fuse the passes."},
+        {"parent_id": {"new": 1}, "kind": "variant", "round": 1, "status": "generating",
+         "title": "Vectorized single-pass online softmax"},
+    ])
+    await store.close()
+
+    s = Steered(db, lambda e, s: None, resume=sid)
+    summary = await s.run()
+    assert summary["status"] == "finished" and summary["rounds"] == 1
+    assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'") == [(1,)]  # no new round 1
+    assert query(db, "SELECT purpose, node_id FROM llm_calls") == [("implement", variant.id)]
+    [(status,)] = query(db, "SELECT status FROM nodes WHERE id = ?", variant.id)
+    assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", variant.id) == [(status,)]

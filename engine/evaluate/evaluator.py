@@ -67,6 +67,8 @@ class Evaluator:
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         self._reference_locks: dict[str, asyncio.Lock] = {}
+        self._builds_allowed = asyncio.Event()  # cleared while a CPU timing waits for the cores
+        self._builds_allowed.set()
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
             worker = os.environ.get("KTREE_WORKER", "1") != "0"
         self.worker = Worker(env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs) if worker else None
@@ -168,7 +170,13 @@ class Evaluator:
         sem = self._compile_slots if stage == "compile" else self._device_slot
         self.waiting[stage] += 1
         try:
-            await sem.acquire()
+            while True:
+                if stage == "compile":  # a CPU timing waiting for the cores goes first
+                    await self._builds_allowed.wait()
+                await sem.acquire()
+                if stage != "compile" or self._builds_allowed.is_set():
+                    break
+                sem.release()
         finally:
             self.waiting[stage] -= 1
         try:
@@ -179,12 +187,14 @@ class Evaluator:
     @contextlib.asynccontextmanager
     async def _quiet_cpu(self) -> AsyncIterator[None]:
         """On the cpu backend, timing shares the cores with the compilers: hold every compile
-        slot while timing, so no build skews the numbers. (The device slot is held already, so
-        only one task ever takes several slots: no deadlock.)"""
+        slot while timing, so no build skews the numbers, and let no new build start while the
+        timing waits for the running ones to end. (The device slot is held already, so only one
+        task ever takes several slots: no deadlock.)"""
         if self.backend != "cpu":
             yield
             return
         taken = 0
+        self._builds_allowed.clear()  # no new build starts while this timing waits and runs
         try:
             for _ in range(self.compile_workers):
                 await self._compile_slots.acquire()
@@ -193,6 +203,7 @@ class Evaluator:
         finally:
             for _ in range(taken):
                 self._compile_slots.release()
+            self._builds_allowed.set()
 
 
 @functools.lru_cache(maxsize=64)

@@ -109,7 +109,8 @@ async def compile_bench(backend: str, arch: str = "", sources: int = 2, concurre
 
     async def config(label: str, structure: str, levers: str) -> dict[str, Any]:
         cache = tempfile.mkdtemp(prefix="ktree-bench-compile-")
-        os.symlink(os.path.join(pch_cache, "pch"), os.path.join(cache, "pch"))
+        # Hard links, not a symlink: under strict isolation a build sees only its cache dir.
+        shutil.copytree(os.path.join(pch_cache, "pch"), os.path.join(cache, "pch"), copy_function=os.link)
         row: dict[str, Any] = {"config": label, "structure": structure, "levers": levers, "_cache": cache}
         builds = []
         for i, src in enumerate(_sources(backend, structure, sources)):

@@ -149,9 +149,12 @@ class Problem:
                 float(self.metadata.get("rtol", DEFAULT_TOL)))
 
     def cost(self, backend: str) -> Cost:
-        """FLOPs and minimum bytes at the sizes this backend runs: from the declared formulas,
-        else estimated (torch's FLOP counter on meta tensors; bytes from tensor sizes)."""
-        sizes = self.sizes_for(backend)
+        """FLOPs and minimum bytes at the sizes this backend runs (see cost_at)."""
+        return self.cost_at(self.sizes_for(backend))
+
+    def cost_at(self, sizes: dict[str, int]) -> Cost:
+        """FLOPs and minimum bytes at these sizes: from the declared formulas, else estimated
+        (torch's FLOP counter on meta tensors; bytes from tensor sizes)."""
         flops, nbytes = self.metadata.get("flops"), self.metadata.get("bytes")
         if flops is not None and nbytes is not None:
             return Cost(eval_formula(str(flops), sizes), eval_formula(str(nbytes), sizes), False)

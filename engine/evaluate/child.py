@@ -54,21 +54,6 @@ def build_key(job: EvalJob) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
-def _is_build_error(exc: BaseException) -> bool:
-    import subprocess
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, subprocess.CalledProcessError):
-            return True
-        if isinstance(seen, RuntimeError) and "Error building extension" in str(seen):
-            return True
-        if isinstance(seen, ImportError) and (".so" in str(seen) or "undefined symbol" in str(seen)):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 @contextlib.contextmanager
 def _build_dir_lock(build_dir: str) -> Iterator[None]:
     """One builder per build dir at a time, under a lock the kernel drops when its holder dies.
@@ -102,7 +87,7 @@ def load_solution(job: EvalJob) -> Any:
     except SyntaxError as exc:
         raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
     except Exception as exc:
-        status = "compile_error" if _is_build_error(exc) else "runtime_error"
+        status = "compile_error" if fastbuild.is_build_error(exc) else "runtime_error"
         raise EvalFailure(status, _format_exc(exc)) from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
@@ -337,6 +322,18 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     )
 
 
+def _reference_on_inputs(job: EvalJob) -> tuple[str, Any, Any]:
+    """(device, the reference model, its timing inputs), seeded as the evaluation seeds them."""
+    import torch
+
+    device = "cuda" if job.backend == "cuda" else "cpu"
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    torch.manual_seed(job.seed)
+    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    torch.manual_seed(job.seed + 2000)
+    return device, model, _to(problem.get_inputs(), device)
+
+
 def run_reference(job: EvalJob) -> dict[str, Any]:
     """Time the reference eagerly and under torch.compile, interleaved, on the same inputs.
     Mode "warm" stops after compiling: many warm-ups run at once, then each timing alone finds
@@ -345,12 +342,7 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
 
     from engine.evaluate import timing
 
-    device = "cuda" if job.backend == "cuda" else "cpu"
-    problem = load_module_from_path(job.problem_path, job.sizes)
-    torch.manual_seed(job.seed)
-    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
-    torch.manual_seed(job.seed + 2000)
-    inputs = _to(problem.get_inputs(), device)
+    device, model, inputs = _reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes),
                               "torch_version": torch.__version__, "log": ""}
     with torch.no_grad():
@@ -382,12 +374,7 @@ def run_agreement(job: EvalJob) -> dict[str, Any]:
 
     from engine.evaluate import timing
 
-    device = "cuda" if job.backend == "cuda" else "cpu"
-    problem = load_module_from_path(job.problem_path, job.sizes)
-    torch.manual_seed(job.seed)
-    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
-    torch.manual_seed(job.seed + 2000)
-    inputs = _to(problem.get_inputs(), device)
+    device, model, inputs = _reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes)}
     with torch.no_grad():
         def call() -> Any:

@@ -208,16 +208,12 @@ class Evaluator:
 
 @functools.lru_cache(maxsize=64)
 def _problem_cost(path: str, sizes: tuple[tuple[str, int], ...]) -> tuple[float | None, float | None]:
-    """FLOPs and bytes of the problem at these sizes (declared formulas, else counted), for the
-    speed-of-light floor; (None, None) where there is no cost to be had."""
-    from engine.problems import estimate_cost, eval_formula, load_problem
+    """FLOPs and bytes of the problem at these sizes, for the speed-of-light floor; (None, None)
+    where there is no cost to be had."""
+    from engine.problems import load_problem
 
     try:
-        problem = load_problem(path)
-        flops, nbytes = problem.metadata.get("flops"), problem.metadata.get("bytes")
-        if flops is not None and nbytes is not None:
-            return eval_formula(str(flops), dict(sizes)) or None, eval_formula(str(nbytes), dict(sizes)) or None
-        cost = estimate_cost(problem.path, dict(sizes))
-        return cost.flops or None, cost.bytes or None
+        cost = load_problem(path).cost_at(dict(sizes))
     except Exception:  # a problem that cannot be costed only loses its speed-of-light floor
         return None, None
+    return cost.flops or None, cost.bytes or None

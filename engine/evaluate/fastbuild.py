@@ -150,9 +150,18 @@ def _starts_with_extension_header(cpp_sources: list[str]) -> bool:
     return False
 
 
-def _is_build_failure(exc: BaseException) -> bool:
-    return isinstance(exc, (RuntimeError, subprocess.CalledProcessError)) and (
-        "Error building extension" in str(exc) or isinstance(exc, subprocess.CalledProcessError))
+def is_build_error(exc: BaseException) -> bool:
+    """The compiler or linker failed (anywhere in the exception's chain), not the code's import."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, subprocess.CalledProcessError):
+            return True
+        if isinstance(seen, RuntimeError) and "Error building extension" in str(seen):
+            return True
+        if isinstance(seen, ImportError) and (".so" in str(seen) or "undefined symbol" in str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
@@ -195,7 +204,7 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
             try:
                 result = original(**{**call, "cuda_sources": slim_cuda})
             except Exception as exc:
-                if not _is_build_failure(exc):
+                if not is_build_error(exc):
                     raise
                 used["slim"] = False
                 # Build the fallback under the same version (and so the same file names) that

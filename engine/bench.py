@@ -23,7 +23,7 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from engine.evaluate.evaluator import Evaluator
 from engine.events import Event, NodeAdded, NodeUpdated, VerdictReady
@@ -36,14 +36,20 @@ SAMPLE_S = 0.005
 
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
-                         cold: bool = False) -> dict[str, Any]:
+                         cold: bool = False, log: TextIO | None = None) -> dict[str, Any]:
+    """`log`: one line per node status change (seconds since start, node, kind, status)."""
     from engine.events import EventBus
 
     status: dict[int, str] = {}
+    t0 = time.perf_counter()
 
     def watch(event: Event) -> None:
         if isinstance(event, NodeAdded | NodeUpdated | VerdictReady):
-            status[event.node.id] = event.node.status
+            node = event.node
+            if log is not None and status.get(node.id) != node.status:
+                log.write(f"{time.perf_counter() - t0:8.2f}s node {node.id} {node.kind} {node.status}\n")
+                log.flush()
+            status[node.id] = node.status
 
     with tempfile.TemporaryDirectory(prefix="ktree-bench-") as tmp:
         store = await Store.open(Path(tmp) / "bench.db")

@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--cold", action="store_true",
                     help="an empty build cache, so each distinct source really compiles")
     bp.add_argument("--json", action="store_true")
+    bp.add_argument("--log", action="store_true",
+                    help="one line per node status change on stderr, as the search goes")
     btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
     btui.add_argument("--nodes", type=_positive, default=5000)
     btui.add_argument("--moves", type=_positive, default=200, help="cursor moves to time")
@@ -583,6 +585,7 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
         problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
         ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
         top=args.top, compile_workers=args.compile_workers, cold=args.cold,
+        log=sys.stderr if args.log else None,
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

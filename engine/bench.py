@@ -36,8 +36,10 @@ SAMPLE_S = 0.005
 
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
-                         cold: bool = False, log: TextIO | None = None) -> dict[str, Any]:
-    """`log`: one line per node status change (seconds since start, node, kind, status)."""
+                         cold: bool = False, log: TextIO | None = None,
+                         evaluator: Any = None) -> dict[str, Any]:
+    """`log`: one line per node status change (seconds since start, node, kind, status).
+    `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same."""
     from engine.events import EventBus
 
     status: dict[int, str] = {}
@@ -56,7 +58,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         bus = EventBus()
         bus.subscribe(watch)
         cache = {"cache_dir": Path(tmp) / "build-cache"} if cold else {}
-        evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, **cache)
+        if evaluator is None:
+            evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, **cache)
         provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0)
         config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
         search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)

@@ -53,6 +53,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _executor_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", default="local", choices=["local", "ray"],
+                        help="where variants are compiled and evaluated: local (this host) or ray"
+                             " (one worker per GPU of a Ray cluster; pip install 'ktree[ray]')")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="with --executor ray: the cluster to join (auto: the one running here);"
+                             " default: start a local one")
+    parser.add_argument("--ray-workers", type=_positive, metavar="N",
+                        help="with --executor ray: evaluation workers (default: one per GPU of the"
+                             " cluster; 2 on the cpu backend)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ktree", description="LLM-driven search for faster CUDA kernels.")
     parser.add_argument("--db", help="SQLite database (default: $KTREE_DB or ./store.db)")
@@ -101,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-workers", type=_positive, default=None)
     run.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
                      help=ISOLATION_HELP)
+    _executor_flags(run)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
@@ -149,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--json", action="store_true")
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
+    _executor_flags(bp)
     btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
     btui.add_argument("--nodes", type=_positive, default=5000)
     btui.add_argument("--moves", type=_positive, default=200, help="cursor moves to time")
@@ -306,8 +320,35 @@ def _build_models(specs: list[str], provider: str, problem: Any, backend: str,
         raise UsageError(str(exc)) from None
 
 
+def make_evaluator(args: argparse.Namespace, requested_backend: str) -> tuple[str, Any]:
+    """The backend and the evaluator the flags ask for: this host's (--executor local) or a Ray
+    cluster's (--executor ray: joined or started here; `auto` is then the cluster's backend)."""
+    if getattr(args, "executor", "local") != "ray":
+        _local_only(args)
+        from engine.evaluate.evaluator import Evaluator
+
+        backend, arch = resolve_backend(requested_backend)
+        return backend, Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
+                                  isolation=resolve_isolation(getattr(args, "isolation", "auto")))
+    from engine.executors import ray_executor
+
+    try:
+        connected = ray_executor.connect(args.ray_address)
+        backend = ray_executor.cluster_backend(requested_backend)
+        return backend, ray_executor.RayEvaluator(
+            backend, workers=args.ray_workers, compile_workers=args.compile_workers,
+            isolation=getattr(args, "isolation", "auto"), shutdown=connected)
+    except ray_executor.RayExecutorError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _local_only(args: argparse.Namespace) -> None:
+    for flag in ("ray_address", "ray_workers"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} needs --executor ray")
+
+
 def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
-    from engine.evaluate.evaluator import Evaluator
     from engine.search import SearchConfig
 
     if args.json and not (args.headless or args.estimate):
@@ -317,7 +358,6 @@ def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared
     if args.problem is None:
         raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
     problem = _load_problem(args.problem)
-    backend, arch = resolve_backend(args.backend)
     config = SearchConfig(
         rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
         atol=_tol(args.atol, problem.tolerance[0]), rtol=_tol(args.rtol, problem.tolerance[1]),
@@ -328,16 +368,14 @@ def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared
     )
     if args.estimate:  # before any provider is built: an estimate needs no key
         return Prepared(problem, [], None, config)
+    backend, evaluator = make_evaluator(args, args.backend)
     models = _build_models(args.model, args.provider, problem, backend, args)
-    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
-                          isolation=resolve_isolation(getattr(args, "isolation", "auto")))
     return Prepared(problem, models, evaluator, config)
 
 
 def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
     """A session's own problem, backend, models and shape, from the DB; budgets given on the
     command line replace the recorded ones."""
-    from engine.evaluate.evaluator import Evaluator
     from engine.search import SearchConfig
     from engine.store import session_state
 
@@ -366,7 +404,7 @@ def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
     if state == "finished" and not pending:  # with commands given since, it runs them
         raise UsageError(f"session {args.resume} has finished; there is nothing to resume")
     problem = _load_problem(session["problem_path"])
-    backend, arch = resolve_backend(session["backend"])
+    backend, evaluator = make_evaluator(args, session["backend"])
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
     models = _build_models(specs, provider, problem, backend, args)
@@ -374,8 +412,6 @@ def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
                                    ("max_variants", args.max_variants), ("time_limit_s", args.time_limit))
                  if v is not None}
     config = SearchConfig.from_dict({**session["config"], **overrides})
-    evaluator = Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
-                          isolation=resolve_isolation(getattr(args, "isolation", "auto")))
     return Prepared(problem, models, evaluator, config, resume=args.resume)
 
 
@@ -384,7 +420,8 @@ def _run(args: argparse.Namespace) -> int:
     prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
     if args.estimate:
         return _estimate(args, prepared)
-    resolve_isolation(args.isolation, notice=True)
+    if args.executor == "local":  # (on ray, each node resolves it for itself)
+        resolve_isolation(args.isolation, notice=True)
     if args.headless:
         return asyncio.run(_run_headless(args, prepared, db))
     from tui.app import KtreeApp
@@ -579,13 +616,20 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
     from engine.bench import format_pipeline, pipeline_bench
 
     problem = _load_problem(args.problem)
-    backend, arch = resolve_backend(args.backend)
+    evaluator, arch = None, None  # local: the bench makes its own (with an empty cache if --cold)
+    if args.executor == "ray":
+        if args.cold:
+            raise UsageError("--cold empties this host's build cache: it is for --executor local")
+        backend, evaluator = make_evaluator(args, args.backend)
+    else:
+        _local_only(args)
+        backend, arch = resolve_backend(args.backend)
     cuda = backend == "cuda"
     result = asyncio.run(pipeline_bench(
         problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
         ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
         top=args.top, compile_workers=args.compile_workers, cold=args.cold,
-        log=sys.stderr if args.log else None,
+        log=sys.stderr if args.log else None, evaluator=evaluator,
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

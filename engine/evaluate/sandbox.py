@@ -92,11 +92,16 @@ class Limits:
 # -- the environment --------------------------------------------------------------------------
 
 
+def is_secret(name: str) -> bool:
+    """An environment variable that may hold a key or token: never handed to generated code."""
+    return bool(_ENV_DENY.search(name))
+
+
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for generated code: an allow-list, never a secret. The interpreter's own
     bin dir comes first on PATH (ninja and friends live there; shims like pyenv's may not be
     visible in the sandbox)."""
-    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
+    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not is_secret(k)}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])
     env["PYTHONPATH"] = str(PROJECT_ROOT)
     env["PYTHONDONTWRITEBYTECODE"] = "1"

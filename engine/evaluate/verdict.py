@@ -52,6 +52,9 @@ class Verdict:
     eval_s: float | None = None
     sizes: dict[str, Any] = field(default_factory=dict)
     log: str = ""
+    # Where it was measured when not on this host (the ray executor): executor, device ("node/gpuK"),
+    # node_id, host, pid, and the devices lost while it ran on them before ("requeued", "lost").
+    placement: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -266,7 +266,8 @@ class RayEvaluator:
             "jobs": s.done,
             "busy_s": round(s.busy_s + sum(now - t for t in s.device_since.values()), 3),
             "queue": sum(1 for k in s.jobs if k not in s.device_since),
-            "alive": s.state != "dead",
+            "alive": s.state == "alive" or (s.state == "starting" and not s.lost),  # (a replacement
+            # counts once it answers)
         } for s in self.slots]
 
     def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: Any) -> EvalJob:
@@ -290,16 +291,16 @@ class RayEvaluator:
                                     if lost else "no Ray evaluation worker is alive")
                                + f" ({reasons or 'none started'})",
                                placement={"executor": "ray", "lost": lost})
-            key = uuid.uuid4().hex
+            key, handle = uuid.uuid4().hex, slot.handle
             slot.jobs[key], slot.changed[key] = "", asyncio.Event()
-            ref = slot.handle.evaluate.remote(key, job.to_dict(), text)
+            ref = handle.evaluate.remote(key, job.to_dict(), text)
             self._follow(slot)
             try:
                 result = await self._await_with_phases(slot, key, ref, on_phase)
             except _lost_errors() as exc:
                 lost.append(slot.name)
-                self.requeues += 1
-                self._lose(slot, exc)
+                self.requeues += len(lost) <= MAX_REQUEUES
+                self._lose(slot, handle, exc)
                 continue
             finally:
                 self._leave(slot, key)
@@ -374,17 +375,20 @@ class RayEvaluator:
         taken = {s.name for s in self.slots if s is not slot and s.state != "dead"}
         return next(f"{label}/cpu{k}" for k in range(len(self.slots) + 1) if f"{label}/cpu{k}" not in taken)
 
-    def _lose(self, slot: _Slot, exc: BaseException) -> None:
-        """The slot's actor is gone (first report wins): replace it; its other jobs see the loss
-        themselves and are sent elsewhere."""
-        if slot.state == "dead":
+    def _lose(self, slot: _Slot, handle: Any, exc: BaseException) -> None:
+        """The slot's actor is gone (the first of its jobs to say so acts): replace it; its other
+        jobs see the loss themselves and are sent elsewhere."""
+        if slot.handle is not handle or slot.state == "dead":
             return
         slot.state, slot.error = "dead", f"{slot.name}: lost ({type(exc).__name__})"
         slot.lost += 1
         with contextlib.suppress(Exception):
             import_ray().kill(slot.handle)
         self._changed.set()
-        self._launch(slot)  # placed wherever the cluster has room: maybe nowhere (then dead again)
+        try:
+            self._launch(slot)  # placed wherever the cluster has room: maybe nowhere (dead again)
+        except Exception as exc2:  # Ray itself is gone
+            slot.state, slot.error = "dead", f"{slot.name}: not replaced ({_first_line(exc2)})"
 
     async def _first_start(self) -> None:
         """Wait (once, shared by every job) for the first actors to start, so the first jobs are

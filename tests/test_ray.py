@@ -145,6 +145,18 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
         await store.close()
 
 
+@needs_ray
+def test_bench_pipeline_on_ray_workers(cluster, capsys):
+    from engine.cli import _bench_pipeline
+
+    args = build_parser().parse_args(["bench", "pipeline", "--backend", "cpu", "--executor", "ray",
+                                      "--ideas", "1", "--variants", "2", "--json"])
+    assert _bench_pipeline(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "finished" and result["evaluations"] == result["variants"] >= 2
+    assert result["compile_workers"] == 2 and result["device_active_s"] > 0
+
+
 def test_executor_usage_errors(tmp_path: Path):
     for argv, says in [
         (["run", "softmax", "--ray-address", "auto", "--headless"], "--ray-address needs --executor ray"),

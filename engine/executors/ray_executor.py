@@ -248,8 +248,8 @@ class RayEvaluator:
 
     @property
     def compile_workers(self) -> int:
-        """Build slots across the cluster (each actor's own pool)."""
-        return sum(s.compile_workers or self._compile_workers for s in self.slots if s.state != "dead")
+        """Build slots across the cluster (each actor's own pool), as started."""
+        return sum(s.compile_workers or self._compile_workers for s in self.slots)
 
     @property
     def waiting(self) -> dict[str, int]:

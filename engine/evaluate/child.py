@@ -159,6 +159,17 @@ def _to(obj: Any, device: str, dtype: Any = None) -> Any:
     return obj
 
 
+def _inputs(problem: Any, device: str) -> Any:
+    """The problem's inputs, made on the device itself. A KernelBench get_inputs() builds them
+    with factory calls (torch.randn, ...) that would otherwise run on the host: seconds per call
+    for a 1 GiB input, four calls per evaluation. Seeded by the caller as before (manual_seed
+    seeds every device), and still moved in case get_inputs() builds them elsewhere."""
+    import torch
+
+    with torch.device(device):
+        return _to(problem.get_inputs(), device)
+
+
 def _sync_state(ref: Any, new: Any) -> None:
     """Give ModelNew the reference's parameters where names and shapes match exactly."""
     ref_state = ref.state_dict()
@@ -223,7 +234,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     with torch.no_grad():
         for trial in range(job.trials):
             torch.manual_seed(job.seed + 1000 + trial)
-            inputs = _to(problem.get_inputs(), device)
+            inputs = _inputs(problem, device)
             before = integrity.snapshot(inputs)
             # The reference in the problem's own precision: the dtypes to match, its own error
             # against fp64 for the log. Its freed output is then overwritten with NaN (as is
@@ -266,7 +277,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             del out, expected, before
 
         torch.manual_seed(job.seed + 2000)
-        inputs = _to(problem.get_inputs(), device)
+        inputs = _inputs(problem, device)
         phase("timing")
         try:
             stats = timing.time_pair(
@@ -331,7 +342,7 @@ def _reference_on_inputs(job: EvalJob) -> tuple[str, Any, Any]:
     torch.manual_seed(job.seed)
     model = problem.Model(*problem.get_init_inputs()).to(device).eval()
     torch.manual_seed(job.seed + 2000)
-    return device, model, _to(problem.get_inputs(), device)
+    return device, model, _inputs(problem, device)
 
 
 def run_reference(job: EvalJob) -> dict[str, Any]:

@@ -150,6 +150,61 @@ def test_python_syntax_error_is_a_compile_error():
     assert "syntax error" in v.log
 
 
+def test_a_compiler_error_is_kept_and_reused_for_the_same_source(tmp_path: Path):
+    """A build the compiler rejects with a diagnostic fails the same way next time: the second
+    compile of that source reads the kept result instead of running the compiler again."""
+    source = HEADER + textwrap.dedent("""
+    from torch.utils.cpp_extension import load_inline
+    ext = load_inline(name="broken_cc", cpp_sources="int twice(int x) { return 2 * x }",
+                      functions=["twice"])
+    """) + model("return torch.softmax(x, dim=1)")
+
+    async def go() -> list[Verdict]:
+        evaluator = Evaluator("cpu", cache_dir=tmp_path)
+        try:
+            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+            return [await evaluator.evaluate(job) for _ in range(2)]
+        finally:
+            await evaluator.close()
+
+    first, second = asyncio.run(go())
+    assert first.status == second.status == "compile_error"
+    assert "error:" in first.log and "reused" not in first.log
+    assert "error:" in second.log and "failed to build before" in second.log
+    assert second.compile_s < first.compile_s
+
+
+@pytest.mark.parametrize(
+    ("log", "names", "fallback"),
+    [
+        ('k/cuda.cu(41): error: identifier "warp_id" is undefined\n', {"cout"}, False),
+        ('k/cuda.cu(7): error: namespace "std" has no member "cout"\n', {"cout"}, True),
+        ('k/cuda.cu(3): error: identifier "PYBIND11_MODULE" is undefined\n', {"PYBIND11_MODULE"}, True),
+        ('k/cuda.cu(9): error: expected a ";"\n', {"cout"}, True),  # not plainly the source's own
+        ('k/cuda.cu(41): error: identifier "warp_id" is undefined\n', None, True),  # no name list
+        ("/k/main.cpp:4:40: error: expected ';' before '}' token\n", {"cout"}, False),  # host only
+        ("ninja: build stopped: subcommand failed.\n", {"cout"}, True),  # nothing to go on
+    ],
+)
+def test_slim_header_fallback_only_where_the_slim_header_may_be_the_cause(
+        log: str, names: set[str] | None, fallback: bool):
+    from engine.evaluate.fastbuild import slim_may_explain
+
+    assert slim_may_explain(log, lambda: names) is fallback
+
+
+def test_extension_identifiers_come_from_the_preprocessed_header(tmp_path: Path):
+    from engine.evaluate.fastbuild import extension_identifiers, torch_pch_command
+
+    if torch_pch_command([], []) is None:
+        pytest.skip("torch has no PCH command line on this platform")
+    names = extension_identifiers(str(tmp_path), [], [])
+    assert names is not None
+    assert {"cout", "PYBIND11_MODULE", "TORCH_CHECK", "Tensor"} <= names
+    assert "warp_id" not in names
+    assert extension_identifiers(str(tmp_path), [], []) == names  # kept in the cache
+
+
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [

@@ -81,9 +81,24 @@ def load_solution(job: EvalJob) -> Any:
     os.makedirs(build_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
+    failed = os.path.join(build_dir, "ktree-compile-error.json")
+    levers = list(fastbuild.levers_from_env())
     try:
         with _build_dir_lock(build_dir):
-            module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
+            earlier = _read_json(failed)
+            if earlier is not None and earlier.get("levers") == levers:
+                raise EvalFailure("compile_error", f"{earlier['log']}\n(this source failed to build"
+                                  " before with the same compiler and flags: that result is reused)")
+            try:
+                module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
+            except Exception as exc:
+                if fastbuild.is_build_error(exc) and fastbuild.has_diagnostic(exc):
+                    # The compiler said why: the same source fails the same way next time.
+                    # (A build that failed without a diagnostic, killed say, is tried again.)
+                    _write_json(failed, {"levers": levers, "log": _format_exc(exc)})
+                raise
+    except EvalFailure:
+        raise
     except SyntaxError as exc:
         raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
     except Exception as exc:
@@ -92,6 +107,23 @@ def load_solution(job: EvalJob) -> Any:
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
     return module
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(OSError):
+        with open(tmp, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
 
 
 def _format_exc(exc: BaseException) -> str:

@@ -150,6 +150,75 @@ def _starts_with_extension_header(cpp_sources: list[str]) -> bool:
     return False
 
 
+# nvcc's diagnostics: `path/cuda.cu(41): error: identifier "warp_id" is undefined`
+_NVCC_ERROR = re.compile(r"^(?P<file>[^\s(]+\.cu)\((?P<line>\d+)\): error: (?P<msg>.*)$", re.M)
+_GCC_ERROR = re.compile(r"^[^\s:]+\.(?:cpp|cc|cxx|h|hpp):\d+:\d+: error: ", re.M)
+_UNDEFINED = re.compile(r'identifier "(\w+)" is undefined|has no member "(\w+)"')
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts = []
+    seen: BaseException | None = exc
+    while seen is not None:
+        parts.append(str(seen))
+        output = getattr(seen, "output", None)
+        if isinstance(output, bytes | str):
+            parts.append(output.decode(errors="replace") if isinstance(output, bytes) else output)
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(parts)
+
+
+def slim_may_explain(log: str, identifiers: Any) -> bool:
+    """Whether a failed build with the slim header might build with torch/extension.h. False
+    only when the failure is plainly the source's own: errors in host files only, or a first
+    CUDA error naming an identifier that torch/extension.h does not declare either (a typo such
+    as an undeclared `warp_id`); `identifiers()` gives the names extension.h declares, or None.
+    Anything else (other errors, an unknown name list) keeps the fallback: building twice costs
+    time, a wrong compile_error would cost the variant."""
+    cuda_errors = list(_NVCC_ERROR.finditer(log))
+    if not cuda_errors:
+        return not _GCC_ERROR.search(log)  # only host files failed: slim changed none of them
+    m = _UNDEFINED.search(cuda_errors[0].group("msg"))
+    if m is None:
+        return True
+    known = identifiers()
+    return known is None or (m.group(1) or m.group(2)) in known
+
+
+def extension_identifiers(cache_dir: str, extra_cflags: list[str],
+                          extra_include_paths: list[str]) -> set[str] | None:
+    """Every identifier that torch/extension.h and what it includes declare or define (macros
+    too), from the preprocessed header with the flags torch's PCH command uses; computed once
+    per command and kept in the build cache. None where it cannot be had."""
+    cmd = torch_pch_command(extra_cflags, extra_include_paths)
+    if cmd is None or "-o" not in cmd or "-x" not in cmd:
+        return None
+    key = hashlib.sha256(json.dumps(["identifiers", cmd]).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "pch" / f"identifiers-{key}.txt"
+    if not path.exists():
+        out = cmd.index("-o")
+        argv = [c for i, c in enumerate(cmd) if i not in (out, out + 1)]
+        x = argv.index("-x")
+        argv[x + 1] = "c++"  # preprocess the header as a source, keeping macro definitions
+        proc = subprocess.run([*argv, "-E", "-dD", "-P"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            return None
+        names = sorted(set(re.findall(r"[A-Za-z_]\w*", proc.stdout)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text("\n".join(names))
+        os.replace(tmp, path)
+    return set(path.read_text().split())
+
+
+def has_diagnostic(exc: BaseException) -> bool:
+    """The failed build's output holds a compiler error message (not a killed compiler or a
+    full disk, which may not happen again)."""
+    text = _chain_text(exc)
+    return bool(_NVCC_ERROR.search(text) or _GCC_ERROR.search(text)
+                or re.search(r"\berror: |undefined reference to", text))
+
+
 def is_build_error(exc: BaseException) -> bool:
     """The compiler or linker failed (anywhere in the exception's chain), not the code's import."""
     seen: BaseException | None = exc
@@ -206,6 +275,10 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
             except Exception as exc:
                 if not is_build_error(exc):
                     raise
+                if not slim_may_explain(_chain_text(exc), lambda: extension_identifiers(
+                        cache_dir, list(call.get("extra_cflags") or []),
+                        list(call.get("extra_include_paths") or []))):
+                    raise  # the source's own error: the full headers would fail the same way
                 used["slim"] = False
                 # Build the fallback under the same version (and so the same file names) that
                 # the GPU worker will ask for: its versioner has never seen the slim attempt.

@@ -1,17 +1,18 @@
 """`ktree bench pipeline`: how well the pipeline overlaps its stages. A scripted search (no LLM
 latency, so only compiles and device work remain) on a throwaway DB, watched from outside:
 
-- device busy: the evaluator's device slot is held (a variant is loading, checking or timing
-  on it; on cpu not while its holder waits for running builds to end); without that attribute,
-  some variant is in a device phase (checking / timing / evaluating), reported on its own too;
+- device busy: a device is held (`Evaluator.device_states()`: a variant is loading, checking or
+  timing on it; on cpu not while its holder waits for running builds to end); without that
+  method, some variant is in a device phase (checking / timing / evaluating), reported on its
+  own too. With several devices (GPUs), each device's busy seconds, jobs and idle fractions;
 - compiled variants waiting: the evaluator's device queue (`Evaluator.waiting["device"]`);
 - compile slots in use: variants in the "compiling" phase, less those that have finished building
   and wait for the device while still showing "compiling" (an evaluator that reports no
   "waiting" phase).
 
-Sampled every 5 ms. Reports the device's idle time while compiled variants wait, and the wall
-time against the ideal of a perfect pipeline: total compile time / compile workers + total device
-time.
+Sampled every 5 ms. Reports the devices' idle time while compiled variants wait (any device idle
+counts), and the wall time against the ideal of a perfect pipeline: total compile time / compile
+workers + total device time / devices.
 
 On the cpu backend a timing waits until running builds end (so no build skews it): that wait is
 device idle time while compiled variants wait, by design; the < 5 % target is for cuda.
@@ -36,10 +37,11 @@ SAMPLE_S = 0.005
 
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
-                         cold: bool = False, log: TextIO | None = None,
-                         evaluator: Any = None) -> dict[str, Any]:
+                         cold: bool = False, log: TextIO | None = None, evaluator: Any = None,
+                         gpus: list[int] | None = None, devices: int = 1) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
-    `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same."""
+    `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
+    `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests)."""
     from engine.events import EventBus
 
     status: dict[int, str] = {}
@@ -59,12 +61,14 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         bus.subscribe(watch)
         cache = {"cache_dir": Path(tmp) / "build-cache"} if cold else {}
         if evaluator is None:
-            evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, **cache)
+            evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
+                                  devices=devices, **cache)
         provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0)
         config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
         search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
                   "idle_waiting_s": 0.0}
+        per_device: dict[str, dict[str, float]] = {}  # by name, as devices appear (ray: as actors start)
         done = asyncio.Event()
 
         async def sample() -> None:
@@ -74,24 +78,27 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 now = time.perf_counter()
                 dt, last = now - last, now
                 phases = list(status.values())
-                active = any(p in DEVICE_PHASES for p in phases)
-                slot = getattr(evaluator, "_device_slot", None)
-                busy = slot.locked() if slot is not None else active  # held: loading counts too
+                active = sum(p in DEVICE_PHASES for p in phases)
+                held = {d["name"]: d["busy"] for d in evaluator.device_states()}  # loading counts too
+                busy = sum(held.values())
                 queued = evaluator.waiting.get("device", 0)
                 shown_waiting = phases.count("waiting")
                 compiling = phases.count("compiling") - max(0, queued - shown_waiting)
-                # A variant that holds the device but has not begun, with an evaluator that
+                # A variant that holds a device but has not begun, with an evaluator that
                 # reports no "waiting" phase, still shows "compiling": it is not building.
-                if busy and not active and not shown_waiting:
-                    compiling -= 1
-                if backend == "cpu" and busy and not active and compiling > 0:
-                    busy = False  # the holder waits for running builds to end (quiet cpu)
-                totals["device_s"] += dt if busy else 0.0
+                if not shown_waiting:
+                    compiling -= max(0, busy - active)
+                totals["device_s"] += dt * busy
                 totals["device_active_s"] += dt if active else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
+                for name, is_busy in held.items():
+                    device = per_device.setdefault(name, {"busy_s": 0.0, "idle_s": 0.0, "idle_waiting_s": 0.0})
+                    device["busy_s" if is_busy else "idle_s"] += dt
+                    if queued and not is_busy:
+                        device["idle_waiting_s"] += dt
                 if queued:
                     totals["waiting_s"] += dt
-                    if not busy:
+                    if busy < len(held):
                         totals["idle_waiting_s"] += dt
 
         sampler = asyncio.create_task(sample())
@@ -103,10 +110,12 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             done.set()
             await sampler
             evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
+            states = {d["name"]: d for d in evaluator.device_states()}
             await evaluator.close()
             await store.close()
     workers = evaluator.compile_workers
-    ideal = totals["compile_slot_s"] / workers + totals["device_s"]
+    ideal = totals["compile_slot_s"] / workers + totals["device_s"] / max(1, len(per_device))
+    waited = totals["waiting_s"]
     return {
         "problem": problem.name, "backend": backend, "status": summary["status"], "cold_cache": cold,
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
@@ -119,6 +128,14 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         "idle_fraction_while_waiting": (round(totals["idle_waiting_s"] / totals["waiting_s"], 4)
                                         if totals["waiting_s"] else 0.0),
         "idle_fraction_of_wall": round(totals["idle_waiting_s"] / wall, 4) if wall else 0.0,
+        "variants_per_minute": round(evaluations / wall * 60, 2) if wall else 0.0,
+        "gpus": getattr(evaluator, "gpus", None),
+        "devices": [{
+            "name": name, "jobs": states.get(name, {}).get("jobs", 0), "busy_s": round(d["busy_s"], 3),
+            "idle_fraction_of_wall": round(d["idle_s"] / wall, 4) if wall else 0.0,
+            "idle_while_waiting_s": round(d["idle_waiting_s"], 3),
+            "idle_fraction_while_waiting": round(d["idle_waiting_s"] / waited, 4) if waited else 0.0,
+        } for name, d in per_device.items()],
     }
 
 
@@ -137,11 +154,18 @@ def format_pipeline(r: dict[str, Any]) -> str:
         f"| variants / evaluations | {r['variants']} / {r['evaluations']} | |",
         f"| wall time | {r['wall_s']:.2f} s | |",
         f"| total compile time (slot-seconds) | {r['compile_s']:.2f} s | |",
-        f"| total device time (device held) | {r['device_s']:.2f} s | |",
+        f"| total device time (device-seconds held) | {r['device_s']:.2f} s | |",
         f"| of which checking / timing | {r['device_active_s']:.2f} s | |",
         f"| ideal = compile / workers + device | {r['ideal_s']:.2f} s | |",
         f"| wall / ideal | {'-' if ratio is None else f'{ratio:.3f}'} | <= 1.15 |",
         f"| time compiled variants waited for the device | {r['waiting_s']:.2f} s | |",
         f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",
+        f"| variants evaluated per minute | {r['variants_per_minute']:.2f} | |",
     ]
+    if len(r["devices"]) > 1:
+        lines += ["", "| device | evaluations | busy | idle (of wall) | idle while variants waited |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {d['name']} | {d['jobs']} | {d['busy_s']:.2f} s"
+                  f" | {d['idle_fraction_of_wall'] * 100:.1f} % | {d['idle_while_waiting_s']:.3f} s"
+                  f" ({d['idle_fraction_while_waiting'] * 100:.1f} %) |" for d in r["devices"]]
     return "\n".join(lines)

@@ -53,6 +53,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _gpu_list(text: str) -> list[int]:
+    """`--gpus 0,1`: physical GPU indices, each once."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices (e.g. 0,1)")
+    gpus = [int(p) for p in parts]
+    twice = next((g for g in gpus if gpus.count(g) > 1), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"GPU {twice} is given twice")
+    return gpus
+
+
+GPUS_HELP = ("physical indices of the GPUs to evaluate on, e.g. 0,1 (default: every visible GPU;"
+             " a resumed session uses the ones it ran on)")
+
+
 def _executor_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", default="local", choices=["local", "ray"],
                         help="where variants are compiled and evaluated: local (this host) or ray"
@@ -111,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--compile-workers", type=_positive, default=None)
+    run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
     run.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
                      help=ISOLATION_HELP)
     _executor_flags(run)
@@ -124,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
+    ev.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...",
+                    help="the GPUs it may run on (default: every visible GPU)")
     ev.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
                     help=ISOLATION_HELP)
 
@@ -157,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
     bp.add_argument("--top", type=_positive, default=2)
     bp.add_argument("--compile-workers", type=_positive, default=None)
+    bp.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
+                    " evaluate on (default: every visible GPU); with several, per-GPU load is reported")
     bp.add_argument("--cold", action="store_true",
                     help="an empty build cache, so each distinct source really compiles")
     bp.add_argument("--json", action="store_true")
@@ -291,6 +312,29 @@ async def _open_store(path: Path) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def checked_gpus(backend: str, gpus: list[int] | None) -> list[int] | None:
+    """`--gpus` against what this machine has: any on the cpu backend, or one that is not
+    visible, is a usage error."""
+    if gpus is None:
+        return None
+    if backend != "cuda":
+        raise UsageError("--gpus needs the cuda backend (no GPU in use here)")
+    from engine.evaluate.evaluator import check_gpus, visible_gpus
+
+    try:
+        check_gpus(gpus, visible_gpus())
+    except ValueError as exc:
+        raise UsageError(f"--gpus: {exc}") from None
+    return gpus
+
+
+def local_evaluator(backend: str, arch: str | None, gpus: list[int] | None = None, **kw: Any) -> Any:
+    """This host's Evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
+    from engine.evaluate.evaluator import Evaluator
+
+    return Evaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything a search needs that can be wrong, checked before any screen opens."""
@@ -320,16 +364,25 @@ def _build_models(specs: list[str], provider: str, problem: Any, backend: str,
         raise UsageError(str(exc)) from None
 
 
-def make_evaluator(args: argparse.Namespace, requested_backend: str) -> tuple[str, Any]:
-    """The backend and the evaluator the flags ask for: this host's (--executor local) or a Ray
+def make_evaluator(args: argparse.Namespace, requested_backend: str,
+                   recorded_gpus: list[int] | None = None) -> tuple[str, Any]:
+    """The backend and the evaluator the flags ask for: this host's (--executor local; on the
+    GPUs of `--gpus`, else a resumed session's `recorded_gpus`, else every visible one) or a Ray
     cluster's (--executor ray: joined or started here; `auto` is then the cluster's backend)."""
+    gpus = getattr(args, "gpus", None)
     if getattr(args, "executor", "local") != "ray":
         _local_only(args)
-        from engine.evaluate.evaluator import Evaluator
-
         backend, arch = resolve_backend(requested_backend)
-        return backend, Evaluator(backend, compile_workers=args.compile_workers, cuda_arch=arch,
-                                  isolation=resolve_isolation(getattr(args, "isolation", "auto")))
+        if gpus is None and recorded_gpus and backend == "cuda":
+            try:
+                gpus = checked_gpus(backend, recorded_gpus)
+            except UsageError as exc:
+                raise UsageError(f"the session ran on GPUs {','.join(map(str, recorded_gpus))}, but"
+                                 f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
+        return backend, local_evaluator(backend, arch, gpus, compile_workers=args.compile_workers,
+                                        isolation=resolve_isolation(getattr(args, "isolation", "auto")))
+    if gpus is not None:
+        raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.executors import ray_executor
 
     try:
@@ -404,7 +457,7 @@ def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
     if state == "finished" and not pending:  # with commands given since, it runs them
         raise UsageError(f"session {args.resume} has finished; there is nothing to resume")
     problem = _load_problem(session["problem_path"])
-    backend, evaluator = make_evaluator(args, session["backend"])
+    backend, evaluator = make_evaluator(args, session["backend"], session["config"].get("gpus"))
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
     models = _build_models(specs, provider, problem, backend, args)
@@ -467,7 +520,6 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from engine.evaluate.evaluator import Evaluator
 
     problem = _load_problem(args.reference)
     solution = Path(args.solution)
@@ -480,8 +532,9 @@ def _eval(args: argparse.Namespace) -> int:
     backend, arch = resolve_backend(args.backend)
     isolation = resolve_isolation(args.isolation, notice=True)
 
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation)
+
     async def go() -> Any:
-        evaluator = Evaluator(backend, cuda_arch=arch, isolation=isolation)
         job = evaluator.job(problem.path, source, problem.sizes_for(backend),
                             atol=_tol(args.atol, problem.tolerance[0]),
                             rtol=_tol(args.rtol, problem.tolerance[1]))
@@ -630,6 +683,7 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
         ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
         top=args.top, compile_workers=args.compile_workers, cold=args.cold,
         log=sys.stderr if args.log else None, evaluator=evaluator,
+        gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

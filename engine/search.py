@@ -573,8 +573,11 @@ class Search:
     async def publish_progress(self, force: bool = False) -> None:
         cfg = self.config
         waiting = getattr(self.evaluator, "waiting", {})
+        device_states = getattr(self.evaluator, "device_states", None)  # not every evaluator has it
+        devices = tuple(device_states()) if device_states is not None else ()
         state = (self.round, self._total_rounds(), waiting.get("compile", 0), waiting.get("device", 0),
-                 self.sched.llm_running, self.spent_tokens, round(self.spent_usd, 6), self.sched.paused)
+                 self.sched.llm_running, self.spent_tokens, round(self.spent_usd, 6), self.sched.paused,
+                 tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"]) for d in devices))
         now = time.monotonic()
         if not force and state == self._last_progress and now - self._last_progress_at < 1.0:
             return
@@ -583,7 +586,7 @@ class Search:
             round=self.round, rounds=self._total_rounds(), compile_queue=state[2], gpu_queue=state[3],
             llm_running=state[4], tokens=self.spent_tokens, cost_usd=self.spent_usd,
             budget_usd=cfg.budget_usd, budget_tokens=cfg.budget_tokens,
-            elapsed_s=round(time.time() - self.started, 2), paused=self.sched.paused,
+            elapsed_s=round(time.time() - self.started, 2), paused=self.sched.paused, devices=devices,
         ))
 
     # -- starting and resuming ----------------------------------------------------------------
@@ -594,7 +597,8 @@ class Search:
             problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
             strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
             config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
-                    "cost_estimated": self.cost.estimated},
+                    "cost_estimated": self.cost.estimated,
+                    "gpus": getattr(self.evaluator, "gpus", None)},  # a resume uses them again
             sizes=self.sizes,
         )
         await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from engine import crash
+from engine.evaluate.verdict import device_label
 
 T = TypeVar("T")
 
@@ -413,7 +414,7 @@ class Store:
             " speedup, backend, device, sizes, verdict, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (node_id, session_id, verdict["status"], verdict.get("max_abs_err"),
              verdict.get("time_ms"), verdict.get("ref_eager_ms"), verdict.get("speedup_eager"),
-             verdict.get("backend", ""), verdict.get("device", ""),
+             verdict.get("backend", ""), device_label(verdict),
              json.dumps(verdict.get("sizes", {})), json.dumps(verdict), time.time()),
         )
         await self.conn.commit()

@@ -232,7 +232,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
-                            "sizes": dict(job.sizes)}
+                            "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes)}
 
     problem = load_module_from_path(job.problem_path, job.sizes)
     harness = integrity.capture_harness()  # before the candidate's code runs
@@ -386,8 +386,8 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
     from engine.evaluate import timing
 
     device, model, inputs = _reference_on_inputs(job)
-    result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes),
-                              "torch_version": torch.__version__, "log": ""}
+    result: dict[str, Any] = {"device": timing.device_name(job.backend), "gpu": timing.device_info(job.backend),
+                              "sizes": dict(job.sizes), "torch_version": torch.__version__, "log": ""}
     with torch.no_grad():
         t0 = time.perf_counter()
         try:

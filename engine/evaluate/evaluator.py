@@ -1,6 +1,8 @@
 """The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden,
-each a subprocess) feeding a device slot (one evaluation at a time) served by a long-lived worker
-process (engine.evaluate.workers), each stage with its own timeout.
+each a subprocess) feeding the devices — one per GPU, each evaluating one variant at a time in its
+own long-lived worker process (engine.evaluate.workers) that sees only that GPU — through one
+shared queue: a compiled variant goes to whichever device is free first. Each stage has its own
+timeout.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ import contextlib
 import dataclasses
 import functools
 import os
+import platform
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
@@ -33,6 +39,46 @@ def default_compile_workers() -> int:
     return cores - 2 if cores > 4 else cores
 
 
+def visible_gpus() -> dict[int, str]:
+    """The GPUs this process may use: physical index -> the CUDA_VISIBLE_DEVICES entry that shows
+    a worker that GPU alone. With CUDA_VISIBLE_DEVICES set, the indices it names (entries that are
+    not numbers, UUIDs or MIG names, are numbered by their place in it); else 0..count-1."""
+    import torch
+
+    count = torch.cuda.device_count()
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return {i: str(i) for i in range(count)}
+    entries = [e.strip() for e in spec.split(",") if e.strip()][:count]
+    if all(e.isdigit() for e in entries):
+        return {int(e): e for e in entries}
+    return dict(enumerate(entries))
+
+
+@dataclass
+class Device:
+    """One place evaluations run: a GPU (its worker sees only that GPU) or, on the cpu backend, a
+    slot on the cores. Its counters feed the progress display and `ktree bench pipeline`."""
+
+    name: str  # "gpu1", "cpu0"
+    index: int  # the physical GPU index (cpu: the slot)
+    env: dict[str, str]  # for its evaluation processes: CUDA_VISIBLE_DEVICES, KTREE_DEVICE_INDEX
+    worker: Worker | None
+    busy: bool = False
+    jobs: int = 0  # evaluations finished here
+    busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
+    info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
+
+    def state(self) -> dict[str, Any]:
+        return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
+                "busy_s": round(self.busy_s, 3), "queue": 0,
+                "alive": self.worker is None or self.worker.started_ok}
+
+    def describe(self) -> dict[str, Any]:
+        """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""
+        return self.info or {"slot": self.name, "index": self.index, "host": platform.node()}
+
+
 class Evaluator:
     def __init__(
         self,
@@ -46,7 +92,12 @@ class Evaluator:
         limits: Limits | None = None,
         worker: bool | None = None,
         worker_max_jobs: int = 32,
+        gpus: list[int] | None = None,
+        devices: int = 1,
     ):
+        """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
+        ValueError for one that is not visible. devices: on cpu, this many independent devices
+        (for tests of the dispatch: they share the cores, so no timing is quiet)."""
         self.backend = backend
         self.cache_dir = str(cache_dir or default_cache_dir())
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
@@ -55,7 +106,6 @@ class Evaluator:
         self.compile_timeout_s = compile_timeout_s or default_compile
         self.run_timeout_s = run_timeout_s or default_run
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
-        self._device_slot = asyncio.Semaphore(1)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2"}
         if backend == "cuda":
@@ -66,17 +116,47 @@ class Evaluator:
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
-        self._reference_locks: dict[str, asyncio.Lock] = {}
+        self._warm_locks: dict[str, asyncio.Lock] = {}
+        self._warmed: set[str] = set()
         self._builds_allowed = asyncio.Event()  # cleared while a CPU timing waits for the cores
         self._builds_allowed.set()
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
             worker = os.environ.get("KTREE_WORKER", "1") != "0"
-        self.worker = Worker(env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs) if worker else None
+        self.gpus: list[int] | None = None
+        if backend == "cuda":
+            visible = visible_gpus()
+            self.gpus = list(visible) if gpus is None else list(gpus)
+            check_gpus(self.gpus, visible)
+            slots = [(f"gpu{g}", g, {"CUDA_VISIBLE_DEVICES": visible[g]}) for g in self.gpus]
+        else:
+            if gpus:
+                raise ValueError("GPUs are chosen on the cuda backend only")
+            slots = [(f"cpu{i}", i, {}) for i in range(max(1, devices))]
+        self.devices: list[Device] = []
+        self._free: asyncio.Queue[Device] = asyncio.Queue()  # one queue: first free device first
+        for name, index, own in slots:
+            device_env = {**env, **own, "KTREE_DEVICE_INDEX": str(index)}
+            runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs)
+                      if worker else None)
+            device = Device(name, index, device_env, runner)
+            self.devices.append(device)
+            self._free.put_nowait(device)
+
+    @property
+    def worker(self) -> Worker | None:
+        """The first device's worker (the only one with a single device)."""
+        return self.devices[0].worker
+
+    def device_states(self) -> list[dict[str, Any]]:
+        """Per device: name, busy, jobs (evaluations finished), busy_s, queue (jobs waiting for
+        that device alone: 0 here, one queue serves all), alive."""
+        return [d.state() for d in self.devices]
 
     async def close(self) -> None:
-        """Stop the worker process (it also ends by itself when the engine dies)."""
-        if self.worker is not None:
-            await self.worker.close()
+        """Stop the worker processes (they also end by themselves when the engine dies)."""
+        for device in self.devices:
+            if device.worker is not None:
+                await device.worker.close()
 
     def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: object) -> EvalJob:
         path = str(Path(problem_path).resolve())
@@ -87,42 +167,57 @@ class Evaluator:
             cache_dir=self.cache_dir, sizes=dict(sizes), **kw,  # type: ignore[arg-type]
         )
 
-    async def reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
-        """The problem's eager and torch.compile times on this device, measured once per problem
-        file + sizes + torch version + host and kept in the build cache (torch.compile takes
-        tens of seconds to warm). {"error": ...} when the reference could not be timed."""
+    def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device) -> Path:
         import hashlib
         import json
-        import platform
 
         import torch
 
-        path = Path(problem_path).resolve()
         key = hashlib.sha256(json.dumps([
-            path.read_text(), sorted(sizes.items()), self.backend, torch.__version__,
-            platform.node(), os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            Path(problem_path).read_text(), sorted(sizes.items()), self.backend, torch.__version__,
+            platform.node(), device.env.get("CUDA_VISIBLE_DEVICES", ""),
         ]).encode()).hexdigest()[:24]
-        file = Path(self.cache_dir) / "reference" / f"{key}.json"
-        async with self._reference_locks.setdefault(key, asyncio.Lock()):
-            if file.exists():
-                return json.loads(file.read_text())
-            result = await self.time_reference(str(path), sizes)
-            if "error" not in result:
-                file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = file.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(result))
-                os.replace(tmp, file)
-            return result
+        return Path(self.cache_dir) / "reference" / f"{key}.json"
+
+    async def reference(self, problem_path: str, sizes: dict[str, int], device: Device) -> dict:
+        """The problem's eager and torch.compile times on `device` (held by the caller), measured
+        once per problem file + sizes + torch version + host + GPU and kept in the build cache
+        (torch.compile takes tens of seconds to warm: `_warm` first). {"error": ...} when the
+        reference could not be timed."""
+        import json
+
+        path = str(Path(problem_path).resolve())
+        file = self._reference_file(path, sizes, device)
+        if file.exists():
+            return json.loads(file.read_text())
+        result = await self._time_reference_on(device, self.job(path, "", sizes, mode="reference"))
+        if "error" not in result:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(result))
+            os.replace(tmp, file)
+        return result
+
+    async def _warm(self, problem_path: str, sizes: dict[str, int]) -> None:
+        """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
+        first chosen GPU), unless every device has its reference times already."""
+        path = str(Path(problem_path).resolve())
+        if all(self._reference_file(path, sizes, d).exists() for d in self.devices):
+            return
+        key = repr((path, sorted(sizes.items())))
+        async with self._warm_locks.setdefault(key, asyncio.Lock()):
+            if key in self._warmed:
+                return
+            async with self._slot("compile"):
+                await run_child(self.job(path, "", sizes, mode="warm"), self.compile_timeout_s,
+                                self.devices[0].env, self.sandbox)
+            self._warmed.add(key)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
         async def phase(name: str) -> None:
             if on_phase is not None:
                 await on_phase(name)
 
-        if self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate":
-            ref = await self.reference(job.problem_path, job.sizes)  # once per problem, cached
-            if ref.get("compile_ms"):
-                job = job.replace(ref_compile_ms=ref["compile_ms"])
         async with self._slot("compile"):
             await phase("compiling")
             outcome, result, log = await run_child(
@@ -136,45 +231,79 @@ class Evaluator:
                 compile_s=result.get("compile_s"), log=result["log"],
             )
         build_s = result.get("compile_s")
+        # The torch.compile baseline comes from the GPU that times the variant: warm its caches
+        # now, then time it on the device this variant gets, while holding it (once per GPU).
+        baseline = self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate"
+        if baseline:
+            await self._warm(job.problem_path, job.sizes)
 
         await phase("waiting")
-        async with self._slot("device"), self._quiet_cpu():
-            if self.worker is not None:
-                outcome, result, log = await self.worker.run(job, self.run_timeout_s, on_phase)
+        async with self._device() as device:
+            if baseline:
+                ref = await self.reference(job.problem_path, job.sizes, device)
+                if ref.get("compile_ms"):
+                    job = job.replace(ref_compile_ms=ref["compile_ms"])
+            if device.worker is not None:
+                outcome, result, log = await device.worker.run(job, self.run_timeout_s, on_phase)
             else:
                 await phase("evaluating")
-                outcome, result, log = await run_child(job, self.run_timeout_s, self._run_env,
+                outcome, result, log = await run_child(job, self.run_timeout_s, device.env,
                                                        self.sandbox)
-        if outcome != "ok" or result is None:
-            return failed_verdict(outcome, log, job)
-        return dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+            device.jobs += 1
+            if outcome != "ok" or result is None:
+                return dataclasses.replace(failed_verdict(outcome, log, job), gpu=device.describe())
+            verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+            device.info = verdict.gpu or device.info
+            return verdict
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
-        """Eager and torch.compile times of a problem's reference (one device slot, no candidate).
-        Returns the child's result, or {"error": ...} when it died or timed out."""
+        """Eager and torch.compile times of a problem's reference (on whichever device is free,
+        no candidate). Returns the child's result, or {"error": ...} when it died or timed out."""
         job = self.job(problem_path, "", sizes, mode="reference")
         if self.backend == "cuda":  # compile in the pool (several at once), time alone
             async with self._slot("compile"):
-                await run_child(job.replace(mode="warm"), self.compile_timeout_s, self._run_env,
+                await run_child(job.replace(mode="warm"), self.compile_timeout_s, self.devices[0].env,
                                 self.sandbox)
-        async with self._slot("device"), self._quiet_cpu():
-            outcome, result, log = await run_child(job, self.compile_timeout_s, self._run_env,
-                                                   self.sandbox)
+        async with self._device() as device:
+            return await self._time_reference_on(device, job)
+
+    async def _time_reference_on(self, device: Device, job: EvalJob) -> dict:
+        outcome, result, log = await run_child(job, self.compile_timeout_s, device.env, self.sandbox)
         if outcome != "ok" or result is None:
             return {"error": f"{outcome}: {log[-500:]}"}
         return result
 
     @contextlib.asynccontextmanager
+    async def _device(self) -> AsyncIterator[Device]:
+        """Whichever device is free first (one queue for all), held for one evaluation; the
+        waiters are counted for the progress display."""
+        self.waiting["device"] += 1
+        try:
+            device = await self._free.get()
+        finally:
+            self.waiting["device"] -= 1
+        try:
+            async with self._quiet_cpu():
+                device.busy, started = True, time.monotonic()
+                try:
+                    yield device
+                finally:
+                    device.busy = False
+                    device.busy_s += time.monotonic() - started
+        finally:
+            self._free.put_nowait(device)
+
+    @contextlib.asynccontextmanager
     async def _slot(self, stage: str) -> AsyncIterator[None]:
-        """Hold a compile slot or the device; count waiters for the progress display."""
-        sem = self._compile_slots if stage == "compile" else self._device_slot
+        """Hold a compile slot; count waiters for the progress display."""
+        assert stage == "compile"
+        sem = self._compile_slots
         self.waiting[stage] += 1
         try:
             while True:
-                if stage == "compile":  # a CPU timing waiting for the cores goes first
-                    await self._builds_allowed.wait()
+                await self._builds_allowed.wait()  # a CPU timing waiting for the cores goes first
                 await sem.acquire()
-                if stage != "compile" or self._builds_allowed.is_set():
+                if self._builds_allowed.is_set():
                     break
                 sem.release()
         finally:
@@ -188,9 +317,10 @@ class Evaluator:
     async def _quiet_cpu(self) -> AsyncIterator[None]:
         """On the cpu backend, timing shares the cores with the compilers: hold every compile
         slot while timing, so no build skews the numbers, and let no new build start while the
-        timing waits for the running ones to end. (The device slot is held already, so only one
-        task ever takes several slots: no deadlock.)"""
-        if self.backend != "cpu":
+        timing waits for the running ones to end. (The device is held already, so only one task
+        ever takes several slots: no deadlock.) Not with several cpu devices (tests of the
+        dispatch), whose timings share the cores by design."""
+        if self.backend != "cpu" or len(self.devices) > 1:
             yield
             return
         taken = 0
@@ -204,6 +334,20 @@ class Evaluator:
             for _ in range(taken):
                 self._compile_slots.release()
             self._builds_allowed.set()
+
+
+def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:
+    """ValueError, in words, for a choice of GPUs this process cannot use."""
+    shown = ",".join(map(str, visible)) or "none"
+    if not visible:
+        raise ValueError("no CUDA GPU is visible")
+    if not chosen:
+        raise ValueError("no GPU chosen")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"GPU {next(g for g in chosen if chosen.count(g) > 1)} is chosen twice")
+    for g in chosen:
+        if g not in visible:
+            raise ValueError(f"GPU {g} is not visible (visible: {shown})")
 
 
 @functools.lru_cache(maxsize=64)

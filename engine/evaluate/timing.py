@@ -6,10 +6,14 @@ before every call, warm-up first, the order of the two alternating. CPU: perf_co
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,53 @@ def device_name(backend: str) -> str:
     if backend == "cuda":
         return torch.cuda.get_device_name(0)
     return platform.processor() or platform.machine() or "cpu"
+
+
+def device_info(backend: str) -> dict[str, Any]:
+    """Which device this process measures on, for the verdict: the slot and physical index the
+    engine gave it (KTREE_DEVICE_INDEX, one worker per GPU), the name, the GPU's UUID and the
+    driver where they can be had (else None), torch and CUDA versions, the host."""
+    import platform
+
+    import torch
+
+    try:
+        index = int(os.environ.get("KTREE_DEVICE_INDEX") or 0)
+    except ValueError:
+        index = 0
+    cuda = backend == "cuda"
+    info: dict[str, Any] = {
+        "slot": f"{'gpu' if cuda else 'cpu'}{index}", "index": index, "name": device_name(backend),
+        "uuid": None, "driver": None, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "host": platform.node(),
+    }
+    if cuda:
+        with contextlib.suppress(Exception):
+            uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+            info["uuid"] = str(uuid) if uuid else None
+        info["driver"] = driver_version()
+    return info
+
+
+@functools.cache
+def driver_version() -> str | None:
+    """The NVIDIA driver's version from NVML ("550.54.15"), else the CUDA driver API's
+    ("CUDA 12.4"), through ctypes (no nvidia-smi, no pynvml); None where neither loads."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() == 0:
+            buf = ctypes.create_string_buffer(96)
+            ok = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0
+            nvml.nvmlShutdown()
+            if ok and buf.value:
+                return buf.value.decode(errors="replace")
+    with contextlib.suppress(OSError, AttributeError):
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"CUDA {version.value // 1000}.{version.value % 1000 // 10}"
+    return None
 
 
 WARMUP = 3

@@ -55,6 +55,9 @@ class Verdict:
     # Where it was measured when not on this host (the ray executor): executor, device ("node/gpuK"),
     # node_id, host, pid, and the devices lost while it ran on them before ("requeued", "lost").
     placement: dict[str, Any] = field(default_factory=dict)
+    # Which device measured it: slot ("gpu1", "cpu0"), physical index, name, uuid, driver, torch
+    # and CUDA versions, host (timing.device_info).
+    gpu: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -75,3 +78,11 @@ class Verdict:
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["flags"] = tuple(kwargs.get("flags") or ())
         return cls(**kwargs)
+
+
+def device_label(verdict: dict[str, Any]) -> str:
+    """Which device measured a verdict, as the store and the screens show it: "gpu1: NVIDIA H200";
+    the bare device name for a verdict without its `gpu` (recorded before there were several)."""
+    slot = (verdict.get("gpu") or {}).get("slot")
+    name = verdict.get("device") or ""
+    return f"{slot}: {name}" if slot and name else slot or name

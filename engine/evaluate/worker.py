@@ -3,9 +3,11 @@
 Saves each evaluation the start-up of a fresh process (Python, torch, CUDA context: seconds on
 the H100 box). The engine writes one request per line on stdin — `{"job": PATH, "result": PATH,
 "log": PATH}` — and the worker answers on its original stdout, one JSON line per message:
-`{"ready": pid}` once, then per request any number of `{"phase": "checking"|"timing"}` and one
-`{"done": PATH}` after the result file is in place. The candidate's own output (Python prints
-and C++ printf alike) goes to the request's log file, never into the protocol.
+`{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
+that is not the job's doing: the engine sends it again to a new worker), any number of
+`{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
+The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
+never into the protocol.
 
 The engine restarts the worker after any verdict that may have left it unusable (a CUDA error
 poisons the context; a crash or flag may leave patched modules or threads behind), after a
@@ -46,6 +48,7 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         if not line.strip():
             continue
         request = json.loads(line)
+        send({"taken": request["job"]})
         log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)

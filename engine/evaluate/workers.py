@@ -47,6 +47,7 @@ class Worker:
         self.starts = 0
         self.restarts: list[str] = []  # why each restart happened, in order
         self.busy_s = 0.0  # time spent evaluating (for idle fractions)
+        self.started_ok = True  # False after its last start failed
         self._dir = make_workdir("worker")
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -69,7 +70,8 @@ class Worker:
             line = await asyncio.wait_for(self._readline(), START_TIMEOUT_S)
         except TimeoutError:
             line = None
-        if line is None or "ready" not in line:
+        self.started_ok = line is not None and "ready" in line
+        if not self.started_ok:
             await self.stop()
             return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
         return None
@@ -101,7 +103,20 @@ class Worker:
     async def run(
         self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None = None
     ) -> tuple[str, dict[str, Any] | None, str]:
-        """(outcome, result, log) as runner.run_child returns them."""
+        """(outcome, result, log) as runner.run_child returns them. A process that dies before it
+        takes the job (killed while idle: not the job's doing) is replaced and the job sent again,
+        once."""
+        outcome = await self._attempt(job, timeout_s, on_phase)
+        if outcome is None:
+            outcome = await self._attempt(job, timeout_s, on_phase)
+        if outcome is None:
+            return "crashed", None, "the evaluation worker died twice before taking the job"
+        return outcome
+
+    async def _attempt(
+        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
+    ) -> tuple[str, dict[str, Any] | None, str] | None:
+        """One try; None when the process died before taking the job."""
         if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
             await self.stop("a new problem file")
         if self.proc is None or self.proc.returncode is not None:
@@ -114,6 +129,7 @@ class Worker:
         paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
         paths["job"].write_text(json.dumps(job.to_dict()))
         started = time.monotonic()
+        taken = False  # the process has read the job (it says so first)
         try:
             self.proc.stdin.write((json.dumps({k: str(v) for k, v in paths.items()}) + "\n").encode())
             await self.proc.stdin.drain()
@@ -138,8 +154,11 @@ class Worker:
                     if message is None:
                         code = await self.proc.wait()
                         await self.stop("died")
+                        if not taken:
+                            return None
                         return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
                                 f" before reporting\n{_read_tail(paths['log'])}")
+                    taken = taken or "taken" in message
                     if "phase" in message and on_phase is not None:
                         await on_phase(str(message["phase"]))
                     if "done" in message:
@@ -154,8 +173,7 @@ class Worker:
                 await self.stop("timeout")
                 return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
             await self.stop("died")
-            return ("crashed", None,
-                    f"evaluation process died before reading the job\n{_read_tail(paths['log'])}")
+            return None  # it never read the job
         finally:
             self.busy_s += time.monotonic() - started
         result = json.loads(paths["result"].read_text())

@@ -1,0 +1,147 @@
+"""Several evaluation devices in one evaluator: one worker each, one shared queue, every verdict
+naming the device that measured it. On CI the devices are cpu slots (`Evaluator("cpu",
+devices=2)`); tests/test_gpu_multi.py runs the same on two GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.verdict import Verdict
+from engine.problems import load_problem
+from tests.conftest import run_ktree
+
+SOFTMAX = load_problem("softmax")
+
+# Each candidate's constructor says it has started, then waits (up to a minute) until the other
+# has started too: both can only finish if two devices evaluate them at the same time.
+RENDEZVOUS = textwrap.dedent("""
+    import os, time
+    import torch
+    import torch.nn as nn
+
+    class ModelNew(nn.Module):
+        def __init__(self):
+            super().__init__()
+            open({mine!r}, "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists({other!r}):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the other candidate never started: not evaluated at the same time")
+                time.sleep(0.01)
+
+        def forward(self, x):
+            return x  # wrong on purpose: incorrect, quickly, and the worker is kept
+""")
+
+
+def test_two_devices_evaluate_two_compiled_variants_at_the_same_time(tmp_path: Path):
+    a, b = str(tmp_path / "a-started"), str(tmp_path / "b-started")
+    sources = [RENDEZVOUS.format(mine=a, other=b), RENDEZVOUS.format(mine=b, other=a)]
+
+    async def go() -> tuple[list[Verdict], list[dict], int]:
+        evaluator = Evaluator("cpu", devices=2, isolation="basic", run_timeout_s=120)
+        both_busy = 0
+        done = asyncio.Event()
+
+        async def watch() -> None:
+            nonlocal both_busy
+            while not done.is_set():
+                both_busy = max(both_busy, sum(d["busy"] for d in evaluator.device_states()))
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            verdicts = await asyncio.gather(*(evaluator.evaluate(
+                evaluator.job(SOFTMAX.path, s, SOFTMAX.sizes_for("cpu"))) for s in sources))
+            return list(verdicts), evaluator.device_states(), both_busy
+        finally:
+            done.set()
+            await watcher
+            await evaluator.close()
+
+    verdicts, states, both_busy = asyncio.run(go())
+    assert [v.status for v in verdicts] == ["incorrect", "incorrect"], [v.log for v in verdicts]
+    assert both_busy == 2  # seen from outside too: both devices held at once
+    slots = sorted(v.gpu["slot"] for v in verdicts)
+    assert slots == ["cpu0", "cpu1"]  # each verdict names the device that ran it
+    assert sorted(v.gpu["index"] for v in verdicts) == [0, 1]
+    assert all(v.gpu["torch"] and v.gpu["host"] for v in verdicts)
+    assert [(s["name"], s["jobs"], s["busy"], s["queue"], s["alive"]) for s in states] == [
+        ("cpu0", 1, False, 0, True), ("cpu1", 1, False, 0, True)]
+    assert all(s["busy_s"] > 0 for s in states)
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
+    """Killed between jobs (not by a candidate): the job sent to the dead process is sent again to a
+    fresh one, and gets its real verdict instead of 'crashed'."""
+    source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+    async def go() -> tuple[list[str], int, list[str]]:
+        evaluator = Evaluator("cpu", devices=2, run_timeout_s=120)
+        worker = evaluator.devices[1].worker
+        assert worker is not None
+        job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+        try:
+            first = await worker.run(job, 120)
+            assert worker.proc is not None
+            pid = worker.proc.pid
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while not _gone_or_zombie(pid):  # no await: the engine has not noticed the death yet
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            second = await worker.run(job, 120)
+            return [first[1]["status"], second[1]["status"]], worker.starts, worker.restarts
+        finally:
+            await evaluator.close()
+
+    statuses, starts, restarts = asyncio.run(go())
+    assert statuses == ["incorrect", "incorrect"]
+    assert starts == 2 and restarts == ["died"]
+
+
+def test_gpus_are_for_the_cuda_backend_and_must_be_visible():
+    with pytest.raises(ValueError, match="cuda backend only"):
+        Evaluator("cpu", gpus=[0])
+    import torch
+
+    if torch.cuda.device_count() == 0:
+        with pytest.raises(ValueError, match="no CUDA GPU is visible"):
+            Evaluator("cuda", gpus=[0])
+    else:
+        with pytest.raises(ValueError, match="GPU 99 is not visible"):
+            Evaluator("cuda", gpus=[99])
+        with pytest.raises(ValueError, match="chosen twice"):
+            Evaluator("cuda", gpus=[0, 0])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpus", "a,b"], "--gpus"),
+    (["--gpus", "0,0"], "twice"),
+    (["--gpus", "-1"], "--gpus"),
+    (["--gpus", ""], "--gpus"),
+    (["--gpus", "0", "--backend", "cpu"], "cuda backend"),
+])
+def test_bad_gpus_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path):
+    proc = run_ktree("run", "softmax", "--provider", "scripted", "--headless", "--db",
+                     str(tmp_path / "k.db"), *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+    bench = run_ktree("bench", "pipeline", "--backend", "cpu", *args, timeout=120)
+    assert bench.returncode == 2 and len(bench.stderr.strip().splitlines()) == 1, bench.stderr

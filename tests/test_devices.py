@@ -145,3 +145,58 @@ def test_bad_gpus_is_one_line_and_exit_2(args: list[str], message: str, tmp_path
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
     bench = run_ktree("bench", "pipeline", "--backend", "cpu", *args, timeout=120)
     assert bench.returncode == 2 and len(bench.stderr.strip().splitlines()) == 1, bench.stderr
+
+
+async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path: Path):
+    """A live scripted search on two cpu devices in the TUI at 80x24: the Progress events carry
+    the device states, the progress pane shows a line per device, each verdict (and the store's
+    device column) names the device that measured it, and the counts agree."""
+    import dataclasses
+    from collections import Counter
+
+    from textual.widgets import Static, Tree
+
+    from engine.cli import build_parser, prepare_search
+    from tests.conftest import query
+    from tui.app import KtreeApp
+    from tui.screens.search import SearchScreen
+
+    db = tmp_path / "k.db"
+    args = build_parser().parse_args(["run", "softmax", "--backend", "cpu", "--provider", "scripted",
+                                      "--rounds", "1", "--ideas", "2", "--db", str(db)])
+    prepared = prepare_search(args)
+    await prepared.evaluator.close()
+    prepared = dataclasses.replace(prepared, evaluator=Evaluator("cpu", devices=2))
+    app = KtreeApp(db_path=db, search_factory=prepared.search)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SearchScreen)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.search_summary is not None and app.search_summary["status"] == "finished"
+            devices = screen.progress["devices"]
+            assert [d["name"] for d in devices] == ["cpu0", "cpu1"]
+            slots = Counter(v["gpu"]["slot"] for v in screen.verdicts.values())
+            assert slots == {d["name"]: d["jobs"] for d in devices if d["jobs"]}
+            assert sum(d["jobs"] for d in devices) == len(screen.verdicts) == 4
+            screen._render_progress()
+            lines = str(screen.query_one("#progress-text", Static).content).splitlines()
+            for d in devices:
+                line = next(ln for ln in lines if ln.startswith(d["name"]))
+                assert f"{d['jobs']} jobs" in line and "idle" in line and "%" in line
+            text_height = screen.query_one("#progress-text", Static).outer_size.height
+            assert text_height >= 3 + 2  # a line per device more, none cut off
+            assert screen.query_one("#progress").outer_size.height == text_height + 1 + 2  # + bar, border
+            assert screen.query_one("#tree", Tree).size.height > 3  # still room for the tree
+            node = next(iter(screen.verdicts))
+            screen.select_node(node)
+            await pilot.pause()
+            shown = str(screen.query_one("#verdict", Static).content)
+            assert f"{screen.verdicts[node]['gpu']['slot']}: " in shown
+            await pilot.press("q")
+    finally:
+        await prepared.evaluator.close()
+    stored = query(db, "SELECT device FROM evaluations")
+    assert sorted(d.split(":")[0] for (d,) in stored) == sorted(slots.elements())

@@ -36,6 +36,7 @@ from textual.widgets.tree import TreeNode
 from textual_plotext import PlotextPlot
 
 from engine import control
+from engine.evaluate.verdict import device_label
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -194,6 +195,7 @@ class SearchScreen(Screen):
 
     def _layout(self, width: int, height: int) -> None:
         self.set_class(width < 110 or height < 32, "compact")
+        self._progress_dirty = True  # its height depends on the layout
         wide = width >= WIDE
         if wide != self._wide:
             self._wide = wide
@@ -551,6 +553,8 @@ class SearchScreen(Screen):
             out.append(" · pruned", style="dim")
         if v is None:
             return out
+        if v.get("gpu"):  # which device measured it
+            out.append(f" · {device_label(v)}", style="dim")
         out.append(f"\nmax abs err {fmt_num(v.get('max_abs_err'), '.3g')}")
         out.append(f" · median {fmt_num(v.get('time_ms'), '.4g', ' ms')}"
                    f" (p10 {fmt_num(v.get('time_p10_ms'), '.4g')}, p90 {fmt_num(v.get('time_p90_ms'), '.4g')})")
@@ -716,9 +720,31 @@ class SearchScreen(Screen):
         text.append(f"compile queue {compile_q} · {device} queue {gpu_q}{llm}\n")
         text.append(f"tokens {_si(tokens)}{'/' + _si(budget_tokens) if budget_tokens else ''}"
                     f" · ${cost:.3f}{f'/${budget_usd:g}' if budget_usd else ''}")
-        self.query_one("#progress-text", Static).update(text, layout=False)
+        shown = self._device_lines(text, p.get("devices") or [], elapsed)
+        if shown:  # the pane grows by a line per device (none: the stylesheet's sizes)
+            compact = self.has_class("compact")  # where the queue line may wrap
+            self.query_one("#progress-text", Static).styles.height = "auto" if compact else 3 + shown
+            self.query_one("#progress").styles.height = "auto" if compact else 13 + shown
+        self.query_one("#progress-text", Static).update(text, layout=bool(shown))
         expected = max(round_variants, round_ideas * int(cfg.get("variants") or 1), 1)
         self.query_one("#round-bar", ProgressBar).update(total=expected, progress=round_done)
+
+    def _device_lines(self, text: Text, devices: list[dict[str, Any]], elapsed: float) -> int:
+        """One line per evaluation device (GPU): busy or idle, evaluations done, utilisation (its
+        busy time over the run's); at most 3 in a compact layout, then how many more. Returns the
+        lines written."""
+        limit = 3 if self.has_class("compact") else 12
+        width = max((len(d["name"]) for d in devices), default=0)
+        for d in devices[:limit]:
+            util = min(1.0, d["busy_s"] / elapsed) if elapsed > 0 else 0.0
+            state = "down" if not d["alive"] else "busy" if d["busy"] else "idle"
+            style = {"down": "red", "busy": "green", "idle": "dim"}[state]
+            text.append(f"\n{d['name']:<{width}} ")
+            text.append(state, style=style)
+            text.append(f" {d['jobs']:>3} jobs {util:>4.0%}" + (f" queue {d['queue']}" if d["queue"] else ""))
+        if len(devices) > limit:
+            text.append(f"\n+{len(devices) - limit} more devices", style="dim")
+        return min(len(devices), limit + 1)
 
     def _render_plot(self) -> None:
         self._plot_dirty = False

@@ -603,7 +603,8 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                                  "pruned": n.pruned, "time_ms": v.get("time_ms"),
                                  "ref_eager_ms": v.get("ref_eager_ms"),
                                  "speedup_eager": v.get("speedup_eager"),
-                                 "max_abs_err": v.get("max_abs_err"), "device": v.get("device")})
+                                 "max_abs_err": v.get("max_abs_err"), "device": v.get("device"),
+                                 "slot": (v.get("gpu") or {}).get("slot")})
                 out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:

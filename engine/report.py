@@ -51,14 +51,15 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
         f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
         f" provider {session['provider']}, {session['status']}, best {fmt_x(session.get('best_speedup'))}",
         "",
-        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err | on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in variants:
         err = "-" if v.get("max_abs_err") is None else f"{v['max_abs_err']:.2g}"
         lines.append(
             f"| {v['node']} | {v['round']} | {v['idea']} | {v['status']} | {_num(v.get('time_ms'))}"
-            f" | {_num(v.get('ref_eager_ms'))} | {fmt_x(v.get('speedup_eager'))} | {err} |"
+            f" | {_num(v.get('ref_eager_ms'))} | {fmt_x(v.get('speedup_eager'))} | {err}"
+            f" | {v.get('slot') or '-'} |"
         )
     return "\n".join(lines)
 

@@ -156,7 +156,7 @@ def format_pipeline(r: dict[str, Any]) -> str:
         f"| total compile time (slot-seconds) | {r['compile_s']:.2f} s | |",
         f"| total device time (device-seconds held) | {r['device_s']:.2f} s | |",
         f"| of which checking / timing | {r['device_active_s']:.2f} s | |",
-        f"| ideal = compile / workers + device | {r['ideal_s']:.2f} s | |",
+        f"| ideal = compile / workers + device / devices | {r['ideal_s']:.2f} s | |",
         f"| wall / ideal | {'-' if ratio is None else f'{ratio:.3f}'} | <= 1.15 |",
         f"| time compiled variants waited for the device | {r['waiting_s']:.2f} s | |",
         f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",

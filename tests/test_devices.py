@@ -20,7 +20,7 @@ from tests.conftest import run_ktree
 
 SOFTMAX = load_problem("softmax")
 
-# Each candidate's constructor says it has started, then waits (up to a minute) until the other
+# Each candidate's constructor says it has started, then waits (up to four minutes) until the other
 # has started too: both can only finish if two devices evaluate them at the same time.
 RENDEZVOUS = textwrap.dedent("""
     import os, time
@@ -31,7 +31,7 @@ RENDEZVOUS = textwrap.dedent("""
         def __init__(self):
             super().__init__()
             open({mine!r}, "w").close()
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 240
             while not os.path.exists({other!r}):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the other candidate never started: not evaluated at the same time")
@@ -200,3 +200,18 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
         await prepared.evaluator.close()
     stored = query(db, "SELECT device FROM evaluations")
     assert sorted(d.split(":")[0] for (d,) in stored) == sorted(slots.elements())
+
+
+def test_pipeline_bench_reports_each_device():
+    from engine.bench import format_pipeline, pipeline_bench
+
+    r = asyncio.run(pipeline_bench(SOFTMAX, "cpu", None, rounds=1, ideas=2, variants=2, devices=2))
+    assert r["status"] == "finished" and r["evaluations"] == 4
+    assert [d["name"] for d in r["devices"]] == ["cpu0", "cpu1"]
+    assert sum(d["jobs"] for d in r["devices"]) == r["evaluations"]
+    assert sum(d["busy_s"] for d in r["devices"]) == pytest.approx(r["device_s"], rel=0.05)
+    for d in r["devices"]:
+        assert 0 <= d["idle_fraction_of_wall"] <= 1 and 0 <= d["idle_fraction_while_waiting"] <= 1
+    assert r["variants_per_minute"] == pytest.approx(r["evaluations"] / r["wall_s"] * 60, rel=0.01)
+    table = format_pipeline(r)
+    assert "| cpu0 |" in table and "| cpu1 |" in table and "variants evaluated per minute" in table

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from engine.evaluate import sandbox
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import Evaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
@@ -104,7 +104,9 @@ def evaluate_then_honest(source: str, isolation: str = "auto") -> tuple[Verdict,
         arch = f"{major}.{minor}"
 
     async def go() -> tuple[Verdict, Verdict, float]:
-        ev = Evaluator("cuda", cuda_arch=arch, run_timeout_s=RUN_TIMEOUT_S, isolation=isolation)
+        first = next(iter(visible_gpus()))  # one GPU: the honest variant runs where the crash was
+        ev = Evaluator("cuda", cuda_arch=arch, run_timeout_s=RUN_TIMEOUT_S, isolation=isolation,
+                       gpus=[first])
         sizes = SOFTMAX.sizes_for("cuda")
         try:
             bad = await ev.evaluate(ev.job(SOFTMAX.path, source, sizes, trials=1, time_budget_s=0.5))

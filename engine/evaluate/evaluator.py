@@ -118,6 +118,7 @@ class Evaluator:
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
+        self._reference_failed: dict[Path, dict] = {}
         self._builds_allowed = asyncio.Event()  # cleared while a CPU timing waits for the cores
         self._builds_allowed.set()
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
@@ -190,12 +191,16 @@ class Evaluator:
         file = self._reference_file(path, sizes, device)
         if file.exists():
             return json.loads(file.read_text())
+        if file in self._reference_failed:  # tried once in this run: not again on every variant
+            return self._reference_failed[file]
         result = await self._time_reference_on(device, self.job(path, "", sizes, mode="reference"))
-        if "error" not in result:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(result))
-            os.replace(tmp, file)
+        if "error" in result:
+            self._reference_failed[file] = result
+            return result
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(result))
+        os.replace(tmp, file)
         return result
 
     async def _warm(self, problem_path: str, sizes: dict[str, int]) -> None:

@@ -27,6 +27,8 @@ def format_verdict(v: dict[str, Any]) -> str:
         parts.append(f"eager {fmt_ms(v['ref_eager_ms'])}")
     if v.get("speedup_eager") is not None:
         parts.append(f"speedup {fmt_x(v['speedup_eager'])}")
+    if (v.get("gpu") or {}).get("slot"):  # which device measured it
+        parts.append(f"on {v['gpu']['slot']}")
     line = ", ".join(parts)
     for flag in v.get("flags") or []:
         line += f"\n    flag: {flag[:200]}"

@@ -115,6 +115,28 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
     assert starts == 2 and restarts == ["died"]
 
 
+def test_a_device_whose_worker_cannot_start_is_set_aside_and_its_job_runs_on_another():
+    source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+    async def go() -> tuple[list[Verdict], list[dict], int]:
+        evaluator = Evaluator("cpu", devices=2, run_timeout_s=120)
+        broken = evaluator.devices[1].worker
+        assert broken is not None
+        broken.extra_env["PYTHONHOME"] = "/nonexistent"  # no interpreter starts there: a dead device
+        try:
+            verdicts = await asyncio.gather(*(evaluator.evaluate(
+                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))) for _ in range(2)))
+            return list(verdicts), evaluator.device_states(), broken.starts
+        finally:
+            await evaluator.close()
+
+    verdicts, states, tries = asyncio.run(go())
+    assert [v.status for v in verdicts] == ["incorrect", "incorrect"], [v.log for v in verdicts]
+    assert [v.gpu["slot"] for v in verdicts] == ["cpu0", "cpu0"]
+    assert tries == 1  # tried once, then set aside
+    assert [(s["name"], s["jobs"], s["alive"]) for s in states] == [("cpu0", 2, True), ("cpu1", 0, False)]
+
+
 def test_gpus_are_for_the_cuda_backend_and_must_be_visible():
     with pytest.raises(ValueError, match="cuda backend only"):
         Evaluator("cpu", gpus=[0])

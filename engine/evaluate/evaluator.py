@@ -33,6 +33,9 @@ DEFAULT_TIMEOUTS = {  # (compile, run) seconds
 }
 
 
+DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
+
+
 def default_compile_workers() -> int:
     """Cores minus two (for the engine and the timer), or every core on a small machine."""
     cores = os.cpu_count() or 1
@@ -67,12 +70,17 @@ class Device:
     busy: bool = False
     jobs: int = 0  # evaluations finished here
     busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
+    resting: bool = False  # its worker could not start: out of the queue for DOWN_REST_S
     info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
+
+    @property
+    def alive(self) -> bool:
+        """False while its worker could not be started (the last try failed)."""
+        return self.worker is None or self.worker.started_ok
 
     def state(self) -> dict[str, Any]:
         return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
-                "busy_s": round(self.busy_s, 3), "queue": 0,
-                "alive": self.worker is None or self.worker.started_ok}
+                "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive}
 
     def describe(self) -> dict[str, Any]:
         """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""
@@ -243,23 +251,28 @@ class Evaluator:
             await self._warm(job.problem_path, job.sizes)
 
         await phase("waiting")
-        async with self._device() as device:
-            if baseline:
-                ref = await self.reference(job.problem_path, job.sizes, device)
-                if ref.get("compile_ms"):
-                    job = job.replace(ref_compile_ms=ref["compile_ms"])
-            if device.worker is not None:
-                outcome, result, log = await device.worker.run(job, self.run_timeout_s, on_phase)
-            else:
-                await phase("evaluating")
-                outcome, result, log = await run_child(job, self.run_timeout_s, device.env,
-                                                       self.sandbox)
-            device.jobs += 1
-            if outcome != "ok" or result is None:
-                return dataclasses.replace(failed_verdict(outcome, log, job), gpu=device.describe())
-            verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
-            device.info = verdict.gpu or device.info
-            return verdict
+        while True:
+            async with self._device() as device:
+                run = job
+                if baseline:
+                    ref = await self.reference(job.problem_path, job.sizes, device)
+                    if ref.get("compile_ms"):
+                        run = job.replace(ref_compile_ms=ref["compile_ms"])
+                if device.worker is not None:
+                    outcome, result, log = await device.worker.run(run, self.run_timeout_s, on_phase)
+                    if not device.worker.started_ok and any(d.alive for d in self.devices if d is not device):
+                        device.resting = True  # its worker cannot start: not the variant's fault,
+                        continue  # which goes to another device; this one is tried again later
+                else:
+                    await phase("evaluating")
+                    outcome, result, log = await run_child(run, self.run_timeout_s, device.env,
+                                                           self.sandbox)
+                device.jobs += 1
+                if outcome != "ok" or result is None:
+                    return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
+                verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+                device.info = verdict.gpu or device.info
+                return verdict
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,
@@ -296,7 +309,11 @@ class Evaluator:
                     device.busy = False
                     device.busy_s += time.monotonic() - started
         finally:
-            self._free.put_nowait(device)
+            if device.resting:  # back in the queue after a rest
+                device.resting = False
+                asyncio.get_running_loop().call_later(DOWN_REST_S, self._free.put_nowait, device)
+            else:
+                self._free.put_nowait(device)
 
     @contextlib.asynccontextmanager
     async def _slot(self, stage: str) -> AsyncIterator[None]:

@@ -158,6 +158,7 @@ def test_gpus_are_for_the_cuda_backend_and_must_be_visible():
     (["--gpus", "-1"], "--gpus"),
     (["--gpus", ""], "--gpus"),
     (["--gpus", "0", "--backend", "cpu"], "cuda backend"),
+    (["--gpus", "0", "--executor", "ray"], "--executor local"),
 ])
 def test_bad_gpus_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path):
     proc = run_ktree("run", "softmax", "--provider", "scripted", "--headless", "--db",

@@ -10,6 +10,11 @@ latency, so only compiles and device work remain) on a throwaway DB, watched fro
   and wait for the device while still showing "compiling" (an evaluator that reports no
   "waiting" phase).
 
+The scripted provider answers as a model with an endless supply would (every call gets the K ideas
+asked for; every variant is a distinct source that really builds: see engine.llm.scripted), unless
+`repeat_sources` asks for the library's files as they are (identical sources then hit the build
+cache, and the library's few ideas run out before the shape is filled).
+
 Sampled every 5 ms. Reports the devices' idle time while compiled variants wait (any device idle
 counts), and the wall time against the ideal of a perfect pipeline: total compile time / compile
 workers + total device time / devices.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,7 +44,8 @@ SAMPLE_S = 0.005
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
                          cold: bool = False, log: TextIO | None = None, evaluator: Any = None,
-                         gpus: list[int] | None = None, devices: int = 1) -> dict[str, Any]:
+                         gpus: list[int] | None = None, devices: int = 1,
+                         repeat_sources: bool = False) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
     `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests)."""
@@ -63,7 +70,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         if evaluator is None:
             evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
                                   devices=devices, **cache)
-        provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0)
+        provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
+                                    stamp=None if repeat_sources else uuid.uuid4().hex[:12])
         config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
         search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
@@ -110,6 +118,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             done.set()
             await sampler
             evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
+            sources = {n.source for n in await store.nodes(search.session_id)
+                       if n.kind == "variant" and n.source} if search.session_id else set()
             states = {d["name"]: d for d in evaluator.device_states()}
             await evaluator.close()
             await store.close()
@@ -120,6 +130,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         "problem": problem.name, "backend": backend, "status": summary["status"], "cold_cache": cold,
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
         "compile_workers": workers, "variants": summary["variants"], "evaluations": evaluations,
+        "distinct_sources": len(sources), "repeat_sources": repeat_sources,
         "by_status": summary["by_status"], "wall_s": round(wall, 3),
         "compile_s": round(totals["compile_slot_s"], 3), "device_s": round(totals["device_s"], 3),
         "device_active_s": round(totals["device_active_s"], 3),
@@ -152,6 +163,8 @@ def format_pipeline(r: dict[str, Any]) -> str:
         "| measure | value | target (cuda) |",
         "| --- | --- | --- |",
         f"| variants / evaluations | {r['variants']} / {r['evaluations']} | |",
+        f"| distinct sources | {r['distinct_sources']}"
+        f"{' (library files as they are)' if r['repeat_sources'] else ''} | |",
         f"| wall time | {r['wall_s']:.2f} s | |",
         f"| total compile time (slot-seconds) | {r['compile_s']:.2f} s | |",
         f"| total device time (device-seconds held) | {r['device_s']:.2f} s | |",

@@ -179,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
                     " evaluate on (default: every visible GPU); with several, per-GPU load is reported")
     bp.add_argument("--cold", action="store_true",
-                    help="an empty build cache, so each distinct source really compiles")
+                    help="an empty build cache (the precompiled header too) for this run")
+    bp.add_argument("--repeat-sources", action="store_true",
+                    help="the scripted library's files as they are: identical sources hit the build cache"
+                         " and its ideas run out (default: every variant a distinct source, K ideas a call)")
     bp.add_argument("--json", action="store_true")
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
@@ -685,6 +688,7 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
         top=args.top, compile_workers=args.compile_workers, cold=args.cold,
         log=sys.stderr if args.log else None, evaluator=evaluator,
         gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
+        repeat_sources=args.repeat_sources,
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

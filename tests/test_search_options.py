@@ -149,6 +149,7 @@ def test_bench_pipeline_at_ci_size():
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["status"] == "finished" and r["evaluations"] == r["variants"] == 2
+    assert r["distinct_sources"] == 2 and not r["repeat_sources"]  # both built, neither a cache hit
     assert r["compile_s"] > 0 and r["device_s"] > 0 and r["wall_s"] >= r["device_s"]
     assert r["ideal_s"] == pytest.approx(r["compile_s"] / r["compile_workers"] + r["device_s"], abs=2e-3)
     assert 0 <= r["idle_while_waiting_s"] <= r["waiting_s"] <= r["wall_s"]

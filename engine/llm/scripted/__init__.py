@@ -4,6 +4,13 @@ version of a variant that fails to compile, for the fix prompt, in <backend>/fix
 
 It reads the prompt as a model would: the idea prompt's "already tried" list and the number of
 ideas asked for, the implementation prompt's idea title. Deterministic for a given seed.
+
+For `ktree bench pipeline`, which measures the pipeline at the search shape it is given, two
+options make it answer like a model with an endless supply: `fill` (when fewer untried ideas are
+left than asked for, tried ones are proposed again, so every call gets K ideas) and `stamp` (each
+implementation starts with a comment line naming the stamp and a serial number, so every variant
+is a distinct source and really builds, as a model's variants do, instead of hitting the build
+cache of an identical library file).
 """
 
 from __future__ import annotations
@@ -21,6 +28,13 @@ from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
 
 DATA = Path(__file__).parent / "data"
+STAMP_MARK = "# ktree bench: a distinct source, built for real: "
+
+
+def unstamped(code: str) -> str:
+    """The code without a `stamp` line."""
+    first, _, rest = code.lstrip().partition("\n")
+    return rest if first.startswith(STAMP_MARK) else code
 
 
 @dataclass(frozen=True)
@@ -61,8 +75,12 @@ class ScriptedProvider:
     name = "scripted"
     scripted = True
 
-    def __init__(self, problem: str, backend: str, seed: int = 0, latency_s: float = 0.0):
+    def __init__(self, problem: str, backend: str, seed: int = 0, latency_s: float = 0.0,
+                 fill: bool = False, stamp: str | None = None):
         self.problem = problem
+        self.fill = fill
+        self.stamp = stamp
+        self.stamped = 0  # implementations stamped so far
         self.backend = backend
         self.ideas = load_ideas(problem, backend)
         self.latency_s = latency_s
@@ -100,6 +118,10 @@ class ScriptedProvider:
         fresh = [i for i in self.ideas if i.title not in tried_section]
         order = fresh[:]
         self._rng.shuffle(order)
+        if self.fill:
+            while len(order) < k:  # tried ideas again: those not in this reply yet first
+                unused = [i for i in self.ideas if i not in order]
+                order.append(self._rng.choice(unused or self.ideas))
         chosen = order[:k]
         return json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
 
@@ -115,8 +137,14 @@ class ScriptedProvider:
         path = idea.variants[n % len(idea.variants)]
         return (
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
-            f"```python\n{path.read_text().rstrip()}\n```\n"
+            f"```python\n{self._stamped(path.read_text().rstrip())}\n```\n"
         )
+
+    def _stamped(self, code: str) -> str:
+        if self.stamp is None:
+            return code
+        self.stamped += 1
+        return f"{STAMP_MARK}{self.stamp}-{self.stamped}\n{code}"
 
     def _fix(self, prompt: str) -> str:
         """The corrected file, when the failing source is one of the library's variants."""
@@ -125,10 +153,11 @@ class ScriptedProvider:
             failing = extract_code(section.split("\n## ", 1)[0])
         except ReplyError:
             failing = ""
+        failing = unstamped(failing)
         for idea in self.ideas:
             for path in idea.variants:
                 fixed = path.parent / "fixes" / path.name
                 if path.read_text().strip() == failing.strip() and fixed.exists():
                     return (f"The build failed; here is the corrected {path.name}.\n\n"
-                            f"```python\n{fixed.read_text().rstrip()}\n```\n")
+                            f"```python\n{self._stamped(fixed.read_text().rstrip())}\n```\n")
         return "I cannot tell what is wrong with this build from the log."

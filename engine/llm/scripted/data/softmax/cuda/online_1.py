@@ -5,15 +5,19 @@ through warp shuffles and a 32-entry shared-memory step. Pass 2 re-reads the row
 with evict-first loads and streaming stores. Two reads and one write per element instead of three
 reads and one write.
 
+Built in ktree's fastest-compiling structure: no torch headers; an `extern "C"` launcher
+called through ctypes with the tensors' pointers and torch's current stream.
+
 Intended outcome: correct and faster than PyTorch.
 """
+
+import ctypes
 
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
-#include <torch/extension.h>
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdint>
@@ -115,42 +119,28 @@ softmax_online_kernel(const float* __restrict__ x, float* __restrict__ y, int64_
     for (int64_t j = 4 * n4 + tid; j < dim; j += kThreads) yr[j] = __expf(xr[j] - ref) * inv_sum;
 }
 
-torch::Tensor softmax_forward(torch::Tensor x) {
-    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
-    TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "x must be float32");
-    TORCH_CHECK(x.dim() == 2, "x must be 2-D (rows, dim)");
-    TORCH_CHECK(x.size(0) <= 2147483647LL, "too many rows for a 1-D grid");
-
-    auto y = torch::empty_like(x);
-    const int64_t rows = x.size(0);
-    const int64_t dim = x.size(1);
-    if (rows == 0 || dim == 0) return y;
-
-    const float* xp = x.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
+extern "C" int softmax_launch(const float* xp, float* yp, long long rows, long long dim, cudaStream_t stream) {
     const bool aligned = (reinterpret_cast<uintptr_t>(xp) % 16 == 0) &&
                          (reinterpret_cast<uintptr_t>(yp) % 16 == 0);
     const int64_t n4 = (aligned && dim % 4 == 0) ? dim / 4 : 0;
-
-    softmax_online_kernel<<<(unsigned int)rows, kThreads>>>(xp, yp, dim, n4);
+    softmax_online_kernel<<<(unsigned int)rows, kThreads, 0, stream>>>(xp, yp, dim, n4);
     const cudaError_t err = cudaGetLastError();
-    TORCH_CHECK(err == cudaSuccess, "softmax kernel launch failed: ", cudaGetErrorString(err));
-    return y;
+    return (int)err;
 }
 """
 
-cpp_source = "torch::Tensor softmax_forward(torch::Tensor x);"
-
-softmax_ext = load_inline(
+_path = load_inline(  # a plain shared library: no torch headers, no bindings; returns its path
     name="ktree_softmax_online_1_cuda",
-    cpp_sources=cpp_source,
+    cpp_sources="",
     cuda_sources=cuda_source,
-    functions=["softmax_forward"],
-    extra_cflags=["-O3"],
+    is_python_module=False,
+    no_implicit_headers=True,
     extra_cuda_cflags=["-O3"],
-    verbose=False,
-)
+) or next(p for p in torch.ops.loaded_libraries if "ktree_softmax_online_1_cuda" in p)
+_lib = ctypes.CDLL(_path)
+_lib.softmax_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
+                                ctypes.c_void_p]
+_lib.softmax_launch.restype = ctypes.c_int
 
 
 class ModelNew(nn.Module):
@@ -158,4 +148,16 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softmax_ext.softmax_forward(x)
+        if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 2):
+            raise ValueError("x must be a 2-D float32 CUDA tensor")
+        if x.shape[0] > 2**31 - 1:
+            raise ValueError("too many rows for a 1-D grid")
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        if x.numel() == 0:
+            return y
+        err = _lib.softmax_launch(x.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1],
+                                  torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(f"softmax kernel launch failed (CUDA error {err})")
+        return y

@@ -27,7 +27,11 @@ from engine.evaluate.runner import run_child
 from engine.evaluate.sandbox import scrubbed_env
 
 HERE = Path(__file__).resolve().parent
-SCRIPTED = HERE / "llm" / "scripted" / "data" / "softmax"
+SCRIPTED = HERE / "llm" / "scripted" / "data"
+# Stock-structure kernels that build (each declares "Intended outcome: correct"): torch/extension.h
+# in the sources, bindings made by load_inline. (The softmax CUDA library is in the ctypes structure.)
+STOCK = {"cuda": ("layernorm", ("split_1.py", "twopass_1.py", "onepass_1.py")),
+         "cpu": ("softmax", ("online_1.py", "naive_1.py", "naive_2.py"))}
 FAST_EXAMPLE = HERE / "templates" / "examples" / "softmax_fast.py"
 CTYPES_EXAMPLE = HERE / "templates" / "examples" / "softmax_ctypes.py"
 
@@ -52,8 +56,8 @@ def _sources(backend: str, structure: str, n: int) -> list[str]:
     if structure in ("fast", "ctypes"):
         base = [(FAST_EXAMPLE if structure == "fast" else CTYPES_EXAMPLE).read_text()]
     else:
-        folder = SCRIPTED / backend  # kernels that build (each declares "Intended outcome: correct")
-        base = [folder.joinpath(f).read_text() for f in ("online_1.py", "naive_1.py", "naive_2.py")]
+        problem, files = STOCK[backend]
+        base = [(SCRIPTED / problem / backend / f).read_text() for f in files]
     return [base[i % len(base)] for i in range(n)]
 
 

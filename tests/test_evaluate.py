@@ -266,3 +266,21 @@ def test_bench_compile_measures_each_lever_on_this_backend(tmp_path: Path):
     assert [r["config"] for r in result["configs"]] == ["stock, no lever", "stock + pch"]
     assert all(r["compiled"] == r["builds"] == 1 and r["median_wall_s"] > 0 for r in result["configs"])
     assert result["pch_build_s"] > 0 and result["concurrent"] is None
+
+
+def test_bench_compile_sources_are_the_structures_they_are_labelled():
+    """Each configuration of `ktree bench compile` builds what its label says: stock sources carry
+    torch/extension.h and load_inline bindings, the ctypes structure no torch header at all."""
+    from engine.compilebench import CONFIGS, _sources
+
+    for backend, configs in CONFIGS.items():
+        for _, structure, _ in configs:
+            sources = _sources(backend, structure, 3)
+            assert len(sources) == 3
+            for src in sources:
+                assert "Intended outcome: correct" in src
+                if structure == "stock":
+                    assert "#include <torch/extension.h>" in src and "functions=" in src
+                if structure == "ctypes":
+                    assert "torch/" not in src.split('r"""', 1)[1].split('"""', 1)[0]
+                    assert "is_python_module=False" in src

@@ -82,7 +82,7 @@ def test_fix_answer_corrects_a_library_variant_that_fails_to_compile():
 def test_bench_options_fill_every_idea_call_and_stamp_every_source():
     """fill: K ideas a call even when the library has fewer untried ones; stamp: every
     implementation a distinct source (so it builds for real), fix answers included."""
-    from engine.llm.scripted import unstamped
+    from engine.llm.scripted import STAMP_MARK, unstamped
 
     provider = ScriptedProvider("softmax", "cpu", seed=3, fill=True, stamp="run7")
     titles = [i.title for i in provider.ideas]
@@ -99,13 +99,13 @@ def test_bench_options_fill_every_idea_call_and_stamp_every_source():
     prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText(idea.title, "d"), "cpu", 0.01)
     codes = [prompts.extract_code(ask(provider, prompt)) for _ in range(2 * len(idea.variants))]
     assert len(set(codes)) == len(codes)  # the same library file twice is still two sources
-    assert codes[0].startswith("# ktree bench") and "run7-1" in codes[0].splitlines()[0]
+    assert codes[0].startswith(STAMP_MARK) and "run7-1" in codes[0].splitlines()[0]
     files = {v.read_text().strip() for v in idea.variants}
     assert {unstamped(c).strip() for c in codes} == files
 
     broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
-    stamped_broken = f"# ktree bench: a distinct source, built for real: run7-99\n{broken.read_text()}"
+    stamped_broken = f"{STAMP_MARK}run7-99\n{broken.read_text()}"
     fix = prompts.fix_prompt("src", stamped_broken, "idea", "error: invalid conversion", "cpu", 0.01)
     fixed = prompts.extract_code(ask(provider, fix))
     assert unstamped(fixed).strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
-    assert fixed.startswith("# ktree bench")
+    assert fixed.startswith(STAMP_MARK)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from engine.domain import PROVIDER_CHOICES, STRATEGIES
+
 USAGE_ERROR = 2
 
 
@@ -91,14 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="built-in problem name (see `ktree problems`) or a .py path")
     run.add_argument("--resume", type=_positive, metavar="SESSION",
                      help="continue an unfinished session where it stopped (no PROBLEM then)")
-    run.add_argument("--strategy", default="tree", choices=["tree", "sequential", "best-of-n"],
+    run.add_argument("--strategy", default="tree", choices=STRATEGIES,
                      help="tree: the idea-tree method; sequential: one chain, each step revises the"
                           " best so far; best-of-n: ideas x variants independent samples")
     run.add_argument("--estimate", action="store_true",
                      help="print the expected LLM calls, tokens and dollars, and exit")
     run.add_argument("--db", help=argparse.SUPPRESS, dest="run_db")
     run.add_argument("--provider", default="auto",
-                     choices=["auto", "openai", "gemini", "openai-compatible", "scripted"],
+                     choices=PROVIDER_CHOICES,
                      help="LLM provider; auto: a real one when a key is set, else scripted"
                           " (offline canned answers)")
     run.add_argument("--model", action="append", default=[], metavar="[PROVIDER:]MODEL",

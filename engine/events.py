@@ -10,20 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.store import Node
-
-# The statuses a node can show. A variant moves generating -> queued -> compiling -> (waiting) ->
-# checking / timing / evaluating -> one verdict status (or failed: no code came back, or its
-# work was cancelled by a prune or a stop; the node's text says which).
-VARIANT_STATUSES = ("generating", "queued", "compiling", "waiting", "checking", "timing", "evaluating",
-                    "correct", "incorrect", "flagged", "compile_error", "runtime_error", "timeout",
-                    "crashed", "failed")
-IDEA_STATUSES = ("generating", "ok", "failed")
-ROOT_STATUSES = ("reference",)
-NODE_STATUSES = tuple(dict.fromkeys(VARIANT_STATUSES + IDEA_STATUSES + ROOT_STATUSES))
-# Statuses after which a variant's work is over (a verdict, or no code to evaluate).
-DONE_STATUSES = frozenset({"correct", "incorrect", "flagged", "compile_error", "runtime_error",
-                           "timeout", "crashed", "failed", "ok", "reference"})
+from engine.domain import Node
 
 
 @dataclass(frozen=True)

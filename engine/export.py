@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from engine.domain import best_variant as domain_best
 from engine.store import Store
 
 
@@ -13,14 +14,13 @@ class ExportError(Exception):
 
 
 async def best_variant(store: Store, session_id: int) -> int:
-    """The session's fastest correct variant (by speedup vs eager)."""
+    """The session's best variant (engine.domain.best_variant), by id."""
     if await store.session(session_id) is None:
         raise ExportError(f"no session {session_id}")
-    correct = [n for n in await store.nodes(session_id)
-               if n.kind == "variant" and n.status == "correct" and n.speedup is not None]
-    if not correct:
+    best = domain_best(await store.nodes(session_id))
+    if best is None:
         raise ExportError(f"session {session_id} has no correct variant to export")
-    return max(correct, key=lambda n: n.speedup or 0.0).id
+    return best.id
 
 
 async def solution_text(store: Store, node_id: int, session_id: int | None = None) -> str:

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from engine import control, crash, prompts
+from engine.domain import DEVICE_PHASES, DONE_STATUSES, STRATEGIES, Node, best_variant, excluded
 from engine.evaluate.evaluator import Evaluator
 from engine.events import (
-    DONE_STATUSES,
     BudgetReached,
     CommandApplied,
     EventBus,
@@ -42,10 +42,8 @@ from engine.events import (
 from engine.llm.base import LLMAuthError, LLMError, Message, Provider
 from engine.problems import Problem
 from engine.scheduler import Scheduler
-from engine.store import Node, Store
+from engine.store import Store
 
-STRATEGIES = ("tree", "sequential", "best-of-n")
-DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
 COMMAND_POLL_S = 0.25
 HEARTBEAT_S = 2.0
 
@@ -227,13 +225,7 @@ class Search:
         return list(dict.fromkeys(pinned + chosen))
 
     def _excluded(self, node: Node) -> bool:
-        """Pruned, or under a pruned node."""
-        cur: Node | None = node
-        while cur is not None:
-            if cur.pruned:
-                return True
-            cur = self.nodes.get(cur.parent_id) if cur.parent_id is not None else None
-        return False
+        return excluded(node, self.nodes)
 
     # -- work -------------------------------------------------------------------------------
 
@@ -727,8 +719,7 @@ class Search:
         return text
 
     def best(self) -> Node | None:
-        correct = [n for n in self.nodes.values() if n.status == "correct" and n.speedup]
-        return max(correct, key=lambda n: n.speedup or 0.0, default=None)
+        return best_variant(self.nodes)
 
     def best_speedup(self) -> float | None:
         best = self.best()

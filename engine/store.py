@@ -13,13 +13,13 @@ import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from engine import crash
+from engine.domain import Node
 from engine.evaluate.verdict import device_label
 
 T = TypeVar("T")
@@ -163,25 +163,6 @@ CREATE TABLE IF NOT EXISTS rounds (
 
 class StoreError(Exception):
     """The database cannot be used (not SQLite, corrupt, from a newer ktree)."""
-
-
-@dataclass(frozen=True)
-class Node:
-    id: int
-    session_id: int
-    parent_id: int | None
-    kind: str
-    round: int
-    title: str
-    text: str
-    source: str
-    status: str
-    origin: str
-    speedup: float | None
-    time_ms: float | None
-    pinned: bool = False
-    pruned: bool = False
-    want: int = 0
 
 
 def default_db_path() -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine import control
-from engine.events import DONE_STATUSES
+from engine.domain import DONE_STATUSES
 from engine.search import DEVICE_PHASES
 from engine.store import Store
 from tests.conftest import query, run_ktree

@@ -216,7 +216,7 @@ async def test_code_colours_follow_the_theme(tmp_path: Path):
 
 
 async def test_every_status_has_a_glyph_and_an_unknown_one_is_neutral(tmp_path: Path):
-    from engine.events import NODE_STATUSES
+    from engine.domain import NODE_STATUSES
     from tui.screens.search import GLYPHS, NEUTRAL
 
     assert set(NODE_STATUSES) <= set(GLYPHS)

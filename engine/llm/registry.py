@@ -11,9 +11,9 @@ import os
 from typing import Any
 
 from engine.config import Config
+from engine.domain import PROVIDERS
 from engine.llm.base import Provider
 
-PROVIDERS = ("openai", "gemini", "openai-compatible", "scripted")
 DEFAULT_MODELS = {"openai": "o3", "gemini": "gemini-2.5-pro", "scripted": "scripted"}
 KEY_ENV = {"openai": ("OPENAI_API_KEY",), "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
            "openai-compatible": ("OPENAI_COMPATIBLE_API_KEY",)}

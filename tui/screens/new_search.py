@@ -12,7 +12,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-PROVIDERS = ["auto", "scripted", "openai", "gemini", "openai-compatible"]
+from engine.domain import PROVIDER_CHOICES, STRATEGIES
+
 SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
 
 
@@ -35,7 +36,7 @@ class NewSearchScreen(Screen):
                 yield Input(placeholder="path/to/problem.py (overrides the list)", id="path", compact=True)
             with Horizontal():
                 yield Label("provider")
-                yield Select([(p, p) for p in PROVIDERS], value="auto", id="provider", allow_blank=False,
+                yield Select([(p, p) for p in PROVIDER_CHOICES], value="auto", id="provider", allow_blank=False,
                              compact=True)
             with Horizontal():
                 yield Label("models")
@@ -47,7 +48,7 @@ class NewSearchScreen(Screen):
                     yield Input(str(default), type="integer", id=name, compact=True)
             with Horizontal():
                 yield Label("strategy")
-                yield Select([(x, x) for x in ("tree", "sequential", "best-of-n")], value="tree", id="strategy",
+                yield Select([(x, x) for x in STRATEGIES], value="tree", id="strategy",
                              allow_blank=False, compact=True)
             with Horizontal():
                 yield Label("backend")

@@ -36,6 +36,7 @@ from textual.widgets.tree import TreeNode
 from textual_plotext import PlotextPlot
 
 from engine import control
+from engine.domain import Node, best_variant
 from engine.evaluate.verdict import device_label
 from engine.events import (
     BudgetReached,
@@ -51,7 +52,7 @@ from engine.events import (
     VerdictReady,
 )
 from engine.export import ExportError, solution_text
-from engine.store import Node, session_state
+from engine.store import session_state
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 from tui.widgets.code import diff_text, fmt_num, highlight_source
 
@@ -480,8 +481,7 @@ class SearchScreen(Screen):
                 self._plot_dirty = True
 
     def _refresh_best(self) -> None:
-        correct = [n for n in self.nodes.values() if n.status == "correct" and n.speedup and not n.pruned]
-        best = max(correct, key=lambda n: n.speedup or 0.0, default=None)
+        best = best_variant(self.nodes)
         old, self.best_id = self.best_id, best.id if best else None
         if old != self.best_id:
             for node_id in {old, self.best_id} - {None}:

@@ -1,0 +1,82 @@
+"""The records and words every room shares: a tree node, the statuses it can show, the search
+strategies and LLM providers by name, and the one rule for "the best variant".
+
+Everything else imports these from here; nothing here imports the search, the store, the CLI or
+the TUI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from engine.evaluate.verdict import STATUSES as VERDICT_STATUSES
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a session's tree: the reference (root), an idea, or a variant (code)."""
+
+    id: int
+    session_id: int
+    parent_id: int | None
+    kind: str  # NODE_KINDS
+    round: int
+    title: str
+    text: str
+    source: str
+    status: str  # NODE_STATUSES
+    origin: str  # ORIGINS
+    speedup: float | None
+    time_ms: float | None
+    pinned: bool = False
+    pruned: bool = False
+    want: int = 0
+
+
+NODE_KINDS = ("root", "idea", "variant")
+ORIGINS = ("llm", "human", "fix", "edit")
+
+# The statuses a node can show. A variant moves generating -> queued -> compiling -> (waiting) ->
+# checking / timing / evaluating -> one verdict status (or failed: no code came back, or its
+# work was cancelled by a prune or a stop; the node's text says which).
+WORK_STATUSES = ("generating", "queued", "compiling", "waiting", "checking", "timing", "evaluating")
+VARIANT_STATUSES = (*WORK_STATUSES, *VERDICT_STATUSES, "failed")
+IDEA_STATUSES = ("generating", "ok", "failed")
+ROOT_STATUSES = ("reference",)
+NODE_STATUSES = tuple(dict.fromkeys(VARIANT_STATUSES + IDEA_STATUSES + ROOT_STATUSES))
+# Statuses after which a node's work is over (a verdict, or no code to evaluate).
+DONE_STATUSES = frozenset({*VERDICT_STATUSES, "failed", "ok", "reference"})
+# Phases in which a variant holds an evaluation device.
+DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
+
+# How a session ended (or that it has not).
+SESSION_STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
+
+STRATEGIES = ("tree", "sequential", "best-of-n")
+PROVIDERS = ("openai", "gemini", "openai-compatible", "scripted")
+PROVIDER_CHOICES = ("auto", *PROVIDERS)  # auto: a real provider when a key is set, else scripted
+BACKEND_CHOICES = ("auto", "cuda", "cpu")
+ISOLATION_CHOICES = ("auto", "basic", "strict")
+EXECUTORS = ("local", "ray")
+
+
+def excluded(node: Node, nodes: Mapping[int, Node]) -> bool:
+    """Pruned, or under a pruned node: never a parent, never the best."""
+    cur: Node | None = node
+    while cur is not None:
+        if cur.pruned:
+            return True
+        cur = nodes.get(cur.parent_id) if cur.parent_id is not None else None
+    return False
+
+
+def best_variant(nodes: Mapping[int, Node] | Iterable[Node]) -> Node | None:
+    """The session's best variant: the fastest correct one (speedup vs eager) that is not pruned
+    nor under a pruned node; the earlier one on a tie. The engine records it, the TUI stars it,
+    `show` and `export` name it — all by this rule."""
+    by_id = nodes if isinstance(nodes, Mapping) else {n.id: n for n in nodes}
+    candidates = [n for n in by_id.values()
+                  if n.kind == "variant" and n.status == "correct" and n.speedup is not None
+                  and not excluded(n, by_id)]
+    return max(candidates, key=lambda n: (n.speedup, -n.id), default=None)

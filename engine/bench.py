@@ -1,11 +1,11 @@
 """`ktree bench pipeline`: how well the pipeline overlaps its stages. A scripted search (no LLM
 latency, so only compiles and device work remain) on a throwaway DB, watched from outside:
 
-- device busy: a device is held (`Evaluator.device_states()`: a variant is loading, checking or
+- device busy: a device is held (`LocalEvaluator.device_states()`: a variant is loading, checking or
   timing on it; on cpu not while its holder waits for running builds to end); without that
   method, some variant is in a device phase (checking / timing / evaluating), reported on its
   own too. With several devices (GPUs), each device's busy seconds, jobs and idle fractions;
-- compiled variants waiting: the evaluator's device queue (`Evaluator.waiting["device"]`);
+- compiled variants waiting: the evaluator's device queue (`LocalEvaluator.waiting["device"]`);
 - compile slots in use: variants in the "compiling" phase, less those that have finished building
   and wait for the device while still showing "compiling" (an evaluator that reports no
   "waiting" phase).
@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, VerdictReady
 from engine.llm.scripted import ScriptedProvider
 from engine.search import DEVICE_PHASES, Search, SearchConfig
@@ -68,7 +68,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         bus.subscribe(watch)
         cache = {"cache_dir": Path(tmp) / "build-cache"} if cold else {}
         if evaluator is None:
-            evaluator = Evaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
+            evaluator = LocalEvaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
                                   devices=devices, **cache)
         provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
                                     stamp=None if repeat_sources else uuid.uuid4().hex[:12])

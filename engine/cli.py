@@ -334,10 +334,10 @@ def checked_gpus(backend: str, gpus: list[int] | None) -> list[int] | None:
 
 
 def local_evaluator(backend: str, arch: str | None, gpus: list[int] | None = None, **kw: Any) -> Any:
-    """This host's Evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
-    from engine.evaluate.evaluator import Evaluator
+    """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
+    from engine.evaluate.evaluator import LocalEvaluator
 
-    return Evaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
+    return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
 
 
 @dataclass(frozen=True)
@@ -737,7 +737,7 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
 
 
 def _bench_timing(args: argparse.Namespace, db: Path) -> int:
-    from engine.evaluate.evaluator import Evaluator
+    from engine.evaluate.evaluator import LocalEvaluator
     from engine.report import reference_table
 
     problems = _problem_specs(args.problems)
@@ -752,7 +752,7 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
 
     async def go() -> list[dict[str, Any]]:
         store = await _open_store(db)
-        evaluator = Evaluator(backend, cuda_arch=arch)
+        evaluator = LocalEvaluator(backend, cuda_arch=arch)
         try:
             rows = await asyncio.gather(*(one(evaluator, p) for p in problems))
             for p, r in zip(problems, rows, strict=True):
@@ -771,12 +771,12 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
 
 
 def _bench_agreement(problems: list[Any], backend: str, arch: str | None, as_json: bool) -> int:
-    from engine.evaluate.evaluator import Evaluator
+    from engine.evaluate.evaluator import LocalEvaluator
     from engine.evaluate.runner import run_child
     from engine.report import agreement_table
 
     async def go() -> list[dict[str, Any]]:
-        evaluator = Evaluator(backend, cuda_arch=arch, worker=False)
+        evaluator = LocalEvaluator(backend, cuda_arch=arch, worker=False)
         rows = []
         for p in problems:  # one at a time: timings never share the device
             print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)

@@ -91,7 +91,7 @@ class Progress:
     budget_tokens: int | None
     elapsed_s: float
     paused: bool
-    # One dict per evaluation device (Evaluator.device_states): name ("gpu0", "node/gpu0"), busy,
+    # One dict per evaluation device (LocalEvaluator.device_states): name ("gpu0", "node/gpu0"), busy,
     # jobs (evaluations finished), busy_s, queue (jobs waiting for that device alone), alive.
     devices: tuple[dict[str, Any], ...] = ()
 

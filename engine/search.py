@@ -25,7 +25,7 @@ from typing import Any
 
 from engine import control, crash, prompts
 from engine.domain import DEVICE_PHASES, DONE_STATUSES, STRATEGIES, Node, best_variant, excluded
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.base import Evaluator
 from engine.events import (
     BudgetReached,
     CommandApplied,

@@ -1,5 +1,5 @@
 """Several evaluation devices in one evaluator: one worker each, one shared queue, every verdict
-naming the device that measured it. On CI the devices are cpu slots (`Evaluator("cpu",
+naming the device that measured it. On CI the devices are cpu slots (`LocalEvaluator("cpu",
 devices=2)`); tests/test_gpu_multi.py runs the same on two GPUs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import run_ktree
@@ -47,7 +47,7 @@ def test_two_devices_evaluate_two_compiled_variants_at_the_same_time(tmp_path: P
     sources = [RENDEZVOUS.format(mine=a, other=b), RENDEZVOUS.format(mine=b, other=a)]
 
     async def go() -> tuple[list[Verdict], list[dict], int]:
-        evaluator = Evaluator("cpu", devices=2, isolation="basic", run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, isolation="basic", run_timeout_s=120)
         both_busy = 0
         done = asyncio.Event()
 
@@ -92,7 +92,7 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
     source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
     async def go() -> tuple[list[str], int, list[str]]:
-        evaluator = Evaluator("cpu", devices=2, run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, run_timeout_s=120)
         worker = evaluator.devices[1].worker
         assert worker is not None
         job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
@@ -119,7 +119,7 @@ def test_a_device_whose_worker_cannot_start_is_set_aside_and_its_job_runs_on_ano
     source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
     async def go() -> tuple[list[Verdict], list[dict], int]:
-        evaluator = Evaluator("cpu", devices=2, run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, run_timeout_s=120)
         broken = evaluator.devices[1].worker
         assert broken is not None
         broken.extra_env["PYTHONHOME"] = "/nonexistent"  # no interpreter starts there: a dead device
@@ -139,17 +139,17 @@ def test_a_device_whose_worker_cannot_start_is_set_aside_and_its_job_runs_on_ano
 
 def test_gpus_are_for_the_cuda_backend_and_must_be_visible():
     with pytest.raises(ValueError, match="cuda backend only"):
-        Evaluator("cpu", gpus=[0])
+        LocalEvaluator("cpu", gpus=[0])
     import torch
 
     if torch.cuda.device_count() == 0:
         with pytest.raises(ValueError, match="no CUDA GPU is visible"):
-            Evaluator("cuda", gpus=[0])
+            LocalEvaluator("cuda", gpus=[0])
     else:
         with pytest.raises(ValueError, match="GPU 99 is not visible"):
-            Evaluator("cuda", gpus=[99])
+            LocalEvaluator("cuda", gpus=[99])
         with pytest.raises(ValueError, match="chosen twice"):
-            Evaluator("cuda", gpus=[0, 0])
+            LocalEvaluator("cuda", gpus=[0, 0])
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -189,7 +189,7 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
                                       "--rounds", "1", "--ideas", "2", "--db", str(db)])
     prepared = prepare_search(args)
     await prepared.evaluator.close()
-    prepared = dataclasses.replace(prepared, evaluator=Evaluator("cpu", devices=2))
+    prepared = dataclasses.replace(prepared, evaluator=LocalEvaluator("cpu", devices=2))
     app = KtreeApp(db_path=db, search_factory=prepared.search)
     try:
         async with app.run_test(size=(80, 24)) as pilot:

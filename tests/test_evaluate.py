@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
@@ -25,7 +25,7 @@ def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Ve
     source = HEADER + textwrap.dedent(body)
 
     async def go() -> Verdict:
-        evaluator = Evaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
+        evaluator = LocalEvaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
         try:
             return await evaluator.evaluate(
                 evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **job))
@@ -51,7 +51,7 @@ def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
     source = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
 
     async def go() -> Verdict:
-        evaluator = Evaluator("cpu")
+        evaluator = LocalEvaluator("cpu")
         try:
             return await evaluator.evaluate(evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu")))
         finally:
@@ -160,7 +160,7 @@ def test_a_compiler_error_is_kept_and_reused_for_the_same_source(tmp_path: Path)
     """) + model("return torch.softmax(x, dim=1)")
 
     async def go() -> list[Verdict]:
-        evaluator = Evaluator("cpu", cache_dir=tmp_path)
+        evaluator = LocalEvaluator("cpu", cache_dir=tmp_path)
         try:
             job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
             return [await evaluator.evaluate(job) for _ in range(2)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
 from engine.problems import load_problem
@@ -32,7 +32,7 @@ def evaluate_all(problem_name: str, sources: list[str]) -> list[Verdict]:
     problem = load_problem(problem_name)
 
     async def go() -> list[Verdict]:
-        evaluator = Evaluator("cuda", cuda_arch=os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0")
+        evaluator = LocalEvaluator("cuda", cuda_arch=os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0")
         jobs = [evaluator.job(problem.path, s, problem.sizes_for("cuda")) for s in sources]
         try:
             return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from engine.evaluate import sandbox
-from engine.evaluate.evaluator import Evaluator, visible_gpus
+from engine.evaluate.evaluator import LocalEvaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
@@ -105,7 +105,7 @@ def evaluate_then_honest(source: str, isolation: str = "auto") -> tuple[Verdict,
 
     async def go() -> tuple[Verdict, Verdict, float]:
         first = next(iter(visible_gpus()))  # one GPU: the honest variant runs where the crash was
-        ev = Evaluator("cuda", cuda_arch=arch, run_timeout_s=RUN_TIMEOUT_S, isolation=isolation,
+        ev = LocalEvaluator("cuda", cuda_arch=arch, run_timeout_s=RUN_TIMEOUT_S, isolation=isolation,
                        gpus=[first])
         sizes = SOFTMAX.sizes_for("cuda")
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 from tests.conftest import run_ktree
 from tests.test_devices import RENDEZVOUS
@@ -27,7 +27,7 @@ def test_two_gpus_evaluate_at_the_same_time(tmp_path: Path):
     sources = [RENDEZVOUS.format(mine=a, other=b), RENDEZVOUS.format(mine=b, other=a)]
 
     async def go() -> list:
-        evaluator = Evaluator("cuda", gpus=[0, 1], isolation="basic", run_timeout_s=180)
+        evaluator = LocalEvaluator("cuda", gpus=[0, 1], isolation="basic", run_timeout_s=180)
         try:
             return list(await asyncio.gather(*(evaluator.evaluate(
                 evaluator.job(softmax.path, s, softmax.sizes_for("cuda"))) for s in sources)))

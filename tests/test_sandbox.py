@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.evaluate import sandbox
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
@@ -52,7 +52,7 @@ def evaluate_then_honest(body: str, *, isolation: str = "auto", limits: Limits |
     `CPU-RECOVER <status> <seconds to the crash's verdict> <seconds to recover>` (see with -s)."""
 
     async def go() -> tuple[Verdict, Verdict, float]:
-        ev = Evaluator("cpu", compile_timeout_s=timeout_s, run_timeout_s=timeout_s,
+        ev = LocalEvaluator("cpu", compile_timeout_s=timeout_s, run_timeout_s=timeout_s,
                        isolation=isolation, limits=limits)
         t0 = time.monotonic()
         bad = await ev.evaluate(ev.job(SOFTMAX.path, HEADER + textwrap.dedent(body),

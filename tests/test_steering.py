@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import (
     DONE_STATUSES,
     CommandApplied,
@@ -63,7 +63,7 @@ class Steered:
 
         bus = EventBus()
         bus.subscribe(self._receive)
-        evaluator = Evaluator("cpu")
+        evaluator = LocalEvaluator("cpu")
         self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
                              evaluator, problem, SearchConfig(**self.shape), resume=self.resume)
         try:

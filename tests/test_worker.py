@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine.evaluate.evaluator import Evaluator
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
@@ -28,7 +28,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
         phases.append(name)
 
     async def go() -> tuple[list, list]:
-        evaluator = Evaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=3)
+        evaluator = LocalEvaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=3)
         worker = evaluator.worker
         assert worker is not None
         seen = []
@@ -65,7 +65,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
 
 def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
     async def go() -> tuple[str, str, list[str], int]:
-        evaluator = Evaluator("cpu", run_timeout_s=15, worker=True)
+        evaluator = LocalEvaluator("cpu", run_timeout_s=15, worker=True)
         assert evaluator.worker is not None
         try:
             hung = await evaluator.evaluate(evaluator.job(
@@ -87,7 +87,7 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
     from engine.evaluate.child import build_key
 
     async def go():
-        evaluator = Evaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)
+        evaluator = LocalEvaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)
         job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"))
         stale = Path(job.cache_dir) / build_key(job) / "ktree_softmax_online_1_cpu" / "lock"
         stale.parent.mkdir(parents=True, exist_ok=True)

@@ -14,18 +14,17 @@ import functools
 import os
 import platform
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 from engine.evaluate.workers import Worker
-
-PhaseCallback = Callable[[str], Awaitable[None]]
 
 DEFAULT_TIMEOUTS = {  # (compile, run) seconds
     "cuda": (900.0, 300.0),
@@ -87,7 +86,7 @@ class Device:
         return self.info or {"slot": self.name, "index": self.index, "host": platform.node()}
 
 
-class Evaluator:
+class LocalEvaluator:
     def __init__(
         self,
         backend: str,

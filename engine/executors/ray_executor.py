@@ -1,5 +1,5 @@
 """Evaluations on a Ray cluster (`ktree run --executor ray`): one actor per GPU of the cluster (on
-the cpu backend, one per requested worker), each running the local Evaluator on its node, so a
+the cpu backend, one per requested worker), each running the local evaluator on its node, so a
 variant is compiled where it runs (the torch ABI must match) and timed on that node's GPU.
 
 The engine stays here, with the LLM keys and the DB. A job carries the problem file's text (the
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
-from engine.evaluate.evaluator import PhaseCallback
+from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.sandbox import is_secret
 from engine.evaluate.verdict import Verdict
@@ -110,7 +110,7 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
 
 
 class EvalActor:
-    """One device of the cluster: the local Evaluator on this node, the problem files written from
+    """One device of the cluster: the local evaluator on this node, the problem files written from
     the jobs' text, and the phases of the jobs in flight (polled by the engine)."""
 
     def __init__(self, backend: str, compile_workers: int | None, isolation: str,
@@ -132,7 +132,7 @@ class EvalActor:
         if self.evaluator is not None:
             return self.info
 
-        from engine.evaluate.evaluator import Evaluator, default_compile_workers
+        from engine.evaluate.evaluator import LocalEvaluator, default_compile_workers
 
         ctx = ray.get_runtime_context()
         node_id = ctx.get_node_id()
@@ -145,7 +145,7 @@ class EvalActor:
             workers = workers or max(1, default_compile_workers() // max(1, int(on_node)))
             major, minor = torch.cuda.get_device_capability(0)
             arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
-        self.evaluator = Evaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
+        self.evaluator = LocalEvaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
                                    isolation=self.isolation, compile_timeout_s=self.timeouts[0],
                                    run_timeout_s=self.timeouts[1])
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,

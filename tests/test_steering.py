@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
+from engine.domain import DONE_STATUSES
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import (
-    DONE_STATUSES,
     CommandApplied,
     Event,
     NodeAdded,

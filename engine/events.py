@@ -57,6 +57,12 @@ class LLMCallDone:
     cost_usd: float
     latency_s: float
     status: str
+    reasoning_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Every token the call was billed for: input, output and reasoning."""
+        return self.input_tokens + self.output_tokens + self.reasoning_tokens
 
 
 @dataclass(frozen=True)

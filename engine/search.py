@@ -401,7 +401,7 @@ class Search:
         )
         await self.bus.publish(LLMCallDone(call_id, node_id, purpose, completion.model or model,
                                            u.input, u.output, completion.cost_usd,
-                                           completion.latency_s, "ok"))
+                                           completion.latency_s, "ok", reasoning_tokens=u.reasoning))
         return {"status": "ok", "reply": completion.text}
 
     # -- budgets ----------------------------------------------------------------------------
@@ -618,7 +618,7 @@ class Search:
                     "status": status, "reply": call["reply"], "error": call["error"]}
         totals = await self.store.llm_totals(sid)
         self.spent_usd = float(totals["cost_usd"])
-        self.spent_tokens = int(totals["input_tokens"] + totals["output_tokens"] + totals["reasoning_tokens"])
+        self.spent_tokens = int(totals["tokens"])
         self.variants_generated = sum(1 for n in self.nodes.values() if n.kind == "variant" and n.source)
         rounds = await self.store.rounds(sid)
         if rounds:

@@ -499,10 +499,12 @@ class Store:
         self, session_id: int, node_id: int | None = None, subtree: bool = False
     ) -> dict[str, float]:
         """Tokens and dollars of the LLM calls of a session, of one node, or of a node's whole
-        branch (the node and everything under it)."""
+        branch (the node and everything under it). `tokens`: input + output + reasoning, the one
+        total every screen and budget uses."""
         totals = ("SELECT COUNT(*) AS calls, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
                   " COALESCE(SUM(output_tokens), 0) AS output_tokens,"
                   " COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens,"
+                  " COALESCE(SUM(input_tokens + output_tokens + reasoning_tokens), 0) AS tokens,"
                   " COALESCE(SUM(cost_usd), 0) AS cost_usd FROM llm_calls")
         if node_id is None:
             rows = await self.conn.execute_fetchall(f"{totals} WHERE session_id = ?", (session_id,))

@@ -231,7 +231,7 @@ class SearchScreen(Screen):
                 self._materialize(node, expand=auto)
         self._table_rows([n for n in nodes if n.id in self.verdicts and n.kind == "variant"])
         totals = await self.store.llm_totals(self.session_id)
-        self.tokens = int(totals["input_tokens"] + totals["output_tokens"] + totals["reasoning_tokens"])
+        self.tokens = int(totals["tokens"])
         self.cost_usd = float(totals["cost_usd"])
         await self._load_pending()
         self._progress_dirty = self._plot_dirty = True
@@ -270,7 +270,7 @@ class SearchScreen(Screen):
                 for cid in applied:
                     self._confirm(cid)
             totals = await self.store.llm_totals(self.session_id)
-            self.tokens = int(totals["input_tokens"] + totals["output_tokens"] + totals["reasoning_tokens"])
+            self.tokens = int(totals["tokens"])
             self.cost_usd = float(totals["cost_usd"])
             state = session_state(session)
             if state != self.info.get("status"):
@@ -308,7 +308,7 @@ class SearchScreen(Screen):
             self._update(event.node)
             self._refresh_best()
         elif isinstance(event, LLMCallDone):
-            self.tokens += event.input_tokens + event.output_tokens
+            self.tokens += event.tokens
             self.cost_usd += event.cost_usd
             if event.node_id == self.selected:
                 self._llm_for = None

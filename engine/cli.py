@@ -1,6 +1,8 @@
 """`ktree`: the command line. With no arguments it opens the sessions screen.
 
-Usage errors print one line and exit 2; nothing here prints a traceback for bad input.
+A thin translation: argparse flags become a request (engine.launch), launch builds the search,
+and this prints. Usage errors print one line and exit 2; nothing here prints a traceback for bad
+input. This is the entry point, at the top: it may import the TUI; nothing below imports it.
 """
 
 from __future__ import annotations
@@ -8,15 +10,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sqlite3
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from engine.domain import PROVIDER_CHOICES, STRATEGIES
+from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.launch import (
+    Prepared,
+    ResumeRequest,
+    RunRequest,
+    UsageError,
+    check_local_flags,
+    checked_gpus,
+    checked_problem,
+    estimate_run,
+    job_cost,
+    local_evaluator,
+    make_evaluator,
+    prepare_resume,
+    prepare_run,
+    resolve_backend,
+    resolve_isolation,
+    tolerances,
+)
 
 USAGE_ERROR = 2
 
@@ -24,10 +42,6 @@ USAGE_ERROR = 2
 ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment, own dir, limits) or"
                   " strict (also bubblewrap: read-only view of system dirs only, no network);"
                   " auto (default): strict where bubblewrap works, else basic with a notice")
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,7 +86,7 @@ GPUS_HELP = ("physical indices of the GPUs to evaluate on, e.g. 0,1 (default: ev
 
 
 def _executor_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", default="local", choices=["local", "ray"],
+    parser.add_argument("--executor", default="local", choices=EXECUTORS,
                         help="where variants are compiled and evaluated: local (this host) or ray"
                              " (one worker per GPU of a Ray cluster; pip install 'ktree[ray]')")
     parser.add_argument("--ray-address", metavar="ADDRESS",
@@ -120,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="concurrent LLM calls per provider (default 8)")
     run.add_argument("--fixes", type=int, default=1,
                      help="fix-prompt retries for a variant that fails to compile (default 1)")
-    run.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     run.add_argument("--rounds", type=_positive, default=2)
     run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
     run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
@@ -130,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--compile-workers", type=_positive, default=None)
     run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
-    run.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
+    run.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                      help=ISOLATION_HELP)
     _executor_flags(run)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
@@ -139,13 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate one solution file against a reference")
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
     ev.add_argument("solution", help="solution file defining ModelNew")
-    ev.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    ev.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
     ev.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...",
                     help="the GPUs it may run on (default: every visible GPU)")
-    ev.add_argument("--isolation", default="auto", choices=["auto", "basic", "strict"],
+    ev.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                     help=ISOLATION_HELP)
 
     sub.add_parser("sessions", help="list past sessions in the database")
@@ -167,12 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", parser_class=_Parser, required=True)
     bt = bench_sub.add_parser("timing", help="time each problem's reference, eager and torch.compile")
     bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
-    bt.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bt.add_argument("--json", action="store_true")
     bp = bench_sub.add_parser("pipeline", help="a scripted search with no LLM latency: how busy the"
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
-    bp.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bp.add_argument("--rounds", type=_positive, help="default: 3 on cuda, 1 on cpu")
     bp.add_argument("--ideas", type=_positive, help="default: 4 on cuda, 2 on cpu")
     bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
@@ -189,13 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
     _executor_flags(bp)
-    btui = bench_sub.add_parser("tui", help="TUI responsiveness on a synthetic 5,000-node session")
-    btui.add_argument("--nodes", type=_positive, default=5000)
-    btui.add_argument("--moves", type=_positive, default=200, help="cursor moves to time")
     bt.add_argument("--agreement", action="store_true",
                     help="instead: the timer run to run, and against triton's do_bench (GPU)")
     bc = bench_sub.add_parser("compile", help="build time per variant with and without each compile lever")
-    bc.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"])
+    bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
     bc.add_argument("--concurrent", type=int, default=16,
                     help="then this many distinct builds at once with every lever (default 16; 0: skip)")
@@ -244,10 +255,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sessions(_db_path(args))
     if args.command == "problems":
         return _problems(args, _db_path(args))
-    if args.command == "bench" and args.bench == "tui":
-        from tui.bench import bench_tui
-
-        return bench_tui(nodes=args.nodes, moves=args.moves)
     if args.command == "bench" and args.bench == "compile":
         return _bench_compile(args)
     if args.command == "bench":
@@ -261,51 +268,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown command {args.command}")
 
 
-def resolve_backend(requested: str) -> tuple[str, str | None]:
-    """(backend, cuda arch list) — `auto` picks cuda when a GPU is visible."""
-    import torch
-
-    has_gpu = torch.cuda.is_available()
-    if requested == "cuda" and not has_gpu:
-        raise UsageError("--backend cuda: no CUDA GPU is visible")
-    backend = "cuda" if requested == "cuda" or (requested == "auto" and has_gpu) else "cpu"
-    arch = None
-    if backend == "cuda":
-        arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        if not arch:
-            major, minor = torch.cuda.get_device_capability(0)
-            arch = f"{major}.{minor}"
-    return backend, arch
-
-
-def resolve_isolation(requested: str, notice: bool = False) -> str:
-    """The isolation level to run generated code under. With `notice`, a fallback from strict is
-    said on stderr (once per command; not from inside the TUI, whose screen it would garble)."""
-    from engine.evaluate import sandbox
-
-    try:
-        level = sandbox.resolve(requested)
-    except RuntimeError as exc:
-        raise UsageError(str(exc)) from None
-    if notice and requested == "auto" and level != "strict":
-        print(f"ktree: note: {sandbox.available()[1]}; generated code runs with basic isolation"
-              " (scrubbed environment, limits, no filesystem or network isolation)", file=sys.stderr)
+def _isolation_note(requested: str) -> str:
+    """The isolation level, with a fallback from strict said once on stderr (the CLI's; the TUI
+    never prints, it would garble the screen)."""
+    level, note = resolve_isolation(requested)
+    if note:
+        print(f"ktree: note: {note}", file=sys.stderr)
     return level
-
-
-def _tol(given: float | None, default: float) -> float:
-    if given is not None and given < 0:
-        raise UsageError(f"tolerance {given} must not be negative")
-    return default if given is None else given
-
-
-def _load_problem(spec: str) -> Any:
-    from engine.problems import ProblemError, load_problem
-
-    try:
-        return load_problem(spec)
-    except ProblemError as exc:
-        raise UsageError(str(exc)) from None
 
 
 async def _open_store(path: Path) -> Any:
@@ -317,169 +286,74 @@ async def _open_store(path: Path) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def checked_gpus(backend: str, gpus: list[int] | None) -> list[int] | None:
-    """`--gpus` against what this machine has: any on the cpu backend, or one that is not
-    visible, is a usage error."""
-    if gpus is None:
-        return None
-    if backend != "cuda":
-        raise UsageError("--gpus needs the cuda backend (no GPU in use here)")
-    from engine.evaluate.evaluator import check_gpus, visible_gpus
-
-    try:
-        check_gpus(gpus, visible_gpus())
-    except ValueError as exc:
-        raise UsageError(f"--gpus: {exc}") from None
-    return gpus
-
-
-def local_evaluator(backend: str, arch: str | None, gpus: list[int] | None = None, **kw: Any) -> Any:
-    """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
-    from engine.evaluate.evaluator import LocalEvaluator
-
-    return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Everything a search needs that can be wrong, checked before any screen opens."""
-
-    problem: Any
-    models: list
-    evaluator: Any
-    config: Any
-    resume: int | None = None  # a session to continue
-
-    def search(self, store: Any, bus: Any) -> Any:
-        from engine.search import Search
-
-        return Search(store, bus, self.models, self.evaluator, self.problem, self.config,
-                      resume=self.resume)
-
-
-def _build_models(specs: list[str], provider: str, problem: Any, backend: str,
-                  args: argparse.Namespace) -> list:
-    from engine.config import ConfigError, load_config
-    from engine.llm.registry import ProviderSetupError, build_models
-
-    try:
-        return build_models(specs, provider, load_config(), problem=problem.name, backend=backend,
-                            seed=args.seed, base_url=args.base_url, timeout_s=args.llm_timeout)
-    except (ConfigError, ProviderSetupError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def make_evaluator(args: argparse.Namespace, requested_backend: str,
-                   recorded_gpus: list[int] | None = None) -> tuple[str, Any]:
-    """The backend and the evaluator the flags ask for: this host's (--executor local; on the
-    GPUs of `--gpus`, else a resumed session's `recorded_gpus`, else every visible one) or a Ray
-    cluster's (--executor ray: joined or started here; `auto` is then the cluster's backend)."""
-    gpus = getattr(args, "gpus", None)
-    if getattr(args, "executor", "local") != "ray":
-        _local_only(args)
-        backend, arch = resolve_backend(requested_backend)
-        if gpus is None and recorded_gpus and backend == "cuda":
-            try:
-                gpus = checked_gpus(backend, recorded_gpus)
-            except UsageError as exc:
-                raise UsageError(f"the session ran on GPUs {','.join(map(str, recorded_gpus))}, but"
-                                 f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
-        return backend, local_evaluator(backend, arch, gpus, compile_workers=args.compile_workers,
-                                        isolation=resolve_isolation(getattr(args, "isolation", "auto")))
-    if gpus is not None:
-        raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
-    from engine.executors import ray_executor
-
-    try:
-        connected = ray_executor.connect(args.ray_address)
-        backend = ray_executor.cluster_backend(requested_backend)
-        return backend, ray_executor.RayEvaluator(
-            backend, workers=args.ray_workers, compile_workers=args.compile_workers,
-            isolation=getattr(args, "isolation", "auto"), shutdown=connected)
-    except ray_executor.RayExecutorError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _local_only(args: argparse.Namespace) -> None:
-    for flag in ("ray_address", "ray_workers"):
-        if getattr(args, flag, None) is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} needs --executor ray")
-
-
-def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
-    from engine.search import SearchConfig
-
+def _check_run_args(args: argparse.Namespace) -> None:
+    """What only a combination of `ktree run` flags can get wrong (a request cannot say it)."""
     if args.json and not (args.headless or args.estimate):
         raise UsageError("--json needs --headless")
     if args.resume is not None:
-        return _prepare_resume(args, db or _db_path(args))
-    if args.problem is None:
+        if args.problem is not None:
+            raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
+        if args.estimate:
+            raise UsageError("--estimate is for a new search, not with --resume")
+    elif args.problem is None:
         raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
-    problem = _load_problem(args.problem)
-    config = SearchConfig(
-        rounds=args.rounds, ideas=args.ideas, variants=args.variants, top=args.top,
-        atol=_tol(args.atol, problem.tolerance[0]), rtol=_tol(args.rtol, problem.tolerance[1]),
-        seed=args.seed, reasoning=args.reasoning, strategy=args.strategy,
-        fixes=max(0, args.fixes), budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
-        max_variants=args.max_variants, time_limit_s=args.time_limit,
-        llm_concurrency=args.llm_concurrency,
+
+
+def run_request(args: argparse.Namespace) -> RunRequest:
+    """`ktree run PROBLEM ...`'s flags as a request."""
+    return RunRequest(
+        problem=args.problem, strategy=args.strategy, provider=args.provider, models=tuple(args.model),
+        base_url=args.base_url, reasoning=args.reasoning, llm_timeout=args.llm_timeout,
+        llm_concurrency=args.llm_concurrency, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
+        max_variants=args.max_variants, time_limit=args.time_limit, fixes=args.fixes, rounds=args.rounds,
+        ideas=args.ideas, variants=args.variants, top=args.top, atol=args.atol, rtol=args.rtol,
+        seed=args.seed, backend=args.backend, compile_workers=args.compile_workers,
+        gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
+        executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
     )
-    if args.estimate:  # before any provider is built: an estimate needs no key
-        return Prepared(problem, [], None, config)
-    backend, evaluator = make_evaluator(args, args.backend)
-    models = _build_models(args.model, args.provider, problem, backend, args)
-    return Prepared(problem, models, evaluator, config)
 
 
-def _prepare_resume(args: argparse.Namespace, db: Path) -> Prepared:
-    """A session's own problem, backend, models and shape, from the DB; budgets given on the
-    command line replace the recorded ones."""
-    from engine.search import SearchConfig
-    from engine.store import session_state
+def resume_request(args: argparse.Namespace) -> ResumeRequest:
+    """`ktree run --resume SESSION ...`'s flags as a request (the shape flags are the session's)."""
+    return ResumeRequest(
+        session=args.resume, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
+        max_variants=args.max_variants, time_limit=args.time_limit,
+        gpus=None if args.gpus is None else tuple(args.gpus), compile_workers=args.compile_workers,
+        isolation=args.isolation, executor=args.executor, ray_address=args.ray_address,
+        ray_workers=args.ray_workers, base_url=args.base_url, llm_timeout=args.llm_timeout, seed=args.seed,
+    )
 
-    if args.problem is not None:
-        raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
-    if args.estimate:
-        raise UsageError("--estimate is for a new search, not with --resume")
+
+def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
+    """`ktree run`'s flags as a prepared search (a resume reads the session from `db`)."""
+    _check_run_args(args)
+    if args.resume is not None:
+        return asyncio.run(_prepare_resume(resume_request(args), db or _db_path(args)))
+    return prepare_run(run_request(args))
+
+
+async def _prepare_resume(request: ResumeRequest, db: Path) -> Prepared:
     if not db.exists():
         raise UsageError(f"no database at {db}")
-
-    async def read() -> tuple[dict[str, Any] | None, int]:
-        store = await _open_store(db)
-        try:
-            session = await store.session(args.resume)
-            pending = len(await store.commands(args.resume, pending_only=True)) if session else 0
-            return session, pending
-        finally:
-            await store.close()
-
-    session, pending = asyncio.run(read())
-    if session is None:
-        raise UsageError(f"no session {args.resume} in {db}")
-    state = session_state(session)
-    if state == "running":
-        raise UsageError(f"session {args.resume} is still running (pid {session['pid']})")
-    if state == "finished" and not pending:  # with commands given since, it runs them
-        raise UsageError(f"session {args.resume} has finished; there is nothing to resume")
-    problem = _load_problem(session["problem_path"])
-    backend, evaluator = make_evaluator(args, session["backend"], session["config"].get("gpus"))
-    specs = session["models"]
-    provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
-    models = _build_models(specs, provider, problem, backend, args)
-    overrides = {k: v for k, v in (("budget_usd", args.budget_usd), ("budget_tokens", args.budget_tokens),
-                                   ("max_variants", args.max_variants), ("time_limit_s", args.time_limit))
-                 if v is not None}
-    config = SearchConfig.from_dict({**session["config"], **overrides})
-    return Prepared(problem, models, evaluator, config, resume=args.resume)
+    store = await _open_store(db)
+    try:
+        return await prepare_resume(request, store)
+    finally:
+        await store.close()
 
 
 def _run(args: argparse.Namespace) -> int:
     db = _db_path(args)
-    prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
+    _check_run_args(args)
     if args.estimate:
-        return _estimate(args, prepared)
+        from engine.estimate import format_estimate
+
+        result = estimate_run(run_request(args))
+        print(json.dumps(result, indent=2) if args.json else format_estimate(result))
+        return 0
+    prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
     if args.executor == "local":  # (on ray, each node resolves it for itself)
-        resolve_isolation(args.isolation, notice=True)
+        _isolation_note(args.isolation)
     if args.headless:
         return asyncio.run(_run_headless(args, prepared, db))
     from tui.app import KtreeApp
@@ -525,8 +399,7 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
 
 
 def _eval(args: argparse.Namespace) -> int:
-
-    problem = _load_problem(args.reference)
+    problem = checked_problem(args.reference)
     solution = Path(args.solution)
     try:
         source = solution.read_text()
@@ -534,15 +407,15 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError(f"{solution}: cannot read: {exc}") from None
     if "ModelNew" not in source:
         raise UsageError(f"{solution}: defines no ModelNew")
+    atol, rtol = tolerances(problem, args.atol, args.rtol)
     backend, arch = resolve_backend(args.backend)
-    isolation = resolve_isolation(args.isolation, notice=True)
-
+    isolation = _isolation_note(args.isolation)
+    sizes = problem.sizes_for(backend)
+    flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation)
 
     async def go() -> Any:
-        job = evaluator.job(problem.path, source, problem.sizes_for(backend),
-                            atol=_tol(args.atol, problem.tolerance[0]),
-                            rtol=_tol(args.rtol, problem.tolerance[1]))
+        job = evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
         try:
             return await evaluator.evaluate(job)
         finally:
@@ -653,35 +526,19 @@ def _export(args: argparse.Namespace, db: Path) -> int:
     return 0
 
 
-def _estimate(args: argparse.Namespace, prepared: Prepared) -> int:
-    from engine.config import ConfigError, load_config
-    from engine.estimate import estimate, format_estimate
-    from engine.llm.registry import auto_provider, parse_spec
-
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    provider = auto_provider(config) if args.provider == "auto" else args.provider
-    specs = args.model or (config.default_models if args.provider == "auto" else [])
-    models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
-    backend, _ = resolve_backend(args.backend)
-    result = estimate(prepared.problem, prepared.config, models, backend, config.prices)
-    print(json.dumps(result, indent=2) if args.json else format_estimate(result))
-    return 0
-
-
 def _bench_pipeline(args: argparse.Namespace) -> int:
     from engine.bench import format_pipeline, pipeline_bench
 
-    problem = _load_problem(args.problem)
+    problem = checked_problem(args.problem)
     evaluator, arch = None, None  # local: the bench makes its own (with an empty cache if --cold)
     if args.executor == "ray":
         if args.cold:
             raise UsageError("--cold empties this host's build cache: it is for --executor local")
-        backend, evaluator = make_evaluator(args, args.backend)
+        backend, evaluator = make_evaluator(args.backend, executor="ray", gpus=args.gpus,
+                                            compile_workers=args.compile_workers,
+                                            ray_address=args.ray_address, ray_workers=args.ray_workers)
     else:
-        _local_only(args)
+        check_local_flags(args.ray_address, args.ray_workers)
         backend, arch = resolve_backend(args.backend)
     cuda = backend == "cuda"
     result = asyncio.run(pipeline_bench(
@@ -699,7 +556,7 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
 def _problem_specs(names: list[str]) -> list[Any]:
     from engine.problems import builtin_problems
 
-    return [_load_problem(n) for n in (names or [str(p) for p in builtin_problems().values()])]
+    return [checked_problem(n) for n in (names or [str(p) for p in builtin_problems().values()])]
 
 
 def _source_hash(problem: Any) -> str:
@@ -714,7 +571,7 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
 
     backend, _ = resolve_backend("auto")
     device = device_name(backend)
-    problems = _problem_specs([]) + [_load_problem(p) for p in args.paths]
+    problems = _problem_specs([]) + [checked_problem(p) for p in args.paths]
 
     async def cached() -> dict:
         if not db.exists():
@@ -780,7 +637,9 @@ def _bench_agreement(problems: list[Any], backend: str, arch: str | None, as_jso
         rows = []
         for p in problems:  # one at a time: timings never share the device
             print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
-            job = evaluator.job(p.path, "", p.sizes_for(backend), mode="agreement")
+            sizes = p.sizes_for(backend)
+            flops, nbytes = job_cost(p, sizes)
+            job = evaluator.job(p.path, "", sizes, mode="agreement", flops=flops, bytes=nbytes)
             outcome, result, log = await run_child(job, evaluator.run_timeout_s, evaluator._run_env)
             rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
         return rows

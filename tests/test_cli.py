@@ -218,3 +218,17 @@ def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path)
     assert note.startswith("ktree: note: bubblewrap (bwrap) is not installed; generated code runs with basic")
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "crashed" and "exit code 3" in verdict["log"]
+
+
+def test_the_tui_bench_is_a_script_of_the_checkout():
+    """`scripts/bench-tui` (once `ktree bench tui`; a dev tool, not in the shipped package) runs
+    from a checkout with the interpreter it is given, and prints its table."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--nodes", "20",
+                           "--moves", "2"], capture_output=True, text=True, timeout=300, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| tree cursor (down/right) | 2 |" in proc.stdout and "key-to-render median" in proc.stdout
+    assert run_ktree("bench", "tui").returncode == 2  # no longer a ktree command

@@ -10,9 +10,9 @@ from textual.widgets import DataTable, RichLog, Select, Static, Tree
 
 from engine.store import Store
 from tests.conftest import run_ktree
+from tests.fake_session import T0, write_fake_session
 from tests.tui_helpers import fake_db, label_of, log_text, table_row, wait_until
 from tui.app import KtreeApp
-from tui.fake import T0, write_fake_session
 from tui.screens.compare import CompareScreen, best_per_round
 from tui.screens.dialogs import Confirm
 from tui.screens.new_search import NewSearchScreen

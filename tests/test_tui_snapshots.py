@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.store import Store
+from tests.fake_session import T0, write_fake_session
 from tui.app import KtreeApp
-from tui.fake import T0, write_fake_session
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import pytest
 
 from engine.store import Store
 from tests.conftest import REPO
-from tui.fake import write_fake_session
+from tests.fake_session import write_fake_session
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
 

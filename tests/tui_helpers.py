@@ -9,7 +9,7 @@ from pathlib import Path
 from textual.widgets import DataTable, RichLog, Tree
 
 from engine.store import Store
-from tui.fake import write_fake_session
+from tests.fake_session import write_fake_session
 
 
 async def fake_db(path: Path, n_nodes: int = 40, status: str = "finished", **kw: object) -> tuple[Path, int]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -12,9 +13,49 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from engine.domain import PROVIDER_CHOICES, STRATEGIES
+from engine.domain import BACKEND_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.launch import RunRequest
 
 SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
+# The form's widgets by id: its choices, and what is typed (parsed by form_request).
+SELECTS = ("problem", "provider", "strategy", "backend")
+INPUTS = ("path", "models", *(name for name, _ in SHAPE), "budget_usd", "budget_tokens")
+Number = TypeVar("Number", int, float)
+
+
+def form_request(fields: Mapping[str, str]) -> RunRequest:
+    """The form's fields (by widget id, as typed) as a run request; ValueError, one line naming
+    the field, on one that is not a usable number. Everything else is launch's to check."""
+    shape = {}
+    for name, _ in SHAPE:
+        text = fields[name].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{name}: a whole number of at least 1")
+        shape[name] = int(text)
+    budget_usd = _budget(fields, "budget_usd", float)
+    budget_tokens = _budget(fields, "budget_tokens", int)
+    return RunRequest(
+        problem=fields["path"].strip() or fields["problem"], provider=fields["provider"],
+        backend=fields["backend"], strategy=fields["strategy"],
+        models=tuple(m.strip() for m in fields["models"].split(",") if m.strip()),
+        rounds=shape["rounds"], ideas=shape["ideas"], variants=shape["variants"], top=shape["top"],
+        budget_usd=budget_usd, budget_tokens=budget_tokens,
+    )
+
+
+def _budget(fields: Mapping[str, str], name: str, parse: Callable[[str], Number]) -> Number | None:
+    """An optional budget field: empty means none, else a positive number."""
+    text = fields[name].strip()
+    if not text:
+        return None
+    label = name.replace("_", " ")
+    try:
+        value = parse(text)
+    except ValueError:
+        raise ValueError(f"{label}: not a number: {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"{label}: must be positive")
+    return value
 
 
 class NewSearchScreen(Screen):
@@ -52,7 +93,7 @@ class NewSearchScreen(Screen):
                              allow_blank=False, compact=True)
             with Horizontal():
                 yield Label("backend")
-                yield Select([(b, b) for b in ("auto", "cuda", "cpu")], value="auto", id="backend",
+                yield Select([(b, b) for b in BACKEND_CHOICES], value="auto", id="backend",
                              allow_blank=False, compact=True)
             with Horizontal():
                 yield Label("budget USD")
@@ -70,7 +111,7 @@ class NewSearchScreen(Screen):
     async def on_mount(self) -> None:
         self._update_estimate()
         try:
-            from engine.cli import resolve_backend
+            from engine.launch import resolve_backend
 
             self.auto_backend, _ = await asyncio.to_thread(resolve_backend, "auto")
         except Exception:
@@ -82,60 +123,31 @@ class NewSearchScreen(Screen):
     def _changed(self) -> None:
         self._update_estimate()
 
-    def _values(self) -> dict[str, Any]:
-        """The form as run arguments; ValueError (one line) on a bad field."""
-        v: dict[str, Any] = {}
-        path = self.query_one("#path", Input).value.strip()
-        v["problem"] = path or str(self.query_one("#problem", Select).value)
-        v["provider"] = str(self.query_one("#provider", Select).value)
-        v["backend"] = str(self.query_one("#backend", Select).value)
-        v["strategy"] = str(self.query_one("#strategy", Select).value)
-        v["models"] = [m.strip() for m in self.query_one("#models", Input).value.split(",") if m.strip()]
-        for name, _ in SHAPE:
-            text = self.query_one(f"#{name}", Input).value.strip()
-            if not text.isdigit() or int(text) < 1:
-                raise ValueError(f"{name}: a whole number of at least 1")
-            v[name] = int(text)
-        for name, kind in (("budget_usd", float), ("budget_tokens", int)):
-            text = self.query_one(f"#{name}", Input).value.strip()
-            try:
-                v[name] = kind(text) if text else None
-            except ValueError:
-                raise ValueError(f"{name.replace('_', ' ')}: not a number: {text!r}") from None
-            if v[name] is not None and v[name] <= 0:
-                raise ValueError(f"{name.replace('_', ' ')}: must be positive")
-        return v
+    def _request(self) -> RunRequest:
+        """The form as a run request; ValueError (one line) on a bad field."""
+        values = {name: str(self.query_one(f"#{name}", Select).value) for name in SELECTS}
+        values.update({name: self.query_one(f"#{name}", Input).value for name in INPUTS})
+        return form_request(values)
 
     def _update_estimate(self) -> None:
-        """The engine's pre-run estimate (engine.estimate, as `ktree run --estimate` prints it)."""
-        from engine.config import ConfigError, load_config
-        from engine.estimate import estimate, format_estimate
-        from engine.llm.registry import auto_provider, parse_spec
-        from engine.problems import ProblemError, load_problem
-        from engine.search import SearchConfig
+        """The engine's pre-run estimate (engine.launch.estimate_run, as `ktree run --estimate`
+        prints it)."""
+        from engine.estimate import format_estimate
+        from engine.launch import UsageError, estimate_run
 
         box = self.query_one("#estimate", Static)
         try:
-            v = self._values()
-            problem = load_problem(v["problem"])
-            try:
-                config = load_config()
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-            provider = auto_provider(config) if v["provider"] == "auto" else v["provider"]
-            specs = v["models"] or (config.default_models if v["provider"] == "auto" else [])
-            models = [parse_spec(m, provider) for m in specs] or [(provider, "")]
-            shape = SearchConfig(rounds=v["rounds"], ideas=v["ideas"], variants=v["variants"], top=v["top"],
-                                 strategy=v["strategy"])
-            backend = v["backend"] if v["backend"] != "auto" else self.auto_backend
-            result = estimate(problem, shape, models, backend, config.prices)
-        except (ValueError, ProblemError) as exc:
+            request = self._request()
+            backend = request.backend if request.backend != "auto" else self.auto_backend
+            result = estimate_run(request, backend)
+        except (ValueError, UsageError) as exc:
             box.update(f"estimate: — ({exc})")
             return
-        except Exception as exc:  # an unparseable model spec and the like: say it, in one line
+        except Exception as exc:  # anything else: say it, in one line
             box.update(f"estimate: — ({type(exc).__name__}: {exc})")
             return
-        note = "  (scripted: canned answers, no LLM: $0 in fact)" if provider == "scripted" else ""
+        scripted = all(m.startswith("scripted:") for m in result["models"])
+        note = "  (scripted: canned answers, no LLM: $0 in fact)" if scripted else ""
         box.update(f"Pre-run estimate{note}\n{format_estimate(result)}")
 
     @on(Button.Pressed, "#start")
@@ -143,33 +155,20 @@ class NewSearchScreen(Screen):
         await self.action_start()
 
     async def action_start(self) -> None:
-        from engine.cli import UsageError, build_parser, prepare_search
+        from engine.launch import UsageError, prepare_run
 
         error = self.query_one("#form-error", Static)
         try:
-            v = self._values()
+            request = self._request()
         except ValueError as exc:
             error.update(str(exc))
             return
-        argv = ["run", v["problem"], "--provider", v["provider"], "--backend", v["backend"],
-                "--strategy", v["strategy"]]
-        for name, _ in SHAPE:
-            argv += [f"--{name}", str(v[name])]
-        for m in v["models"]:
-            argv += ["--model", m]
-        if v["budget_usd"]:
-            argv += ["--budget-usd", str(v["budget_usd"])]
-        if v["budget_tokens"]:
-            argv += ["--budget-tokens", str(v["budget_tokens"])]
+        error.update("preparing…")
         try:
-            args = build_parser().parse_args(argv)
-            error.update("preparing…")
-            prepared = await asyncio.to_thread(prepare_search, args)
+            # In a thread: importing the problem, probing the sandbox and setting up providers block.
+            prepared = await asyncio.to_thread(prepare_run, request)
         except UsageError as exc:
             error.update(str(exc))
-            return
-        except SystemExit:
-            error.update("invalid arguments: " + " ".join(argv))
             return
         error.update("")
         self.app.pop_screen()

@@ -3,7 +3,6 @@ resume an interrupted one, delete one, compare two, start a new search."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -136,12 +135,11 @@ class SessionsScreen(Screen):
             self.notify(f"session {row['id']} is {session_status(row)}: only an interrupted one resumes",
                         severity="warning")
             return
-        from engine.cli import UsageError, build_parser, prepare_search
+        from engine.launch import ResumeRequest, UsageError, prepare_resume
 
-        db = self.app.db_path  # type: ignore[attr-defined]
-        args = build_parser().parse_args(["run", "--resume", str(row["id"]), "--db", str(db)])
-        try:
-            prepared = await asyncio.to_thread(prepare_search, args, db)
+        store = self.app.store  # type: ignore[attr-defined]
+        try:  # on the app's own store, in its loop
+            prepared = await prepare_resume(ResumeRequest(session=row["id"]), store)
         except UsageError as exc:
             self.notify(f"cannot resume: {exc}", severity="error")
             return

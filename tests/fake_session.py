@@ -1,5 +1,5 @@
 """A synthetic, deterministic session written straight into a store: what the snapshot tests and
-`ktree bench tui` open. No LLM, no compiler: every number here is made up (the session says so:
+`scripts/bench-tui` open. No LLM, no compiler: every number here is made up (the session says so:
 its provider is "synthetic" and the screens mark it SCRIPTED)."""
 
 from __future__ import annotations

@@ -1,0 +1,373 @@
+"""The one way a search is built, for the command line and the TUI alike.
+
+A request holds what the user asked for as plain values (`RunRequest` for a new search,
+`ResumeRequest` to continue a recorded one); `prepare_run` / `prepare_resume` check all of it
+that can be wrong — the problem loads, the providers can be set up, the GPUs exist — and hand back
+a typed `Prepared`, from which a `Search` is made on the caller's store. Bad input raises
+`UsageError`, one line naming the flag: the CLI prints it and exits 2, the TUI shows it.
+
+Nothing here prints or parses argv: that is the CLI's (engine/cli.py), which sits above this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+
+if TYPE_CHECKING:
+    from engine.evaluate.base import Evaluator
+    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.events import EventBus
+    from engine.llm.base import Provider
+    from engine.problems import Problem
+    from engine.search import Search, SearchConfig
+    from engine.store import Store
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line (the CLI prints it and exits 2; the TUI shows it)."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A new search, as `ktree run PROBLEM ...` asks for it; the defaults are the CLI's."""
+
+    problem: str  # a built-in problem name or a path to a KernelBench-format file
+    strategy: str = "tree"  # STRATEGIES
+    provider: str = "auto"  # PROVIDER_CHOICES
+    models: tuple[str, ...] = ()  # [provider:]model specs, used round-robin
+    base_url: str | None = None  # openai-compatible server
+    reasoning: str | None = None
+    llm_timeout: float = 600.0  # seconds per LLM call
+    llm_concurrency: int = 8  # concurrent calls per provider
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    max_variants: int | None = None
+    time_limit: float | None = None  # seconds
+    fixes: int = 1  # fix-prompt retries for a variant that fails to compile
+    rounds: int = 2
+    ideas: int = 3
+    variants: int = 2
+    top: int = 2
+    atol: float | None = None  # None: the problem's own, else 1e-2
+    rtol: float | None = None
+    seed: int = 0
+    backend: str = "auto"  # BACKEND_CHOICES
+    compile_workers: int | None = None
+    gpus: tuple[int, ...] | None = None  # physical indices; None: every visible GPU
+    isolation: str = "auto"  # ISOLATION_CHOICES
+    executor: str = "local"  # EXECUTORS
+    ray_address: str | None = None
+    ray_workers: int | None = None
+
+    def __post_init__(self) -> None:
+        # Lists are accepted for convenience; kept as tuples so a request stays immutable.
+        object.__setattr__(self, "models", tuple(self.models))
+        if self.gpus is not None:
+            object.__setattr__(self, "gpus", tuple(self.gpus))
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """Continue a recorded session: its problem, backend, models and shape come from the store;
+    these replace the recorded budgets and say where to evaluate this time."""
+
+    session: int
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    max_variants: int | None = None
+    time_limit: float | None = None
+    gpus: tuple[int, ...] | None = None  # None: the GPUs the session ran on
+    compile_workers: int | None = None
+    isolation: str = "auto"
+    executor: str = "local"
+    ray_address: str | None = None
+    ray_workers: int | None = None
+    base_url: str | None = None
+    llm_timeout: float = 600.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None:
+            object.__setattr__(self, "gpus", tuple(self.gpus))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a search needs that can be wrong, checked before any screen opens."""
+
+    problem: Problem
+    models: list[tuple[Provider, str]]
+    evaluator: Evaluator
+    config: SearchConfig
+    resume: int | None = None  # the session to continue
+
+    def search(self, store: Store, bus: EventBus) -> Search:
+        """The search on the caller's store (opened in the loop that runs it: aiosqlite binds to it)."""
+        from engine.search import Search
+
+        return Search(store, bus, self.models, self.evaluator, self.problem, self.config,
+                      resume=self.resume)
+
+
+# --- the pieces the CLI's other commands use too --------------------------------------------------
+
+def resolve_backend(requested: str) -> tuple[str, str | None]:
+    """(backend, cuda arch list) — `auto` picks cuda when a GPU is visible."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if requested == "cuda" and not has_gpu:
+        raise UsageError("--backend cuda: no CUDA GPU is visible")
+    backend = "cuda" if requested == "cuda" or (requested == "auto" and has_gpu) else "cpu"
+    arch = None
+    if backend == "cuda":
+        arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        if not arch:
+            major, minor = torch.cuda.get_device_capability(0)
+            arch = f"{major}.{minor}"
+    return backend, arch
+
+
+def resolve_isolation(requested: str) -> tuple[str, str | None]:
+    """(level, note): the isolation level generated code runs under, and, when `auto` had to
+    fall back from strict, why, in words. Saying the note is the caller's business: the CLI
+    prints it once; the TUI does not (it would garble the screen)."""
+    from engine.evaluate import sandbox
+
+    if requested == "auto":
+        level, why = sandbox.available()
+        note = None if level == "strict" else (
+            f"{why}; generated code runs with basic isolation"
+            " (scrubbed environment, limits, no filesystem or network isolation)")
+        return level, note
+    try:
+        return sandbox.resolve(requested), None
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def checked_gpus(backend: str, gpus: Sequence[int] | None) -> list[int] | None:
+    """`--gpus` against what this machine has: any on the cpu backend, or one that is not
+    visible, is a usage error."""
+    if gpus is None:
+        return None
+    if backend != "cuda":
+        raise UsageError("--gpus needs the cuda backend (no GPU in use here)")
+    from engine.evaluate.evaluator import check_gpus, visible_gpus
+
+    try:
+        check_gpus(list(gpus), visible_gpus())
+    except ValueError as exc:
+        raise UsageError(f"--gpus: {exc}") from None
+    return list(gpus)
+
+
+def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
+                    **kw: Any) -> LocalEvaluator:
+    """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
+    from engine.evaluate.evaluator import LocalEvaluator
+
+    return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
+
+
+def check_local_flags(ray_address: str | None, ray_workers: int | None) -> None:
+    """The Ray flags mean nothing to the local executor: given without `--executor ray`, say so."""
+    for flag, value in (("ray-address", ray_address), ("ray-workers", ray_workers)):
+        if value is not None:
+            raise UsageError(f"--{flag} needs --executor ray")
+
+
+def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Sequence[int] | None = None,
+                   recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
+                   isolation: str = "auto", ray_address: str | None = None,
+                   ray_workers: int | None = None) -> tuple[str, Evaluator]:
+    """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
+    resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
+    joined or started here; `auto` is then the cluster's backend, and each node resolves the
+    isolation level for itself)."""
+    _choice("executor", executor, EXECUTORS)
+    if executor != "ray":
+        check_local_flags(ray_address, ray_workers)
+        backend, arch = resolve_backend(requested_backend)
+        if gpus is None and recorded_gpus and backend == "cuda":
+            try:
+                gpus = checked_gpus(backend, recorded_gpus)
+            except UsageError as exc:
+                raise UsageError(f"the session ran on GPUs {','.join(map(str, recorded_gpus))}, but"
+                                 f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
+        level, _ = resolve_isolation(isolation)
+        return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
+                                        isolation=level)
+    if gpus is not None:
+        raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
+    from engine.executors import ray_executor
+
+    try:
+        connected = ray_executor.connect(ray_address)
+        backend = ray_executor.cluster_backend(requested_backend)
+        return backend, ray_executor.RayEvaluator(
+            backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
+            shutdown=connected)
+    except ray_executor.RayExecutorError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def checked_problem(spec: str) -> Problem:
+    """The problem named by `spec` (a built-in name or a path), or a one-line UsageError."""
+    from engine.problems import ProblemError, load_problem
+
+    try:
+        return load_problem(spec)
+    except ProblemError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def tolerances(problem: Problem, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """(atol, rtol): the ones given, else the problem's own; a negative one is a usage error."""
+    return _tol(atol, problem.tolerance[0]), _tol(rtol, problem.tolerance[1])
+
+
+def job_cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, float | None]:
+    """(flops, bytes) of the problem at these sizes, for an evaluation job's speed-of-light floor;
+    None where there is no cost to be had (a problem that cannot be costed only loses its floor)."""
+    try:
+        cost = problem.cost_at(sizes)
+    except Exception:
+        return None, None
+    return cost.flops or None, cost.bytes or None
+
+
+# --- new searches, estimates, resumes -------------------------------------------------------------
+
+def estimate_run(request: RunRequest, backend: str | None = None) -> dict[str, Any]:
+    """What the search would ask of the LLMs (engine.estimate's dict), before anything runs:
+    no key is needed and no provider or evaluator is made. `backend` is the one to build the
+    prompts for; by default the request's, resolved here."""
+    from engine.config import ConfigError, load_config
+    from engine.estimate import estimate
+    from engine.llm.registry import auto_provider, parse_spec
+
+    _check_choices(request)
+    problem = checked_problem(request.problem)
+    config = _search_config(request, problem)
+    try:
+        settings = load_config()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    provider = auto_provider(settings) if request.provider == "auto" else request.provider
+    specs = list(request.models) or (settings.default_models if request.provider == "auto" else [])
+    models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
+    if backend is None:
+        backend, _ = resolve_backend(request.backend)
+    return estimate(problem, config, models, backend, settings.prices)
+
+
+def prepare_run(request: RunRequest) -> Prepared:
+    """A new search, every part checked: the problem, the tolerances, the evaluator (GPUs,
+    isolation, executor) and the providers (keys, base URL, scripted answers)."""
+    _check_choices(request)
+    problem = checked_problem(request.problem)
+    config = _search_config(request, problem)
+    backend, evaluator = make_evaluator(
+        request.backend, executor=request.executor, gpus=request.gpus,
+        compile_workers=request.compile_workers, isolation=request.isolation,
+        ray_address=request.ray_address, ray_workers=request.ray_workers)
+    models = _build_models(list(request.models), request.provider, problem, backend, seed=request.seed,
+                           base_url=request.base_url, timeout_s=request.llm_timeout)
+    return Prepared(problem, models, evaluator, config)
+
+
+async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
+    """A recorded session, ready to continue on the caller's open store: its own problem, backend,
+    models and shape, with the request's budgets replacing the recorded ones. The blocking part
+    (importing the problem, probing the sandbox, setting up providers) runs in a worker thread so
+    the caller's loop (the TUI's) keeps drawing; on Ray it stays on the calling thread, where
+    ray.init wants to be."""
+    from engine.store import session_state
+
+    session = await store.session(request.session)
+    if session is None:
+        raise UsageError(f"no session {request.session} in {store.path}")
+    pending = len(await store.commands(request.session, pending_only=True))
+    state = session_state(session)
+    if state == "running":
+        raise UsageError(f"session {request.session} is still running (pid {session['pid']})")
+    if state == "finished" and not pending:  # with commands given since, it runs them
+        raise UsageError(f"session {request.session} has finished; there is nothing to resume")
+    if request.executor == "ray":
+        return _assemble_resume(request, session)
+    return await asyncio.to_thread(_assemble_resume, request, session)
+
+
+def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepared:
+    from engine.search import SearchConfig
+
+    problem = checked_problem(session["problem_path"])
+    backend, evaluator = make_evaluator(
+        session["backend"], executor=request.executor, gpus=request.gpus,
+        recorded_gpus=session["config"].get("gpus"), compile_workers=request.compile_workers,
+        isolation=request.isolation, ray_address=request.ray_address, ray_workers=request.ray_workers)
+    specs = session["models"]
+    provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
+    models = _build_models(specs, provider, problem, backend, seed=request.seed, base_url=request.base_url,
+                           timeout_s=request.llm_timeout)
+    overrides = {k: v for k, v in (("budget_usd", request.budget_usd), ("budget_tokens", request.budget_tokens),
+                                   ("max_variants", request.max_variants), ("time_limit_s", request.time_limit))
+                 if v is not None}
+    config = SearchConfig.from_dict({**session["config"], **overrides})
+    return Prepared(problem, models, evaluator, config, resume=request.session)
+
+
+def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
+    from engine.search import SearchConfig
+
+    for name in ("rounds", "ideas", "variants", "top", "llm_concurrency"):
+        if getattr(request, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: {getattr(request, name)} must be at least 1")
+    atol, rtol = tolerances(problem, request.atol, request.rtol)
+    return SearchConfig(
+        rounds=request.rounds, ideas=request.ideas, variants=request.variants, top=request.top,
+        atol=atol, rtol=rtol, seed=request.seed, reasoning=request.reasoning, strategy=request.strategy,
+        fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,
+        max_variants=request.max_variants, time_limit_s=request.time_limit,
+        llm_concurrency=request.llm_concurrency,
+    )
+
+
+def _build_models(specs: list[str], provider: str, problem: Problem, backend: str, *, seed: int,
+                  base_url: str | None, timeout_s: float) -> list[tuple[Provider, str]]:
+    from engine.config import ConfigError, load_config
+    from engine.llm.registry import ProviderSetupError, build_models
+
+    try:
+        return build_models(specs, provider, load_config(), problem=problem.name, backend=backend,
+                            seed=seed, base_url=base_url, timeout_s=timeout_s)
+    except (ConfigError, ProviderSetupError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_choices(request: RunRequest) -> None:
+    """The named choices a request makes (argparse checks them on the command line; a request
+    built elsewhere is checked here, in the same words)."""
+    for name, choices in (("strategy", STRATEGIES), ("provider", PROVIDER_CHOICES),
+                          ("backend", BACKEND_CHOICES), ("isolation", ISOLATION_CHOICES),
+                          ("executor", EXECUTORS)):
+        _choice(name, getattr(request, name), choices)
+
+
+def _choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise UsageError(f"--{name}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})")
+
+
+def _tol(given: float | None, default: float) -> float:
+    if given is not None and given < 0:
+        raise UsageError(f"tolerance {given} must not be negative")
+    return default if given is None else given
+

@@ -60,7 +60,7 @@ class CallSettings:
     reasoning: str | None
 
 
-async def call(store: Store, bus: EventBus, budget: Budget, session_id: int, settings: CallSettings,
+async def call_llm(store: Store, bus: EventBus, budget: Budget, session_id: int, settings: CallSettings,
                provider: Provider, model: str, purpose: str, prompt: str, node_id: int) -> LLMResult:
     """One call for `node_id`, recorded (a failure too) and published."""
     try:

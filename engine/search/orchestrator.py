@@ -37,10 +37,10 @@ from engine.events import (
 from engine.llm.base import Provider
 from engine.problems import Problem
 from engine.scheduler import Scheduler
-from engine.search import calls, resume
 from engine.search.budget import Budget
-from engine.search.calls import CallSettings, LLMResult, Models
+from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
+from engine.search.resume import CANCEL, FIX, load_session, recovery
 from engine.search.rows import asking_row, idea_row, root_row, variant_row
 from engine.search.steering import Steering
 from engine.search.strategies import strategy_for
@@ -327,8 +327,8 @@ class Search:
                 self.budget.count_variant()
             text = prompt()
             crash.point("llm")
-            result = await calls.call(self.store, self.bus, self.budget, self._sid, self.call_settings,
-                                      provider, model, purpose, text, node.id)
+            result = await call_llm(self.store, self.bus, self.budget, self._sid, self.call_settings,
+                                    provider, model, purpose, text, node.id)
         self.replies[(node.id, purpose)] = result
         if result.status == "auth":
             raise SearchAborted(result.error)
@@ -415,7 +415,7 @@ class Search:
         await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
                                         pid=os.getpid(), heartbeat_at=time.time())
         await self._publish_started()
-        saved = await resume.load(self.store, sid)
+        saved = await load_session(self.store, sid)
         self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
         self.round, self.parents = saved.round, saved.parents
         self.budget.restore(saved.totals, saved.variants_generated)
@@ -427,10 +427,10 @@ class Search:
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
-        for step, node in resume.recovery(self.nodes, self.round, self.sched.busy_nodes()):
-            if step == resume.FIX:
+        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes()):
+            if step == FIX:
                 await self._maybe_fix(node)
-            elif step == resume.CANCEL:
+            elif step == CANCEL:
                 await self.update(node.id, status="failed", text="cancelled: pruned")
             else:
                 self._spawn(node)

@@ -1,7 +1,7 @@
 """Taking a session up again from the DB alone (`Search(..., resume=session_id)`).
 
 The DB is the state: every node is inserted before its work starts, every LLM reply and every
-verdict is committed before its event is published. So `load` reads back all a search needs —
+verdict is committed before its event is published. So `load_session` reads back all a search needs —
 nodes, verdicts, replies, the round and its parents, the pause state, what was spent — and
 `recovery` says what to do with each node whose work was in flight when the engine died: a node
 whose reply is recorded is not asked again, a node whose verdict is recorded is not evaluated
@@ -33,7 +33,7 @@ class Saved:
     variants_generated: int = 0
 
 
-async def load(store: Store, session_id: int) -> Saved:
+async def load_session(store: Store, session_id: int) -> Saved:
     """Read the session's state back (reads only)."""
     saved = Saved()
     saved.nodes = {n.id: n for n in await store.nodes(session_id)}

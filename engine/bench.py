@@ -32,10 +32,12 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.domain import DEVICE_PHASES
+from engine.evaluate.base import Evaluator
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, VerdictReady
 from engine.llm.scripted import ScriptedProvider
-from engine.search import DEVICE_PHASES, Search, SearchConfig
+from engine.search import Search, SearchConfig
 from engine.store import Store
 
 SAMPLE_S = 0.005
@@ -43,7 +45,7 @@ SAMPLE_S = 0.005
 
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
-                         cold: bool = False, log: TextIO | None = None, evaluator: Any = None,
+                         cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
                          repeat_sources: bool = False) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
@@ -140,7 +142,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                                         if totals["waiting_s"] else 0.0),
         "idle_fraction_of_wall": round(totals["idle_waiting_s"] / wall, 4) if wall else 0.0,
         "variants_per_minute": round(evaluations / wall * 60, 2) if wall else 0.0,
-        "gpus": getattr(evaluator, "gpus", None),
+        "gpus": evaluator.gpus,
         "devices": [{
             "name": name, "jobs": states.get(name, {}).get("jobs", 0), "busy_s": round(d["busy_s"], 3),
             "idle_fraction_of_wall": round(d["idle_s"] / wall, 4) if wall else 0.0,

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine import control
-from engine.domain import DONE_STATUSES
-from engine.search import DEVICE_PHASES
+from engine.domain import DEVICE_PHASES, DONE_STATUSES
 from engine.store import Store
 from tests.conftest import query, run_ktree
 
@@ -98,3 +97,30 @@ def test_resume_after_sigkill(tmp_path: Path, case: str):
     assert sorted(evaluated) == sorted(v for v, _, source in variants if source)
     assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea' AND status = 'ok'") == [(1,)]
     assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE purpose = 'idea'") == [(1,)]
+
+
+def test_recovery_restarts_only_the_work_in_flight():
+    """What a resume does with each node, from the nodes alone: a recorded result is kept, work
+    in flight is restarted once, a pruned node's work is marked cancelled, and a compile error
+    of this round whose fix was never recorded gets its fix."""
+    from engine.domain import Node
+    from engine.search.resume import CANCEL, FIX, IDEAS, VARIANT, recovery
+
+    def n(id: int, kind: str, parent: int | None, status: str, round: int = 2, **extra: object) -> Node:
+        return Node(id, 1, parent, kind, round, "", "", "", status, "llm", None, None, **extra)
+
+    nodes = {x.id: x for x in [
+        n(1, "root", None, "reference", round=0),
+        n(2, "idea", 1, "ok"),
+        n(3, "variant", 2, "correct"),
+        n(4, "variant", 2, "compile_error"),  # no fix child yet
+        n(5, "variant", 2, "compile_error"),
+        n(6, "variant", 5, "generating"),  # 5's fix, in flight
+        n(7, "idea", 3, "generating"),
+        n(8, "variant", 2, "queued", pruned=True),
+        n(9, "variant", 2, "compiling"),  # still running (busy)
+        n(10, "variant", 2, "compile_error", round=1),  # an earlier round's: left alone
+        n(11, "variant", 2, "failed"),
+    ]}
+    steps = [(step, node.id) for step, node in recovery(nodes, 2, busy={9})]
+    assert steps == [(FIX, 4), (VARIANT, 6), (IDEAS, 7), (CANCEL, 8)]

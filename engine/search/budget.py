@@ -1,0 +1,57 @@
+"""What a search may spend and what it has spent, in one place: dollars, tokens (input + output
++ reasoning: the one total every screen and budget uses), variants generated (LLM code or a human
+edit), and this run's wall time.
+
+Every LLM call is charged here and every new variant counted here; `exceeded` and
+`variant_limit` are the only answers to "may new work start?" — None, or the reason it may not,
+worded as the session's stop reason. A resumed search starts from the store's totals, so a budget
+spans every run of the session (the time limit alone is per run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine.llm.base import Usage
+
+
+@dataclass
+class Budget:
+    usd: float | None = None
+    tokens: int | None = None
+    variants: int | None = None
+    time_limit_s: float | None = None
+    spent_usd: float = 0.0
+    spent_tokens: int = 0
+    variants_generated: int = 0
+
+    def charge(self, cost_usd: float, usage: Usage) -> None:
+        """One LLM call's bill: its dollars and every token it was billed for."""
+        self.spent_usd += cost_usd
+        self.spent_tokens += usage.input + usage.output + usage.reasoning
+
+    def count_variant(self) -> None:
+        self.variants_generated += 1
+
+    def restore(self, totals: Mapping[str, float], variants_generated: int) -> None:
+        """Spending so far, as recorded (`Store.llm_totals`), for a resumed session."""
+        self.spent_usd = float(totals["cost_usd"])
+        self.spent_tokens = int(totals["tokens"])
+        self.variants_generated = variants_generated
+
+    def exceeded(self, elapsed_s: float) -> str | None:
+        """Why no new work may start (dollars, tokens or time spent), or None."""
+        if self.usd is not None and self.spent_usd >= self.usd:
+            return f"budget reached: ${self.spent_usd:.4f} of ${self.usd:g}"
+        if self.tokens is not None and self.spent_tokens >= self.tokens:
+            return f"budget reached: {self.spent_tokens} of {self.tokens} tokens"
+        if self.time_limit_s is not None and elapsed_s >= self.time_limit_s:
+            return f"time limit reached: {self.time_limit_s:g} s"
+        return None
+
+    def variant_limit(self) -> str | None:
+        """Why no further variant may be generated, or None."""
+        if self.variants is not None and self.variants_generated >= self.variants:
+            return f"max variants reached: {self.variants_generated}"
+        return None

@@ -1,0 +1,36 @@
+"""What a search is asked to do: its shape, strategy, budgets and evaluation settings.
+
+Recorded whole in the session's row (`sessions.config`), so a resume runs the same search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    rounds: int = 2
+    ideas: int = 3
+    variants: int = 2
+    top: int = 2
+    max_output_tokens: int = 16000
+    reasoning: str | None = None
+    fixes: int = 1  # fix-prompt retries for a variant that fails to compile
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    max_variants: int | None = None  # variants generated (LLM code or a human edit)
+    time_limit_s: float | None = None  # wall time of this run of the engine
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    trials: int = 3
+    seed: int = 0
+    strategy: str = "tree"
+    llm_concurrency: int = 8  # concurrent calls per provider
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchConfig:
+        """A recorded config; keys this version does not know are dropped."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,541 @@
+"""The search as an orchestrator: it runs the work, and asks its parts what the work is.
+
+Each unit of work is a task on the scheduler (engine.scheduler): an ideas call, or a variant's
+generate -> compile -> check -> time. Rounds follow the strategy (engine.search.strategies: how
+many rounds, ideas, variants, and whom each round grows from); every LLM call is charged to the
+budget (engine.search.budget); human commands are applied by engine.search.steering; a resumed
+session is read back and its in-flight work recovered by engine.search.resume.
+
+The DB is the state: every node is inserted before its work starts (a batch of nodes in one
+transaction), every LLM reply and every verdict is committed before its event is published. So
+a search killed at any moment resumes from the DB alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict, replace
+from typing import Any
+
+from engine import crash, prompts
+from engine.domain import DEVICE_PHASES, Node, best_variant, excluded
+from engine.evaluate.base import Evaluator
+from engine.events import (
+    BudgetReached,
+    EventBus,
+    NodeAdded,
+    NodeUpdated,
+    Progress,
+    RoundDone,
+    SessionDone,
+    SessionStarted,
+    VerdictReady,
+)
+from engine.llm.base import Provider
+from engine.problems import Problem
+from engine.scheduler import Scheduler
+from engine.search.budget import Budget
+from engine.search.calls import CallSettings, LLMResult, Models, call_llm
+from engine.search.config import SearchConfig
+from engine.search.resume import CANCEL, FIX, load_session, recovery
+from engine.search.rows import asking_row, idea_row, root_row, variant_row
+from engine.search.steering import Steering
+from engine.search.strategies import strategy_for
+from engine.store import Store
+
+HEARTBEAT_S = 2.0
+
+
+class SearchAborted(Exception):
+    """The search cannot go on (a bad key): the session ends as failed with this reason."""
+
+
+class _Skipped(Exception):
+    """A node's work did not start (a budget is spent, the search is stopping)."""
+
+
+class Search:
+    def __init__(
+        self,
+        store: Store,
+        bus: EventBus,
+        models: list[tuple[Provider, str]],
+        evaluator: Evaluator,
+        problem: Problem,
+        config: SearchConfig,
+        resume: int | None = None,
+    ):
+        self.models = Models(models)
+        self.strategy = strategy_for(config.strategy, rounds=config.rounds, ideas=config.ideas,
+                                     variants=config.variants, top=config.top)
+        self.store = store
+        self.bus = bus
+        self.scripted = self.models.scripted
+        self.budget = Budget(usd=config.budget_usd, tokens=config.budget_tokens,
+                             variants=config.max_variants, time_limit_s=config.time_limit_s)
+        self.call_settings = CallSettings(config.max_output_tokens, config.reasoning)
+        self.stop_reason: str | None = None
+        self.evaluator = evaluator
+        self.problem = problem
+        self.config = config
+        self.backend = evaluator.backend
+        self.sizes = problem.sizes_for(self.backend)
+        self.cost = problem.cost(self.backend)
+        self.session_id: int | None = resume
+        self.resuming = resume is not None
+        self.nodes: dict[int, Node] = {}
+        self.verdicts: dict[int, dict[str, Any]] = {}
+        self.replies: dict[tuple[int, str], LLMResult] = {}  # (node, purpose) -> how its call ended
+        self.started = time.time()
+        self.round = 0
+        self.parents: list[int] = []  # this round's parents
+        self.sched = Scheduler(config.llm_concurrency)
+        self._last_progress: tuple | None = None
+        self._last_progress_at = 0.0
+        self._publishing: set[asyncio.Task[None]] = set()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        """Run (or resume) the search to its end; the summary, also recorded and published."""
+        if self.resuming:
+            await self._load()
+        else:
+            await self._create()
+        steering = Steering(self, self.store, self.bus, self._sid)
+        status = "failed"
+        background: list[asyncio.Task[None]] = []
+        try:
+            if self.round == 0:
+                await steering.apply_pending()  # e.g. a human idea before the first round
+                root = next(n for n in self.nodes.values() if n.kind == "root")
+                await self._start_round(1, self.strategy.first_parents(root.id))
+            else:
+                await self._recover()  # before any command adds work of its own
+                await steering.apply_pending()
+            background = [asyncio.create_task(steering.poll()), asyncio.create_task(self._tick())]
+            await self._rounds(steering)
+            status = "stopped" if self.stop_reason else "finished"
+        except SearchAborted as exc:
+            status, self.stop_reason = "failed", str(exc)
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.shield(self.sched.cancel_all())
+            summary = await self._finish(status)
+        return summary
+
+    async def _rounds(self, steering: Steering) -> None:
+        while True:
+            await self.sched.drain()
+            await steering.apply_pending()  # commands given while the last work finished
+            if self.sched.tasks:
+                continue
+            last = self.stop_reason is not None or self.round >= self.strategy.total_rounds()
+            parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
+            await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup()))
+            if last:
+                return
+            if not parents:
+                self.stop_reason = "no parent left to expand (all pruned)"
+                return
+            if self._over_budget():
+                return
+            await self._start_round(self.round + 1, parents)
+
+    async def _start_round(self, r: int, parents: list[int]) -> None:
+        """Record the round's parents and one generating idea node per parent (one
+        transaction), then start their idea calls."""
+        self.round = r
+        self.parents = list(parents)
+        k = self.strategy.ideas_per_call()
+        rows = [asking_row(p, r, k) for p in parents]
+        made = await self.store.add_nodes(self._sid, rows, round_parents=(r, self.parents))
+        for node in made:
+            await self._added(node)
+            self._spawn(node)
+
+    # -- what the parts may do (engine.search.steering.Steerable) ---------------------------
+
+    def stop(self, reason: str) -> None:
+        """No new work starts from now on (the first reason given is the one recorded)."""
+        if not self.stop_reason:
+            self.stop_reason = reason
+
+    async def update(self, node_id: int, publish: bool = True, commit: bool = True, **changes: Any) -> None:
+        """Commit changes to a node (unless already committed), then (unless a VerdictReady
+        follows) publish them."""
+        if commit:
+            await self.store.update_node(node_id, **changes)
+        self.nodes[node_id] = replace(self.nodes[node_id], **changes)
+        if publish:
+            await self.bus.publish(NodeUpdated(self.nodes[node_id]))
+
+    async def add_nodes(self, rows: list[dict[str, Any]], command_id: int | None = None) -> list[Node]:
+        """Insert rows in one transaction (marking the command that made them applied)."""
+        return await self.store.add_nodes(self._sid, rows, command_id=command_id)
+
+    async def start(self, made: list[Node]) -> None:
+        """Announce new nodes, then start the work of those that have some."""
+        for n in made:
+            await self._added(n)
+        for n in made:
+            if n.kind == "variant" or (n.kind == "idea" and n.status == "generating"):
+                self._spawn(n)
+
+    # -- work -------------------------------------------------------------------------------
+
+    def _spawn(self, node: Node) -> None:
+        work = self._ideas(node) if node.kind == "idea" else self._variant(node)
+        self.sched.spawn(self._guard(node.id, work), node.id)
+
+    async def _guard(self, node_id: int, work: Coroutine[Any, Any, None]) -> None:
+        """Run one node's work; a cancelled (pruned, stopped) or skipped node says why."""
+        try:
+            await work
+        except _Skipped as exc:
+            await self.update(node_id, status="failed", text=f"not started: {exc}")
+        except asyncio.CancelledError:
+            reason = self.sched.cancelled.pop(node_id, None)
+            if reason is None:
+                raise  # the whole search is being cancelled: the node stays in flight, for resume
+            await asyncio.shield(self.update(node_id, status="failed", text=f"cancelled: {reason}"))
+
+    async def _ideas(self, node: Node) -> None:
+        """An idea node that is still generating: ask for its ideas, then make the first idea
+        this node and each further one a sibling, each with M generating variants (one
+        transaction), and start the variants."""
+        parent = self.nodes[node.parent_id]  # type: ignore[index]
+        k = node.want or self.strategy.ideas_per_call()
+        reply = await self._llm(node, "idea", lambda: prompts.idea_prompt(
+            self.problem.source, parent.source, self._describe(parent), self._tried(parent), k,
+            self.backend))
+        if reply is None:
+            await self.update(node.id, status="failed", text="the LLM call failed")
+            return
+        try:
+            ideas = prompts.parse_ideas(reply)[:k]
+        except prompts.ReplyError as exc:
+            await self.update(node.id, status="failed", title="(unparseable ideas)", text=str(exc))
+            return
+        m = self.strategy.variants_per_idea()
+        first, rest = ideas[0], ideas[1:]
+        rows: list[dict[str, Any]] = [variant_row(node.id, first.title, node.round) for _ in range(m)]
+        for idea in rest:
+            rows.append(idea_row(parent.id, node.round, idea.title, idea.description))
+            at = len(rows) - 1
+            rows += [variant_row({"new": at}, idea.title, node.round) for _ in range(m)]
+        changes = {"status": "ok", "title": first.title, "text": first.description, "want": 0}
+        made = await self.store.add_nodes(self._sid, rows, update=(node.id, changes))
+        await self.update(node.id, commit=False, **changes)
+        await self.start(made)
+
+    async def _variant(self, node: Node) -> None:
+        """Generate (unless the code is there), evaluate (unless the verdict is recorded); a
+        compile error gets a fix child, up to `fixes` deep."""
+        if not node.source:
+            reply = await self._llm(node, node.origin if node.origin == "fix" else "implement",
+                                    lambda: self._code_prompt(node), counts_variant=True)
+            if reply is None:
+                await self.update(node.id, status="failed", text="the LLM call failed")
+                return
+            try:
+                source = prompts.extract_code(reply)
+            except prompts.ReplyError as exc:
+                await self.update(node.id, status="failed", text=str(exc))
+                return
+            await self.update(node.id, source=source, status="queued")
+        verdict = await self._evaluate(self.nodes[node.id])
+        if verdict["status"] == "compile_error":
+            await self._maybe_fix(self.nodes[node.id])
+
+    async def _maybe_fix(self, failed: Node) -> None:
+        if self._fix_depth(failed) >= self.config.fixes or excluded(failed, self.nodes) or self._over_budget():
+            return
+        [child] = await self.add_nodes([variant_row(failed.id, failed.title, failed.round, origin="fix",
+                                                    text="fix")])
+        await self.start([child])
+
+    def _fix_depth(self, node: Node) -> int:
+        depth = 0
+        while node.origin == "fix" and node.parent_id is not None:
+            depth += 1
+            node = self.nodes[node.parent_id]
+        return depth
+
+    def _code_prompt(self, node: Node) -> str:
+        parent = self.nodes[node.parent_id]  # type: ignore[index]
+        if node.origin == "fix":
+            verdict = self.verdicts.get(parent.id, {})
+            return prompts.fix_prompt(self.problem.source, parent.source, node.title,
+                                      verdict.get("log", ""), self.backend, self.config.rtol)
+        idea = prompts.IdeaText(parent.title, parent.text)
+        base = self.nodes[parent.parent_id]  # type: ignore[index]
+        return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
+                                        self.config.rtol)
+
+    async def _evaluate(self, node: Node) -> dict[str, Any]:
+        verdict = self.verdicts.get(node.id)
+        if verdict is None:  # not evaluated yet (a resume finds the verdicts already committed)
+            # Code that exists is evaluated even once a budget is spent: budgets stop new LLM work.
+            await self.sched.gate()
+            cfg = self.config
+            job = self.evaluator.job(
+                str(self.problem.path), node.source, self.sizes, flops=self.cost.flops or None,
+                bytes=self.cost.bytes or None, atol=cfg.atol, rtol=cfg.rtol, trials=cfg.trials,
+                seed=cfg.seed,
+            )
+
+            async def on_phase(phase: str) -> None:
+                await self.update(node.id, status=phase)
+                crash.point("compile" if phase == "compiling" else
+                            "evaluate" if phase in DEVICE_PHASES else "phase")
+
+            verdict = (await self.evaluator.evaluate(job, on_phase)).to_dict()
+            await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
+            self.verdicts[node.id] = verdict
+            crash.point("db")  # the evaluation is committed, the node not yet updated
+        await self.update(node.id, status=verdict["status"], speedup=verdict.get("speedup_eager"),
+                          time_ms=verdict.get("time_ms"), publish=False)
+        if verdict.get("ref_eager_ms") and verdict["status"] == "correct":
+            await self.store.update_session(self._sid, ref_ms=verdict["ref_eager_ms"])
+        await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
+        return verdict
+
+    async def _llm(self, node: Node, purpose: str, prompt: Callable[[], str],
+                   counts_variant: bool = False) -> str | None:
+        """The reply for this node's call: from the DB when it was recorded (never asked
+        twice), else one LLM call, recorded whether it succeeds or not. None when it failed."""
+        done = self.replies.get((node.id, purpose))
+        if done is not None:
+            return done.reply if done.ok else None
+        provider, model = self.models.next()
+        async with self.sched.llm_slot(provider.name):
+            if self._over_budget():
+                raise _Skipped(self.stop_reason)
+            if counts_variant:
+                reason = self.budget.variant_limit()
+                if reason is not None:
+                    await self._stop_for_budget(reason)
+                    raise _Skipped(self.stop_reason)
+                self.budget.count_variant()
+            text = prompt()
+            crash.point("llm")
+            result = await call_llm(self.store, self.bus, self.budget, self._sid, self.call_settings,
+                                    provider, model, purpose, text, node.id)
+        self.replies[(node.id, purpose)] = result
+        if result.status == "auth":
+            raise SearchAborted(result.error)
+        return result.reply if result.ok else None
+
+    # -- budgets ----------------------------------------------------------------------------
+
+    def _over_budget(self) -> bool:
+        """True once a budget is spent or the search is stopping; then no new work starts."""
+        if self.stop_reason:
+            return True
+        reason = self.budget.exceeded(time.time() - self.started)
+        if reason:
+            self.stop_reason = reason
+            task = asyncio.get_running_loop().create_task(self.bus.publish(BudgetReached(reason)))
+            self._publishing.add(task)
+            task.add_done_callback(self._publishing.discard)
+        return self.stop_reason is not None
+
+    async def _stop_for_budget(self, reason: str) -> None:
+        if not self.stop_reason:
+            self.stop_reason = reason
+            await self.bus.publish(BudgetReached(reason))
+
+    # -- progress ---------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        """Progress events (when something changed, at most 4 a second, and once a second
+        regardless) and the session's heartbeat (so a reader can tell a dead engine)."""
+        last_beat = 0.0
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.time()
+            try:
+                if now - last_beat >= HEARTBEAT_S:
+                    await self.store.update_session(self._sid, heartbeat_at=now)
+                    last_beat = now
+                await self.publish_progress()
+            except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
+                self.sched.fail(exc)
+                return
+
+    async def publish_progress(self, force: bool = False) -> None:
+        """A Progress event, unless nothing changed in the last second (`force`: regardless)."""
+        cfg = self.config
+        waiting = self.evaluator.waiting
+        devices = tuple(self.evaluator.device_states())
+        rounds = self.strategy.total_rounds()
+        spent = self.budget
+        state = (self.round, rounds, waiting.get("compile", 0), waiting.get("device", 0),
+                 self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6), self.sched.paused,
+                 tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"]) for d in devices))
+        now = time.monotonic()
+        if not force and state == self._last_progress and now - self._last_progress_at < 1.0:
+            return
+        self._last_progress, self._last_progress_at = state, now
+        await self.bus.publish(Progress(
+            round=self.round, rounds=rounds, compile_queue=state[2], gpu_queue=state[3],
+            llm_running=state[4], tokens=spent.spent_tokens, cost_usd=spent.spent_usd,
+            budget_usd=cfg.budget_usd, budget_tokens=cfg.budget_tokens,
+            elapsed_s=round(time.time() - self.started, 2), paused=self.sched.paused, devices=devices,
+        ))
+
+    # -- starting and resuming ----------------------------------------------------------------
+
+    async def _create(self) -> None:
+        cfg = self.config
+        self.session_id = await self.store.create_session(
+            problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
+            strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
+            config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
+                    "cost_estimated": self.cost.estimated,
+                    "gpus": self.evaluator.gpus},  # a resume uses them again
+            sizes=self.sizes,
+        )
+        await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
+        await self._publish_started()
+        [root] = await self.store.add_nodes(self._sid, [root_row(self.problem.title, self.problem.source)])
+        await self._added(root)
+
+    async def _load(self) -> None:
+        """Take the session's state from the DB: nodes, verdicts, replies, rounds, spending."""
+        sid = self._sid
+        await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
+                                        pid=os.getpid(), heartbeat_at=time.time())
+        await self._publish_started()
+        saved = await load_session(self.store, sid)
+        self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
+        self.round, self.parents = saved.round, saved.parents
+        self.budget.restore(saved.totals, saved.variants_generated)
+        if saved.paused:
+            self.sched.pause()
+        if not any(n.kind == "root" for n in self.nodes.values()):
+            [root] = await self.store.add_nodes(sid, [root_row(self.problem.title, self.problem.source)])
+            self.nodes[root.id] = root
+
+    async def _recover(self) -> None:
+        """Restart the current round's unfinished work; none of what is recorded is redone."""
+        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes()):
+            if step == FIX:
+                await self._maybe_fix(node)
+            elif step == CANCEL:
+                await self.update(node.id, status="failed", text="cancelled: pruned")
+            else:
+                self._spawn(node)
+
+    async def _publish_started(self) -> None:
+        await self.bus.publish(SessionStarted(
+            self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
+            dict(self.sizes), asdict(self.config), self.cost.describe(), resumed=self.resuming,
+        ))
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    @property
+    def _sid(self) -> int:
+        assert self.session_id is not None
+        return self.session_id
+
+    @property
+    def provider_names(self) -> str:
+        return self.models.provider_names
+
+    @property
+    def model_names(self) -> list[str]:
+        return self.models.model_names
+
+    async def _added(self, node: Node) -> None:
+        self.nodes[node.id] = node
+        await self.bus.publish(NodeAdded(node))
+
+    def _tried(self, parent: Node) -> list[str]:
+        """Idea titles on the path from the root to `parent`, and those already under it."""
+        titles: list[str] = []
+        node: Node | None = parent
+        while node is not None:
+            if node.kind == "idea":
+                titles.append(node.title)
+            node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
+        titles += [n.title for n in self.nodes.values()
+                   if n.parent_id == parent.id and n.kind == "idea" and n.status == "ok"]
+        return list(dict.fromkeys(reversed(titles)))
+
+    def _describe(self, parent: Node) -> str:
+        ref_ms = next((v.get("ref_eager_ms") for v in self.verdicts.values()
+                       if v.get("ref_eager_ms")), None)
+        text = prompts.describe_verdict(self.verdicts.get(parent.id), ref_ms)
+        if self.strategy.feedback:  # the last attempt's verdict
+            last = max((n for n in self.nodes.values() if n.kind == "variant" and n.id in self.verdicts),
+                       key=lambda n: n.id, default=None)
+            if last is not None and last.id != parent.id:
+                text += (f"\n\nThe last attempt (\"{last.title}\") was evaluated as follows:\n"
+                         + prompts.describe_verdict(self.verdicts[last.id], ref_ms))
+        return text
+
+    def best(self) -> Node | None:
+        return best_variant(self.nodes)
+
+    def best_speedup(self) -> float | None:
+        best = self.best()
+        return best.speedup if best else None
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """What the search did, as `ktree run --json` prints it."""
+        variants = [n for n in self.nodes.values() if n.kind == "variant"]
+        by_status: dict[str, int] = {}
+        for n in variants:
+            by_status[n.status] = by_status.get(n.status, 0) + 1
+        best = self.best()
+        best_verdict = self.verdicts.get(best.id, {}) if best else {}
+        return {
+            "session_id": self.session_id,
+            "problem": self.problem.name,
+            "backend": self.backend,
+            "provider": self.provider_names,
+            "models": self.model_names,
+            "scripted": self.scripted,
+            "strategy": self.config.strategy,
+            "resumed": self.resuming,
+            "status": status,
+            "stop_reason": self.stop_reason,
+            "rounds": self.round,
+            "sizes": self.sizes,
+            "ideas": sum(1 for n in self.nodes.values() if n.kind == "idea"),
+            "variants": len(variants),
+            "by_status": by_status,
+            "best": None if best is None else {
+                "node_id": best.id,
+                "idea": best.title,
+                "speedup_eager": best.speedup,
+                "time_ms": best.time_ms,
+                "ref_eager_ms": best_verdict.get("ref_eager_ms"),
+            },
+            "elapsed_s": round(time.time() - self.started, 2),
+        }
+
+    async def _finish(self, status: str) -> dict[str, Any]:
+        summary = self.summary(status)
+        if self.session_id is None:
+            return summary
+        summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
+        best = self.best()
+        # Shielded: an interrupted search still records how it ended.
+        await asyncio.shield(self.store.update_session(
+            self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
+            best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,
+        ))
+        await self.publish_progress(force=True)
+        await self.bus.publish(SessionDone(self._sid, status, summary))
+        return summary

@@ -1,0 +1,153 @@
+"""Human commands (engine.control) carried out on a running search, in one place.
+
+Commands come through the DB (the TUI, here or in another process, only records them): the
+search polls for pending ones every 0.25 s and between scheduling steps, applies them in the
+order given, and marks each applied. A command that creates nodes is marked applied in the
+transaction that inserts them, so a kill never applies it twice; the rest are marked after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from engine import control
+from engine.domain import Node, excluded
+from engine.events import CommandApplied, EventBus
+from engine.scheduler import Scheduler
+from engine.search.budget import Budget
+from engine.search.rows import asking_row, idea_row, variant_row
+from engine.search.strategies import Strategy
+from engine.store import Store
+
+COMMAND_POLL_S = 0.25
+
+
+class Steerable(Protocol):
+    """What a command may read and do on the search (engine.search.Search)."""
+
+    nodes: dict[int, Node]
+    round: int
+    stop_reason: str | None
+    sched: Scheduler
+    strategy: Strategy
+    budget: Budget
+
+    def stop(self, reason: str) -> None: ...
+
+    async def update(self, node_id: int, **changes: Any) -> None: ...
+
+    async def add_nodes(self, rows: list[dict[str, Any]], command_id: int | None = None) -> list[Node]: ...
+
+    async def start(self, made: list[Node]) -> None: ...
+
+
+class Steering:
+    def __init__(self, search: Steerable, store: Store, bus: EventBus, session_id: int):
+        self.search = search
+        self.store = store
+        self.bus = bus
+        self.session_id = session_id
+        self._lock = asyncio.Lock()
+
+    async def poll(self) -> None:
+        """Apply pending commands every COMMAND_POLL_S, for as long as the search runs."""
+        while True:
+            await asyncio.sleep(COMMAND_POLL_S)
+            try:
+                await self.apply_pending()
+            except Exception as exc:  # a bug: end the search with it, as a task's error would
+                self.search.sched.fail(exc)
+                return
+
+    async def apply_pending(self) -> None:
+        """Apply the commands recorded and not yet applied, in the order given."""
+        async with self._lock:
+            for row in await self.store.commands(self.session_id, pending_only=True):
+                try:
+                    command = control.decode(row["kind"], row["args"])
+                except (ValueError, TypeError):
+                    command = None
+                ids = await self.apply(row["id"], command) if command is not None else ()
+                made_nodes = ids and isinstance(command, control.InjectIdea | control.EditVariant
+                                                | control.Expand)
+                if not made_nodes:  # (one that made nodes was marked in the same transaction)
+                    await self.store.mark_command_applied(row["id"])
+                await self.bus.publish(CommandApplied(row["id"], row["kind"], tuple(ids)))
+
+    async def apply(self, command_id: int, cmd: control.Command) -> tuple[int, ...]:
+        """Carry out one command; the nodes it touched or created."""
+        s = self.search
+        r = max(s.round, 1)
+        if isinstance(cmd, control.Pause):
+            s.sched.pause()
+            return ()
+        if isinstance(cmd, control.Resume):
+            s.sched.resume()
+            return ()
+        if isinstance(cmd, control.Stop):
+            s.stop("stopped by the user")
+            s.sched.resume()  # paused work must see the stop
+            s.sched.cancel(set(s.nodes), s.stop_reason or "")
+            return ()
+        if isinstance(cmd, control.Pin):
+            node = s.nodes.get(cmd.node_id)
+            if node is None or node.kind == "idea":
+                return ()
+            await s.update(node.id, pinned=bool(cmd.pinned))
+            return (node.id,)
+        if isinstance(cmd, control.Prune):
+            node = s.nodes.get(cmd.node_id)
+            if node is None or node.kind == "root":
+                return ()
+            await s.update(node.id, pruned=True)
+            s.sched.cancel(branch(s.nodes, node.id), "pruned")
+            return (node.id,)
+        if isinstance(cmd, control.Expand):
+            node = s.nodes.get(cmd.node_id)
+            if node is None or excluded(node, s.nodes) or s.stop_reason:
+                return ()
+            rows: list[dict[str, Any]] = []
+            if cmd.ideas > 0 and node.kind in ("root", "variant"):
+                rows.append(asking_row(node.id, r, cmd.ideas))
+            if cmd.variants > 0 and node.kind == "idea" and node.status == "ok":
+                rows += [variant_row(node.id, node.title, r) for _ in range(cmd.variants)]
+            if not rows:
+                return ()
+            made = await s.add_nodes(rows, command_id=command_id)
+            await s.start(made)
+            return tuple(n.id for n in made)
+        if isinstance(cmd, control.InjectIdea):
+            parent = s.nodes.get(cmd.parent_id)
+            text = cmd.text.strip()
+            if parent is None or parent.kind == "idea" or not text or s.stop_reason:
+                return ()
+            title = text.splitlines()[0][:120]
+            rows = [idea_row(parent.id, r, title, text, origin="human")]
+            rows += [variant_row({"new": 0}, title, r) for _ in range(s.strategy.variants_per_idea())]
+            made = await s.add_nodes(rows, command_id=command_id)
+            await s.start(made)
+            return tuple(n.id for n in made)
+        if isinstance(cmd, control.EditVariant):
+            node = s.nodes.get(cmd.node_id)
+            if node is None or node.kind != "variant" or not cmd.source.strip() or s.stop_reason:
+                return ()
+            [child] = await s.add_nodes([variant_row(
+                node.id, node.title, r, status="queued", text="edited by hand", source=cmd.source,
+                origin="edit")], command_id=command_id)
+            s.budget.count_variant()
+            await s.start([child])
+            return (child.id,)
+        return ()
+
+
+def branch(nodes: Mapping[int, Node], node_id: int) -> set[int]:
+    """The node and everything under it."""
+    out = {node_id}
+    grew = True
+    while grew:
+        more = {n.id for n in nodes.values() if n.parent_id in out} - out
+        out |= more
+        grew = bool(more)
+    return out

@@ -1,0 +1,127 @@
+"""The search methods as policy, one object per method, registered by the names in
+engine.domain.STRATEGIES.
+
+A strategy answers the questions on which the methods differ — how many rounds, whom the first
+round grows from, how many ideas one call asks for, how many variants an idea gets, whom the next
+round grows from, and whether the idea prompt hears how the last attempt went — from plain data
+alone (the shape and the tree's nodes): no store, no LLM, no evaluator. The orchestrator asks and
+never checks which method it runs, so a new method is a new class here and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from engine.domain import STRATEGIES, Node, excluded
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The shape every method is given (R rounds, K ideas, M variants, top T), and the parts
+    they share: pinned nodes are always kept as parents, pruned ones (and what is under them)
+    never chosen."""
+
+    name: ClassVar[str]
+    # Whether the idea prompt also gets the verdict of the last variant evaluated (a revision
+    # loop's feedback), besides the parent's own.
+    feedback: ClassVar[bool] = False
+
+    rounds: int
+    ideas: int
+    variants: int
+    top: int
+
+    def total_rounds(self) -> int:
+        return self.rounds
+
+    def first_parents(self, root: int) -> list[int]:
+        """Round 1's parents (node ids; one idea call each, so an id may repeat)."""
+        return [root]
+
+    def ideas_per_call(self) -> int:
+        return 1
+
+    def variants_per_idea(self) -> int:
+        return 1
+
+    def next_parents(self, nodes: Mapping[int, Node], round: int, parents: Sequence[int]) -> list[int]:
+        """The next round's parents, given every node, the round just done and its parents:
+        the pinned nodes first, then the method's choice."""
+        pinned = pinned_nodes(nodes)
+        correct = [n for n in nodes.values()
+                   if n.kind == "variant" and n.status == "correct" and not excluded(n, nodes)
+                   and n.id not in pinned]
+        return list(dict.fromkeys(pinned + self._choose(nodes, correct, round, parents, pinned)))
+
+    def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
+                parents: Sequence[int], pinned: list[int]) -> list[int]:
+        """This round's correct variants, fastest first, top T of them; when none was correct,
+        the same parents again (for another try)."""
+        this_round = sorted((n for n in correct if n.round == round),
+                            key=lambda n: n.speedup or 0.0, reverse=True)
+        return [n.id for n in this_round[: self.top]] or again(nodes, parents, pinned)
+
+
+class Tree(Strategy):
+    """The idea tree: K ideas per parent, M variants per idea, the top T correct variants of
+    each round (and every pinned node) grow the next, for R rounds."""
+
+    name = "tree"
+
+    def ideas_per_call(self) -> int:
+        return self.ideas
+
+    def variants_per_idea(self) -> int:
+        return self.variants
+
+
+class Sequential(Strategy):
+    """One chain: each step asks for one idea from the best variant so far, with the last
+    attempt's verdict as feedback, and implements it once."""
+
+    name = "sequential"
+    feedback = True
+
+    def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
+                parents: Sequence[int], pinned: list[int]) -> list[int]:
+        best = max(correct, key=lambda n: n.speedup or 0.0, default=None)
+        return [best.id] if best else again(nodes, parents, pinned)[:1]
+
+
+class BestOfN(Strategy):
+    """N = K x M independent samples from the reference (one idea, one variant each), in one
+    round, whatever R says."""
+
+    name = "best-of-n"
+
+    def total_rounds(self) -> int:
+        return 1
+
+    def first_parents(self, root: int) -> list[int]:
+        return [root] * (self.ideas * self.variants)
+
+
+REGISTRY: dict[str, type[Strategy]] = {cls.name: cls for cls in (Tree, Sequential, BestOfN)}
+assert tuple(REGISTRY) == STRATEGIES, "every strategy engine.domain names has a class here"
+
+
+def strategy_for(name: str, *, rounds: int, ideas: int, variants: int, top: int) -> Strategy:
+    """The named method at this shape; ValueError for a name not in engine.domain.STRATEGIES."""
+    cls = REGISTRY.get(name)
+    if cls is None:
+        raise ValueError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+    return cls(rounds=rounds, ideas=ideas, variants=variants, top=top)
+
+
+def pinned_nodes(nodes: Mapping[int, Node]) -> list[int]:
+    """Pinned nodes that can be parents (the reference or a variant), unless pruned."""
+    return [n.id for n in nodes.values()
+            if n.pinned and n.kind in ("root", "variant") and not excluded(n, nodes)]
+
+
+def again(nodes: Mapping[int, Node], parents: Sequence[int], pinned: list[int]) -> list[int]:
+    """This round's parents once more (nothing better came of them), less the pinned (kept
+    anyway) and the pruned."""
+    return [p for p in dict.fromkeys(parents) if p not in pinned and not excluded(nodes[p], nodes)]

@@ -14,6 +14,7 @@ from typing import Any
 from engine import prompts
 from engine.llm.prices import Prices
 from engine.llm.registry import DEFAULT_MODELS
+from engine.search.strategies import strategy_for
 
 IDEA_OUT_TOKENS = 160  # per idea: a title and a paragraph
 CODE_OUT_FACTOR = 3.0  # a solution file is about 3x the reference (kernel source + wrapper)
@@ -30,13 +31,9 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     """Calls, tokens and dollars: `expected` assumes every variant compiles, `most` that every
     one needs all its fix attempts."""
     k, m, r, t = config.ideas, config.variants, config.rounds, config.top
-    if config.strategy == "sequential":
-        idea_calls, per_call_ideas, impl = r, 1, r
-    elif config.strategy == "best-of-n":
-        idea_calls, per_call_ideas, impl = k * m, 1, k * m
-    else:
-        idea_calls = 1 + (r - 1) * t
-        per_call_ideas, impl = k, (1 + (r - 1) * t) * k * m
+    strategy = strategy_for(config.strategy, rounds=r, ideas=k, variants=m, top=t)
+    idea_calls, per_call_ideas = strategy.idea_calls(), strategy.ideas_per_call()
+    impl = idea_calls * per_call_ideas * strategy.variants_per_idea()
     fixes = impl * config.fixes
 
     ref_tokens = _tokens(problem.source)
@@ -50,7 +47,7 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     impl_in = _tokens(prompts.implement_prompt(problem.source, sample, idea, backend, config.rtol))
     fix_in = _tokens(prompts.fix_prompt(problem.source, sample, idea.title, "z" * 4 * LOG_TOKENS,
                                         backend, config.rtol))
-    first_calls = idea_calls if config.strategy == "best-of-n" else 1  # the rest see a variant
+    first_calls = len(strategy.first_parents(0))  # the rest see a variant
     idea_in = first_calls * idea_in_first + (idea_calls - first_calls) * idea_in_later
     idea_out = idea_calls * per_call_ideas * IDEA_OUT_TOKENS
     expected = {"calls": idea_calls + impl, "input_tokens": idea_in + impl * impl_in,

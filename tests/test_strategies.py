@@ -172,3 +172,14 @@ def test_a_resumed_budget_starts_from_the_recorded_totals():
     assert (b.spent_usd, b.spent_tokens, b.variants_generated) == (0.25, 5000, 3)
     assert b.exceeded(0.0) == "budget reached: 5000 of 5000 tokens"
     assert b.variant_limit() == "max variants reached: 3"
+
+
+@pytest.mark.parametrize("name, calls, implements", [
+    ("tree", 1 + (3 - 1) * 2, (1 + (3 - 1) * 2) * 4 * 2),  # R=3 rounds, top T=2, K=4 ideas, M=2
+    ("sequential", 3, 3),  # one idea and one variant a round
+    ("best-of-n", 4 * 2, 4 * 2),  # K x M samples, one round
+])
+def test_each_strategy_counts_the_calls_of_a_whole_search(name: str, calls: int, implements: int) -> None:
+    s = strategy_for(name, rounds=3, ideas=4, variants=2, top=2)
+    assert s.idea_calls() == calls
+    assert s.idea_calls() * s.ideas_per_call() * s.variants_per_idea() == implements

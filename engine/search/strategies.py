@@ -46,6 +46,15 @@ class Strategy:
     def variants_per_idea(self) -> int:
         return 1
 
+    def parents_per_round(self) -> int:
+        """How many parents a round after the first grows from when all goes well (pinned
+        nodes aside): what an estimate of the calls assumes."""
+        return self.top
+
+    def idea_calls(self) -> int:
+        """Idea calls of a whole search of this shape (no prunes, pins or expansions)."""
+        return len(self.first_parents(0)) + (self.total_rounds() - 1) * self.parents_per_round()
+
     def next_parents(self, nodes: Mapping[int, Node], round: int, parents: Sequence[int]) -> list[int]:
         """The next round's parents, given every node, the round just done and its parents:
         the pinned nodes first, then the method's choice."""
@@ -83,6 +92,9 @@ class Sequential(Strategy):
 
     name = "sequential"
     feedback = True
+
+    def parents_per_round(self) -> int:
+        return 1
 
     def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
                 parents: Sequence[int], pinned: list[int]) -> list[int]:

@@ -13,6 +13,7 @@ import pytest
 from textual.widgets import Input, RichLog, TextArea, Tree
 
 from engine import control
+from engine.events import CommandApplied
 from engine.store import Store
 from tests.tui_helpers import fake_db, label_of, log_text, wait_until
 from tui.app import KtreeApp, keymap_from_config
@@ -39,7 +40,7 @@ async def open_search(app: KtreeApp, pilot) -> SearchScreen:  # noqa: ANN001
 
 
 def a_variant(screen: SearchScreen, status: str = "correct") -> int:
-    return next(n.id for n in screen.nodes.values() if n.kind == "variant" and n.status == status)
+    return next(n.id for n in screen.model.nodes.values() if n.kind == "variant" and n.status == status)
 
 
 async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
@@ -62,10 +63,10 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
         for c in await store.commands(sid):
             await store.mark_command_applied(c["id"])
         await store.close()
-        await wait_until(pilot, lambda: not screen.pending)  # the next poll sees it
+        await wait_until(pilot, lambda: not screen.model.pending)  # the next poll sees it
         label = label_of(tree, vid)
         assert "⧗" not in label and "✂pruned" in label and "⚲pinned" in label
-        assert not screen.pending
+        assert not screen.model.pending and not screen.model.node_pending
         await pilot.press("q")
 
 
@@ -88,7 +89,7 @@ async def test_expand_asks_how_many(running):
         assert commands(db) == [("expand", {"node_id": vid, "ideas": 4, "variants": 0})]
         assert "⧗+4 ideas…" in label_of(screen.query_one("#tree", Tree), vid)
 
-        idea = next(n for n in screen.nodes.values() if n.kind == "idea")
+        idea = next(n for n in screen.model.nodes.values() if n.kind == "idea")
         screen.select_node(idea.id)
         await pilot.press("e")
         app.screen.query_one(Input).value = "3"
@@ -119,7 +120,7 @@ async def test_inject_idea_and_edit_variant(running):
         await pilot.press("E")
         assert isinstance(app.screen, EditSource)
         area = app.screen.query_one(TextArea)
-        source = screen.nodes[vid].source
+        source = screen.model.nodes[vid].source
         assert area.text == source
         area.load_text(source.replace("kTile", "kBlock"))
         await pilot.press("ctrl+s")
@@ -137,9 +138,9 @@ async def test_pause_resume_stop(running):
         screen = await open_search(app, pilot)
         await pilot.press("P")
         assert commands(db) == [("pause", {})]
-        screen.receive(__import__("engine.events", fromlist=["CommandApplied"]).CommandApplied(1, "pause"))
+        screen.receive(CommandApplied(1, "pause"))
         await pilot.pause()
-        assert screen.paused
+        assert screen.model.paused
         await pilot.pause(0.3)
         assert "paused" in str(screen.query_one("#progress-text").content)
         await pilot.press("P")
@@ -167,7 +168,8 @@ async def test_export_writes_a_solution_file(running, tmp_path, monkeypatch):
         await pilot.pause()
         path = tmp_path / f"softmax_node{vid}.py"
         text = path.read_text()
-        assert text.startswith("# ktree solution for softmax") and screen.nodes[vid].source.strip() in text
+        assert text.startswith("# ktree solution for softmax")
+        assert screen.model.nodes[vid].source.strip() in text
         await pilot.press("w")
         await pilot.pause()
         assert (tmp_path / f"softmax_node{vid}_2.py").exists()  # never overwrites
@@ -196,13 +198,13 @@ async def test_diff_sort_best_and_details_keys(tmp_path):
         screen = app.screen
         # best: the fastest correct variant, selected and marked.
         await pilot.press("b")
-        best = max((n for n in screen.nodes.values() if n.status == "correct"), key=lambda n: n.speedup)
-        assert screen.selected == best.id == screen.best_id
+        best = max((n for n in screen.model.nodes.values() if n.status == "correct"), key=lambda n: n.speedup)
+        assert screen.selected == best.id == screen.model.best_id
         assert "★ best" in label_of(screen.query_one("#tree", Tree), best.id)
         # diff: against the nearest ancestor with code, as a unified diff.
         await pilot.press("d")
         shown = log_text(screen.query_one("#code", RichLog))
-        parent = screen._parent_source(screen.nodes[best.id])
+        parent = screen.model.parent_source(best.id)
         assert parent is not None and shown.splitlines()[:2] == [f"--- #{parent[0]}", f"+++ #{best.id}"]
         await pilot.press("d")
         assert "class ModelNew" in log_text(screen.query_one("#code", RichLog))
@@ -211,7 +213,7 @@ async def test_diff_sort_best_and_details_keys(tmp_path):
         await pilot.press("o")
         speeds = [table.get_row_at(i)[8] for i in range(table.row_count)]
         numbers = [float(s.rstrip("x")) for s in speeds if s != "-"]
-        fastest = max(v["speedup_eager"] for v in screen.verdicts.values() if v.get("speedup_eager"))
+        fastest = max(v["speedup_eager"] for v in screen.model.verdicts.values() if v.get("speedup_eager"))
         assert numbers == sorted(numbers, reverse=True) and speeds[0] == f"{fastest:.3g}x"
         await pilot.press("o")
         rounds = [int(table.get_row_at(i)[1]) for i in range(table.row_count)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from textual.widgets import DataTable, RichLog, Select, Static, Tree
 
+from engine.domain import best_variant
 from engine.store import Store
 from tests.conftest import run_ktree
 from tests.fake_session import T0, write_fake_session
@@ -18,6 +19,8 @@ from tui.screens.dialogs import Confirm
 from tui.screens.new_search import NewSearchScreen
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
+from tui.widgets.code_pane import CodePane
+from tui.widgets.tree import SearchTree
 
 
 async def two_sessions(path: Path) -> tuple[Path, int, int]:
@@ -59,6 +62,9 @@ async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
 
 async def test_compare_two_sessions(tmp_path: Path):
     db, a, b = await two_sessions(tmp_path / "k.db")
+    with sqlite3.connect(db) as conn:  # b's fastest variant pruned: never its best (best_variant)
+        conn.execute("UPDATE nodes SET pruned = 1 WHERE id = (SELECT id FROM nodes WHERE session_id = ?"
+                     " AND status = 'correct' ORDER BY speedup DESC LIMIT 1)", (b,))
     app = KtreeApp(db_path=db)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
@@ -73,13 +79,17 @@ async def test_compare_two_sessions(tmp_path: Path):
             nodes = await store.nodes(sid)
             rounds = best_per_round(nodes)
             assert list(rounds.values()) == sorted(rounds.values())  # best so far never drops
-            best = max((n for n in nodes if n.status == "correct"), key=lambda n: n.speedup)
-            assert rounds[max(rounds)] == best.speedup
+            fastest = max((n for n in nodes if n.status == "correct"), key=lambda n: n.speedup)
+            assert rounds[max(rounds)] == fastest.speedup
+            best = best_variant(nodes)
+            assert best is not None and (best == fastest) == (sid == a)
             shown = str(screen.query_one(f"#code-{sid}", Static).content)
             assert f"node {best.id}, {best.speedup:.2f}x" in shown and "class ModelNew" in shown
         table = screen.query_one("#compare-table", DataTable)
-        labels = [table.get_row_at(i)[0] for i in range(table.row_count)]
-        assert "cost" in labels and "best after round 1" in labels
+        rows = {table.get_row_at(i)[0]: table.get_row_at(i)[1:] for i in range(table.row_count)}
+        assert "cost" in rows and "best after round 1" in rows
+        tokens = [int((await store.llm_totals(sid))["tokens"]) for sid in screen.ids]  # columns in marked order
+        assert rows["tokens"] == [str(t) for t in tokens]  # input + output + reasoning, the one total
         await pilot.press("escape")
         assert isinstance(app.screen, SessionsScreen)
         await pilot.press("q")
@@ -134,13 +144,13 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         screen = app.screen
         assert isinstance(screen, SearchScreen) and screen.follow
         assert "following" in str(screen.query_one("#banner", Static).content)
-        idea = next(n for n in screen.nodes.values() if n.kind == "idea")
+        idea = next(n for n in screen.model.nodes.values() if n.kind == "idea")
         # The engine, elsewhere, adds a variant, then evaluates it, then ends the session.
         other = await Store.open(db)
         node = await other.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                     status="compiling", title=idea.title, source="class ModelNew: pass\n")
-        await wait_until(pilot, lambda: node.id in screen.tree_nodes)
-        tree = screen.query_one("#tree", Tree)
+        tree = screen.query_one("#tree", SearchTree)
+        await wait_until(pilot, lambda: node.id in tree.items)
         assert f"#{node.id}" in label_of(tree, node.id) and "compiling" in label_of(tree, node.id)
         verdict = {"status": "correct", "max_abs_err": 1e-6, "time_ms": 0.1, "ref_eager_ms": 2.0,
                    "speedup_eager": 20.0, "flags": [], "log": ""}
@@ -148,11 +158,11 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         await other.update_node(node.id, status="correct", speedup=20.0, time_ms=0.1)
         await other.update_session(sid, status="finished", finished_at=T0 + 10)
         await other.close()
-        await wait_until(pilot, lambda: screen.info["status"] == "finished" and screen.best_id == node.id)
+        await wait_until(pilot, lambda: screen.model.status == "finished" and screen.model.best_id == node.id)
         label = label_of(tree, node.id)
         assert "20.00x" in label and "correct" in label and "★ best" in label
         assert screen.query_one("#timings", DataTable).get_row(str(node.id))[8] == "20x"
-        assert screen.info["status"] == "finished"
+        assert "session finished" in str(screen.query_one("#status-line", Static).content)
         await pilot.press("q")
 
 
@@ -162,7 +172,7 @@ async def test_llm_pane_shows_the_calls_of_the_node(tmp_path: Path):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.screen
-        vid = next(n.id for n in screen.nodes.values() if n.kind == "variant")
+        vid = next(n.id for n in screen.model.nodes.values() if n.kind == "variant")
         screen.select_node(vid)
         screen.query_one("#details").active = "tab-llm"
         await pilot.pause()
@@ -206,18 +216,19 @@ async def test_code_colours_follow_the_theme(tmp_path: Path):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.screen
-        screen.select_node(next(n.id for n in screen.nodes.values() if n.kind == "variant"))
-        dark = {str(span.style) for span in screen.code_text.spans}
+        screen.select_node(next(n.id for n in screen.model.nodes.values() if n.kind == "variant"))
+        code = screen.query_one("#code", CodePane)
+        dark = {str(span.style) for span in code.text.spans}
         app.theme = "textual-light"
         await pilot.pause()
-        light = {str(span.style) for span in screen.code_text.spans}
+        light = {str(span.style) for span in code.text.spans}
         assert dark and light and dark != light
         await pilot.press("q")
 
 
 async def test_every_status_has_a_glyph_and_an_unknown_one_is_neutral(tmp_path: Path):
     from engine.domain import NODE_STATUSES
-    from tui.screens.search import GLYPHS, NEUTRAL
+    from tui.widgets.status import GLYPHS, NEUTRAL
 
     assert set(NODE_STATUSES) <= set(GLYPHS)
     db, sid = await fake_db(tmp_path / "k.db", 20)

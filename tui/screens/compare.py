@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual_plotext import PlotextPlot
 
+from engine.domain import best_variant
 from tui.widgets.code import highlight_source
 
 
@@ -54,8 +55,7 @@ class CompareScreen(Screen):
             session = await store.session(sid)
             nodes = await store.nodes(sid)
             totals = await store.llm_totals(sid)
-            best = max((n for n in nodes if n.status == "correct" and n.speedup),
-                       key=lambda n: n.speedup, default=None)
+            best = best_variant(nodes)
             self.data[sid] = {"session": session, "rounds": best_per_round(nodes), "totals": totals,
                               "best": best, "variants": sum(n.kind == "variant" for n in nodes)}
         a, b = (self.data[s] for s in self.ids)
@@ -69,8 +69,7 @@ class CompareScreen(Screen):
         table.add_row("status", a["session"]["status"], b["session"]["status"])
         table.add_row("variants", str(a["variants"]), str(b["variants"]))
         table.add_row("cost", *(f"${d['totals']['cost_usd']:.3f}" for d in (a, b)))
-        table.add_row("tokens", *(f"{d['totals']['input_tokens'] + d['totals']['output_tokens']}"
-                                  for d in (a, b)))
+        table.add_row("tokens", *(f"{int(d['totals']['tokens'])}" for d in (a, b)))
         for r in range(1, max(len(a["rounds"]), len(b["rounds"])) + 1):
             table.add_row(f"best after round {r}",
                           *(f"{d['rounds'][r]:.2f}x" if r in d["rounds"] else "-" for d in (a, b)))

@@ -1,0 +1,309 @@
+"""The search screen's model without a Textual app: every engine event, a past session's rows, a
+followed session's polls, and the ★ that follows engine.domain.best_variant and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from engine import control
+from engine.domain import Node, best_variant
+from engine.events import (
+    BudgetReached,
+    CommandApplied,
+    LLMCallDone,
+    NodeAdded,
+    NodeUpdated,
+    Progress,
+    RoundDone,
+    SessionDone,
+    SessionStarted,
+    VerdictReady,
+)
+from engine.store import Store
+from tui.fake import write_fake_session
+from tui.model import CommandRecorded, Note, ScreenModel, SessionRows, Steered, read_rows
+from tui.widgets.progress import progress_text
+from tui.widgets.tree import node_label
+
+NOW = 1_000.0
+
+
+def node(nid: int, parent: int | None, kind: str = "variant", status: str = "generating",
+         speedup: float | None = None, rnd: int = 1, source: str = "") -> Node:
+    return Node(nid, 7, parent, kind, 0 if kind == "root" else rnd, f"n{nid}", "", source, status, "llm",
+                speedup, None)
+
+
+def verdict(speedup: float | None, status: str = "correct") -> dict:
+    return {"status": status, "speedup_eager": speedup, "speedup_compile": speedup and speedup * 0.8,
+            "time_ms": 1.0, "flags": [], "log": ""}
+
+
+def started(resumed: bool = False) -> SessionStarted:
+    return SessionStarted(session_id=7, problem="softmax", backend="cpu", provider="scripted", scripted=True,
+                          sizes={"dim": 4096}, config={"rounds": 2, "variants": 2}, resumed=resumed)
+
+
+def live_tree() -> ScreenModel:
+    """A live model with a root, two ideas and three evaluated variants (#4 fastest)."""
+    model = ScreenModel(live=True, clock=lambda: NOW)
+    model.apply(started())
+    model.apply(NodeAdded(node(1, None, "root", "reference")))
+    model.apply(NodeAdded(node(2, 1, "idea", "ok")))
+    model.apply(NodeAdded(node(3, 1, "idea", "ok")))
+    for nid, parent, speed in ((4, 2, 3.0), (5, 2, 2.0), (6, 3, 1.5)):
+        model.apply(NodeAdded(node(nid, parent)))
+        model.apply(VerdictReady(node(nid, parent, status="correct", speedup=speed), verdict(speed)))
+    return model
+
+
+def test_session_started_sets_the_header():
+    model = ScreenModel(live=True, clock=lambda: NOW)
+    assert model.status == "starting" and model.mode == "live"
+    changes = model.apply(started())
+    assert model.session_id == 7 and model.status == "running" and model.status_line == "running"
+    assert model.info["problem"] == "softmax" and model.info["scripted"] is True
+    assert model.info["sizes"] == {"dim": 4096} and model.info["created_at"] == NOW
+    assert {"header", "status", "progress"} <= changes.panes and not changes.reload
+    assert model.apply(started(resumed=True)).reload  # the tree so far is in the DB: read it
+
+
+def test_node_added_then_updated():
+    model = ScreenModel(live=True)
+    model.apply(started())
+    changes = model.apply(NodeAdded(node(1, None, "root", "reference")))
+    assert changes.added == [1] and model.kids[None] == [1]
+    changes = model.apply(NodeAdded(node(2, 1, "idea", "generating")))
+    assert changes.added == [2] and model.kids[1] == [2] and not changes.relabel
+
+    changes = model.apply(NodeUpdated(node(2, 1, "idea", "ok")))
+    assert changes.added == [] and changes.relabel == {2} and changes.updated == {2}
+    assert model.nodes[2].status == "ok" and not changes.sources
+
+    model.apply(NodeAdded(node(3, 2)))
+    changes = model.apply(NodeUpdated(node(3, 2, status="queued", source="class ModelNew: ...")))
+    assert changes.sources == {3}  # the cached highlighting of #3 is stale
+    assert changes.rows == []  # not evaluated: no timings row
+
+    # The same node announced twice (a resumed session's first read, then its event): no duplicate.
+    changes = model.apply(NodeAdded(node(3, 2, status="compiling", source="class ModelNew: ...")))
+    assert changes.added == [] and changes.updated == {3} and model.kids[2] == [3]
+
+
+def test_verdict_ready_fills_rows_best_and_plot():
+    model = live_tree()
+    assert model.verdicts[4]["speedup_eager"] == 3.0 and model.best_id == 4
+    assert model.best_by_round == {1: 3.0}
+    changes = model.apply(NodeAdded(node(8, 3, rnd=2)))
+    changes = model.apply(VerdictReady(node(8, 3, status="correct", speedup=5.0, rnd=2), verdict(5.0)))
+    assert changes.rows == [8] and model.best_id == 8
+    assert {4, 8} <= changes.relabel  # the ★ moves: both labels redraw
+    assert "plot" in changes.panes and model.best_by_round == {1: 3.0, 2: 5.0}
+    changes = model.apply(VerdictReady(node(9, 3, status="incorrect", rnd=2), verdict(None, "incorrect")))
+    assert model.best_id == 8 and changes.rows == [9] and "plot" not in changes.panes
+
+
+def test_llm_call_done_counts_every_token():
+    model = live_tree()
+    call = LLMCallDone(call_id=1, node_id=4, purpose="implement", model="m", input_tokens=100,
+                       output_tokens=50, cost_usd=0.25, latency_s=1.0, status="ok", reasoning_tokens=25)
+    changes = model.apply(call)
+    assert model.tokens == call.tokens == 175 and model.cost_usd == 0.25
+    assert changes.llm == {4} and "progress" in changes.panes
+    model.apply(replace(call, call_id=2, node_id=None))
+    assert model.tokens == 350 and model.cost_usd == 0.5
+
+
+def test_round_done_budget_and_session_done_say_so():
+    model = live_tree()
+    assert "status" in model.apply(RoundDone(1, (4, 5), 3.0)).panes
+    assert model.status_line == "round 1 done, best 3.00x"
+    model.apply(RoundDone(2, (), None))
+    assert model.status_line == "round 2 done, best -"
+    model.apply(BudgetReached("dollars"))
+    assert model.status_line == "budget reached: dollars; in-flight work finishes"
+    model.clock = lambda: NOW + 60
+    model.apply(SessionDone(7, "stopped", {}))
+    assert model.status == "stopped" and model.info["finished_at"] == NOW + 60
+    assert model.status_line == "session stopped"
+
+
+def test_progress_event_sets_progress_and_paused():
+    model = live_tree()
+    event = Progress(round=1, rounds=2, compile_queue=3, gpu_queue=1, llm_running=2, tokens=12_000,
+                     cost_usd=0.5, budget_usd=1.0, budget_tokens=None, elapsed_s=65.0, paused=True,
+                     devices=({"name": "gpu0", "busy": True, "jobs": 4, "busy_s": 30.0, "queue": 0,
+                               "alive": True},))
+    changes = model.apply(event)
+    assert model.paused and model.progress["gpu_queue"] == 1 and model.progress["devices"][0]["name"] == "gpu0"
+    assert changes.panes == {"progress"}
+    text, lines = progress_text(model, now=NOW)
+    shown = text.plain
+    assert "round 1/2 · paused · 1m05s" in shown and "compile queue 3 · timing queue 1 · LLM calls 2" in shown
+    assert "tokens 12.0k · $0.500/$1" in shown and "gpu0 busy   4 jobs" in shown and lines == 1
+
+
+def test_steering_marks_then_command_applied_clears_them():
+    model = live_tree()
+    changes = model.apply(Steered(5, "prune"))
+    assert model.node_pending == {5: "prune"} and changes.relabel == {5}
+    assert "⧗prune…" in node_label(model.nodes[5], model).plain
+    model.apply(CommandRecorded(11, "prune", 5, "prune"))
+    assert model.pending == {11: ("prune", 5)}
+    assert model.status_line == "prune #5: recorded as command 11, waiting for the engine"
+    model.apply(CommandRecorded(12, "pause", None, "pause"))
+    model.apply(CommandRecorded(13, "stop", None, "stop"))
+
+    changes = model.apply(CommandApplied(11, "prune", (5,)))
+    assert model.pending == {12: ("pause", None), 13: ("stop", None)} and not model.node_pending
+    assert changes.relabel == {5} and model.status_line == "prune #5: applied"
+    model.apply(CommandApplied(12, "pause"))
+    assert model.paused and model.status_line == "pause: applied"
+    model.apply(CommandApplied(13, "stop"))
+    assert model.info["stopping"] and not model.pending
+    changes = model.apply(CommandApplied(99, "prune"))  # not one of ours: only the progress redraws
+    assert changes.panes == {"progress"} and not changes.relabel and model.status_line == "stop: applied"
+
+    model.apply(Note("timings sorted by round"))
+    assert model.status_line == "timings sorted by round"
+
+
+def test_a_pin_or_prune_landing_clears_the_pending_mark():
+    model = live_tree()
+    model.apply(Steered(6, "pin"))
+    model.apply(NodeUpdated(replace(model.nodes[6], pinned=True)))
+    assert 6 not in model.node_pending
+
+
+def test_the_best_follows_best_variant_a_pruned_faster_variant_is_not_best():
+    model = live_tree()
+    assert model.best_id == best_variant(model.nodes).id == 4
+    # #4 (3.0x) pruned: the best is now the next one not pruned.
+    changes = model.apply(NodeUpdated(replace(model.nodes[4], pruned=True)))
+    assert model.best_id == best_variant(model.nodes).id == 5 and {4, 5} <= changes.relabel
+    assert "★" not in node_label(model.nodes[4], model).plain
+    assert "★ best" in node_label(model.nodes[5], model).plain
+    # A faster variant under a pruned idea is not best either.
+    model.apply(NodeUpdated(replace(model.nodes[3], pruned=True)))
+    model.apply(NodeAdded(node(10, 3)))
+    model.apply(VerdictReady(node(10, 3, status="correct", speedup=9.0), verdict(9.0)))
+    assert model.best_id == best_variant(model.nodes).id == 5
+    # Pruning the idea above the best moves the star: #6 was under idea 3 (pruned), #4 pruned: none left.
+    model.apply(NodeUpdated(replace(model.nodes[2], pruned=True)))
+    assert model.best_id is None is best_variant(model.nodes)
+    # The earlier one on a tie, as best_variant says.
+    model.apply(NodeUpdated(replace(model.nodes[2], pruned=False)))
+    model.apply(NodeUpdated(replace(model.nodes[4], pruned=False)))
+    model.apply(NodeAdded(node(11, 2)))
+    model.apply(VerdictReady(node(11, 2, status="correct", speedup=3.0), verdict(3.0)))
+    assert model.best_id == best_variant(model.nodes).id == 4
+
+
+def test_an_unknown_event_changes_nothing():
+    model = live_tree()
+    assert not model.apply(object())  # type: ignore[arg-type]
+
+
+async def test_a_past_session_from_its_rows(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        sid = await write_fake_session(store, 40)
+        model = ScreenModel(session_id=sid)
+        rows = await read_rows(store, sid, model, first=True)
+        changes = model.apply(rows)
+        nodes = await store.nodes(sid)
+        evaluations = await store.evaluations(sid)
+        session = await store.session(sid)
+        totals = await store.llm_totals(sid)
+    finally:
+        await store.close()
+    assert model.mode == "read-only" and changes.bulk
+    assert list(model.nodes) == [n.id for n in nodes] == changes.added  # parents first
+    assert model.verdicts == {e["node_id"]: e["verdict"] for e in evaluations}
+    assert changes.rows == [n.id for n in nodes if n.kind == "variant" and n.id in model.verdicts]
+    assert model.best_id == best_variant(nodes).id == session["best_node_id"]
+    assert model.tokens == totals["tokens"] == 2000 * totals["calls"] > 0  # input + output + reasoning
+    assert model.cost_usd == totals["cost_usd"]
+    assert model.status == "finished" and model.status_line == "finished" and model.info["scripted"]
+    assert model.info["problem"] == "softmax" and model.info["config"]["rounds"] >= 1
+    assert {"header", "status", "progress", "plot"} <= changes.panes
+    assert model.seen_eval == max(e["id"] for e in evaluations) and model.seen_ts > 0
+    assert max(model.best_by_round.values()) == session["best_speedup"]
+    text, _ = progress_text(model)
+    assert f"round {max(n.round for n in nodes)}/{model.info['config']['rounds']} · finished" in text.plain
+
+
+async def test_a_followed_session_from_its_polls(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        sid = await write_fake_session(store, 20, status="running")
+        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
+        before = await store.add_command(sid, *control.encode(control.Prune(idea.id)))
+        model = ScreenModel(session_id=sid, follow=True)
+        model.apply(await read_rows(store, sid, model, first=True))
+        assert model.mode == "following" and model.status == "running"
+        assert model.pending == {before: ("prune", idea.id)} and model.node_pending == {idea.id: "prune"}
+        old_best = model.best_id
+
+        # Another process adds a variant, evaluates it, applies the prune, ends the session.
+        new = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+                                   status="compiling", title=idea.title, source="class ModelNew: pass\n")
+        changes = model.apply(await read_rows(store, sid, model))
+        assert changes.added == [new.id] and model.nodes[new.id].status == "compiling"
+        assert new.id not in changes.rows and model.pending  # not evaluated, prune not applied
+
+        await store.add_evaluation(node_id=new.id, session_id=sid, verdict=verdict(50.0))
+        await store.update_node(new.id, status="correct", speedup=50.0, time_ms=0.04)
+        await store.mark_command_applied(before)
+        await store.update_session(sid, status="finished", finished_at=1.0, stop_reason="budget")
+        changes = model.apply(await read_rows(store, sid, model))
+    finally:
+        await store.close()
+    assert new.id in changes.updated and changes.rows[-1] == new.id
+    assert model.verdicts[new.id]["speedup_eager"] == 50
+    assert model.best_id == new.id != old_best and {new.id, old_best} <= changes.relabel
+    assert not model.pending and not model.node_pending and idea.id in changes.relabel
+    assert model.status == "finished" and model.info["stop_reason"] == "budget"
+    assert model.status_line == "session finished (budget)" and "status" in changes.panes
+
+
+async def test_a_verdict_whose_node_row_did_not_change_still_redraws(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        sid = await write_fake_session(store, 20, status="running")
+        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
+        new = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+                                   status="checking", title=idea.title, source="x = 1\n")
+        model = ScreenModel(session_id=sid, follow=True)
+        model.apply(await read_rows(store, sid, model, first=True))
+        model.seen_ts += 1e6  # the node's row is older than the cursor: only its evaluation is new
+        await store.add_evaluation(node_id=new.id, session_id=sid, verdict=verdict(None, "incorrect"))
+        changes = model.apply(await read_rows(store, sid, model))
+    finally:
+        await store.close()
+    assert changes.rows == [new.id] and new.id in changes.updated
+
+
+def test_a_missing_session_changes_nothing():
+    model = ScreenModel(session_id=3)
+    assert not model.apply(SessionRows(None, first=True)) and model.status == "starting"
+
+
+def test_a_resumed_live_session_keeps_its_header_and_events_after_rows():
+    model = ScreenModel(live=True, clock=lambda: NOW)
+    assert model.apply(started(resumed=True)).reload
+    row = {"id": 7, "problem": "other", "provider": "openai", "backend": "cuda", "sizes": {},
+           "status": "interrupted", "config": {}, "created_at": 0.0, "finished_at": None}
+    changes = model.apply(SessionRows(row, [], [(node(1, None, "root", "reference"), 5.0)],
+                                      {"tokens": 10, "cost_usd": 0.1}, [], first=True))
+    assert model.info["problem"] == "softmax" and model.status == "running"  # the event's header stays
+    assert changes.added == [1] and model.tokens == 10
+    assert model.apply(NodeAdded(node(1, None, "root", "reference"))).added == []  # no duplicate
+
+
+def test_labels_show_the_compile_speedup_when_wide():
+    model = live_tree()
+    assert "(2.40x compile)" in node_label(model.nodes[4], model, wide=True).plain
+    assert "compile" not in node_label(model.nodes[4], model, wide=False).plain
+    assert node_label(model.nodes[1], model).plain == "◆ reference softmax"

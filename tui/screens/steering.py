@@ -1,0 +1,183 @@
+"""The search screen's steering keys: prune, expand, pin, inject, edit, pause, stop, export.
+
+A key only records a command in the DB (engine.control) and marks it pending in the model; the
+engine applies it between steps and confirms (CommandApplied, NodeUpdated, or the command row
+marked applied, for a followed session), which clears the mark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual.app import SystemCommand
+
+from engine import control
+from engine.domain import Node
+from engine.export import ExportError, solution_text
+from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
+from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
+
+STEERING = [  # (action, palette title, help)
+    ("prune", "Prune node", "cancel the selected node's queued work; never select it"),
+    ("expand", "Expand node", "ask for more ideas (from a variant) or variants (of an idea)"),
+    ("pin", "Pin / unpin node", "always keep the selected variant as a parent"),
+    ("inject", "Inject idea", "add your own idea under the selected variant"),
+    ("edit", "Edit variant", "edit the selected variant's source and re-queue it"),
+    ("pause", "Pause / resume search", "no new LLM calls or evaluations start while paused"),
+    ("stop", "Stop search", "end the search after in-flight work"),
+    ("export", "Export variant", "write the selected variant as a KernelBench solution file"),
+    ("diff", "Toggle diff", "show the selected variant's diff against its parent"),
+    ("best", "Go to best", "select the fastest correct variant"),
+]
+
+
+def export_path(problem: str, node_id: int, directory: Path) -> Path:
+    """Where the export key writes a variant: a new file in `directory`, never an existing one."""
+    stem = f"{problem}_node{node_id}"
+    path = directory / f"{stem}.py"
+    n = 1
+    while path.exists():
+        n += 1
+        path = directory / f"{stem}_{n}.py"
+    return path
+
+
+class SteeringMixin:
+    """The steering actions, mixed into SearchScreen (a Screen holding a ScreenModel)."""
+
+    model: ScreenModel
+    selected: int | None
+
+    if TYPE_CHECKING:  # what the screen it is mixed into provides
+        app: Any
+        store: Any
+
+        def feed(self, message: ModelInput) -> Changes: ...
+
+        def notify(self, message: str, *, severity: str = "information") -> None: ...
+
+        def run_action(self, action: str) -> Any: ...
+
+    def palette_commands(self) -> Iterator[SystemCommand]:
+        """What the command palette offers on this screen: the steering actions."""
+        for action, title, help_text in STEERING:
+            yield SystemCommand(title, help_text, partial(self.run_action, action))
+
+    def _steerable(self) -> bool:
+        sid = self.model.session_id
+        if sid is None:
+            self.notify("the search has not started yet", severity="warning")
+            return False
+        if self.model.status != "running":
+            self.notify(f"session {sid} is {self.model.status}: nothing to steer", severity="warning")
+            return False
+        return True
+
+    def _target(self, kinds: tuple[str, ...], what: str) -> Node | None:
+        node = self.model.nodes.get(self.selected) if self.selected is not None else None
+        if node is None or node.kind not in kinds:
+            self.notify(f"select {what} first", severity="warning")
+            return None
+        return node
+
+    async def _send(self, command: control.Command, node_id: int | None, mark: str) -> int:
+        """Record a command; mark it pending in the tree at once, confirmed when the engine applies it."""
+        if node_id is not None:
+            self.feed(Steered(node_id, mark))
+        cid = await self.store.add_command(self.model.session_id, *control.encode(command))
+        self.feed(CommandRecorded(cid, command.kind, node_id, mark))
+        return cid
+
+    async def action_prune(self) -> None:
+        node = self._target(("idea", "variant"), "an idea or a variant to prune")
+        if node is None or not self._steerable():
+            return
+        if node.pruned:
+            self.notify(f"#{node.id} is already pruned")
+            return
+        await self._send(control.Prune(node.id), node.id, "prune")
+
+    async def action_pin(self) -> None:
+        node = self._target(("variant",), "a variant to pin")
+        if node is None or not self._steerable():
+            return
+        await self._send(control.Pin(node.id, pinned=not node.pinned), node.id,
+                         "unpin" if node.pinned else "pin")
+
+    def action_expand(self) -> None:
+        node = self._target(("root", "idea", "variant"), "a node to expand")
+        if node is None or not self._steerable():
+            return
+        cfg = self.model.info.get("config") or {}
+        if node.kind == "idea":
+            prompt = f"More variants of “{node.title}”: how many?"
+            field, default = "variants", cfg.get("variants", 2)
+        else:
+            prompt, field, default = f"More ideas from #{node.id}: how many?", "ideas", cfg.get("ideas", 3)
+
+        async def done(count: int | None) -> None:
+            if count:
+                await self._send(control.Expand(node.id, **{field: count}), node.id, f"+{count} {field}")
+
+        self.app.push_screen(AskNumber(prompt, int(default or 2)), done)
+
+    def action_inject(self) -> None:
+        node = self._target(("root", "idea", "variant"), "a variant to add an idea under")
+        if node is None or not self._steerable():
+            return
+        parent = self.model.nodes[node.parent_id] if node.kind == "idea" and node.parent_id else node
+
+        async def done(text: str | None) -> None:
+            if text:
+                await self._send(control.InjectIdea(parent.id, text), parent.id, "idea")
+
+        self.app.push_screen(AskText(f"Your idea for #{parent.id} (implemented like any other):",
+                                     "e.g. fuse the max and the sum into one pass"), done)
+
+    def action_edit(self) -> None:
+        node = self._target(("variant",), "a variant to edit")
+        if node is None or not self._steerable():
+            return
+        if not node.source:
+            self.notify(f"#{node.id} has no source yet", severity="warning")
+            return
+
+        async def done(source: str | None) -> None:
+            if source:
+                await self._send(control.EditVariant(node.id, source), node.id, "edit")
+
+        self.app.push_screen(EditSource(f"Edit #{node.id} — saved as a new variant, evaluated", node.source),
+                             done)
+
+    async def action_pause(self) -> None:
+        if not self._steerable():
+            return
+        paused = self.model.paused
+        await self._send(control.Resume() if paused else control.Pause(), None, "resume" if paused else "pause")
+
+    def action_stop(self) -> None:
+        if not self._steerable():
+            return
+
+        async def done(yes: bool | None) -> None:
+            if yes:
+                await self._send(control.Stop(), None, "stop")
+
+        self.app.push_screen(Confirm(f"Stop session {self.model.session_id}? In-flight work finishes."), done)
+
+    async def action_export(self) -> None:
+        node = self._target(("variant",), "a variant to export")
+        if node is None:
+            return
+        try:
+            text = await solution_text(self.store, node.id)
+        except ExportError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        path = export_path(self.model.info.get("problem", "problem"), node.id, Path.cwd())
+        path.write_text(text)
+        self.notify(f"wrote {path}")
+        self.feed(Note(f"exported #{node.id} to {path}"))

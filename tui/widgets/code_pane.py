@@ -1,0 +1,75 @@
+"""The code pane: the selected node's idea in a line above, its source (highlighted) or its diff
+against the nearest ancestor with code below."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from engine.domain import Node
+from tui.model import ScreenModel
+from tui.widgets.code import diff_text, highlight_source
+
+CACHE_SIZE = 128  # highlighted sources kept (highlighting a kernel takes a few ms)
+
+
+def idea_text(node: Node, model: ScreenModel) -> Text:
+    """The line above the code: the idea a variant implements (or the variant it fixes)."""
+    parent = model.nodes.get(node.parent_id) if node.kind == "variant" and node.parent_id else None
+    head = Text()
+    if node.kind == "idea":
+        head.append(f"idea: {node.title}\n", style="bold")
+        head.append(node.text)
+    elif parent is not None and parent.kind == "idea":
+        head.append(f"idea: {parent.title}", style="bold")
+        head.append(f" — {parent.text}" if parent.text else "")
+    elif parent is not None:
+        head.append(f"fix of #{parent.id}: {node.title}", style="bold")
+    elif node.kind == "root":
+        head.append(f"reference: {node.title or model.info.get('problem', '')}", style="bold")
+    return head
+
+
+def code_text(node: Node, model: ScreenModel, diff: bool = False, dark: bool = True) -> Text:
+    """What the code pane shows for `node`: its source, or (`diff`) what it changed against its
+    nearest ancestor with code, or a dim line saying why there is no code."""
+    if not node.source:
+        return Text(node.text or f"({node.kind}: {node.status}, no source)", style="dim")
+    if diff:
+        parent = model.parent_source(node.id)
+        if parent is None:
+            return Text("(no parent source to diff against)", style="dim")
+        return diff_text(parent[1], node.source, f"#{parent[0]}", f"#{node.id}")
+    return highlight_source(node.source, dark=dark)
+
+
+class CodePane(RichLog):
+    """The source or diff of one node; highlighted sources are cached per (node, dark theme)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, wrap=False, auto_scroll=False)
+        self.text = Text()  # what it shows now
+        self._cache: dict[tuple[int, bool], Text] = {}
+
+    def show(self, node: Node, model: ScreenModel, diff: bool, dark: bool) -> None:
+        if node.source and not diff:
+            text = self._cache.get((node.id, dark))
+            if text is None:
+                text = code_text(node, model, diff, dark)
+                if len(self._cache) > CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[(node.id, dark)] = text
+        else:
+            text = code_text(node, model, diff, dark)
+        self.text = text
+        self.clear()
+        self.write(text, scroll_end=False)
+        self.scroll_home(animate=False)
+
+    def forget(self, node_ids: Iterable[int]) -> None:
+        """Those nodes' sources changed: highlight them afresh next time."""
+        for node_id in node_ids:
+            self._cache.pop((node_id, True), None)
+            self._cache.pop((node_id, False), None)

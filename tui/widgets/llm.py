@@ -1,0 +1,69 @@
+"""The LLM pane: the calls behind the selected node — prompt, reply, tokens, dollars, latency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.widgets import RichLog
+
+from engine.domain import Node
+
+PROMPT_CHARS = 6000  # the tail of each prompt shown
+REPLY_CHARS = 8000
+
+
+def llm_request(node: Node) -> tuple[int | None, str | None, str]:
+    """Which calls explain `node`: (node id, purpose) to read them by, and a line saying why. An
+    idea comes from its parent's idea call; a variant's code from its own implement (fix) calls."""
+    if node.kind == "idea":
+        return node.parent_id, "idea", f"the idea call(s) of #{node.parent_id} that proposed this idea"
+    why = "the call(s) that wrote this code" if node.kind == "variant" else "idea calls from it"
+    return node.id, None, why
+
+
+def llm_text(node_id: int, why: str, calls: list[dict[str, Any]]) -> Text:
+    out = Text(f"#{node_id}: {why}\n", style="bold")
+    if not calls:
+        out.append("(no LLM call recorded for this node)", style="dim")
+    for c in calls:
+        tokens = c["input_tokens"] + c["output_tokens"] + c["reasoning_tokens"]
+        out.append(f"\n{c['purpose']} · {c['provider']}:{c['model']} · {c['status']}", style="bold cyan")
+        out.append(f"\ntokens in {c['input_tokens']} · out {c['output_tokens']}"
+                   f" · reasoning {c['reasoning_tokens']} (total {tokens})"
+                   f" · ${c['cost_usd']:.4f} · {c['latency_s']:.2f} s · attempts {c['attempts']}\n")
+        if c.get("error"):
+            out.append(f"error: {c['error']}\n", style="red")
+        out.append("── prompt ──\n", style="bold")
+        out.append(c["prompt"][-PROMPT_CHARS:] + "\n")
+        out.append("── reply ──\n", style="bold")
+        out.append(c["reply"][-REPLY_CHARS:] + "\n")
+    return out
+
+
+class LLMPane(RichLog):
+    """Reads the calls from the store only when shown (its tab is open), once per selection."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, wrap=True, auto_scroll=False)
+        self.text = Text()
+        self.shown_for: int | None = None  # the node whose calls it shows, while still current
+        self._wanted: int | None = None
+
+    def invalidate(self) -> None:
+        """Another node is selected, or this one has a new call: read again when next shown."""
+        self.shown_for = self._wanted = None
+
+    @work(group="llm", exclusive=True)
+    async def load(self, store: Any, session_id: int, node: Node) -> None:
+        self._wanted = node.id
+        node_id, purpose, why = llm_request(node)
+        calls = await store.llm_calls(session_id, node_id=node_id, purpose=purpose)
+        if self._wanted != node.id:  # the selection moved on meanwhile
+            return
+        self.text = llm_text(node.id, why, calls)
+        self.clear()
+        self.write(self.text, scroll_end=False)
+        self.scroll_home(animate=False)
+        self.shown_for = node.id

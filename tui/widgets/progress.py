@@ -1,0 +1,145 @@
+"""The progress pane: round, state and elapsed time; queues; tokens and dollars against the budget;
+a line per evaluation device; the round's bar; and the best speedup so far, round by round."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ProgressBar, Static
+from textual_plotext import PlotextPlot
+
+from tui.model import COMPILE_QUEUE, GPU_QUEUE, IN_FLIGHT, ScreenModel
+
+DEVICE_LINES = 12  # devices listed in full; 3 in a compact layout
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def si(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:g}"
+
+
+def elapsed_s(model: ScreenModel, now: float) -> float:
+    """Seconds the search has run: the engine's own count while it runs, else until it finished."""
+    info = model.info
+    if model.status == "running":
+        return model.progress.get("elapsed_s", now - info.get("created_at", now))
+    return (info.get("finished_at") or now) - info.get("created_at", now)
+
+
+def progress_text(model: ScreenModel, now: float | None = None, compact: bool = False) -> tuple[Text, int]:
+    """The pane's text, and how many device lines it holds. The engine's Progress event says
+    where it stands; without one (a followed or past session) the node statuses are counted."""
+    now = time.time() if now is None else now
+    cfg = model.info.get("config") or {}
+    p = model.progress
+    counts: dict[str, int] = {}
+    for n in model.nodes.values():
+        counts[n.status] = counts.get(n.status, 0) + 1
+    current = max((n.round for n in model.nodes.values()), default=0)
+    compile_q = p.get("compile_queue", sum(counts.get(s, 0) for s in COMPILE_QUEUE))
+    gpu_q = p.get("gpu_queue", sum(counts.get(s, 0) for s in GPU_QUEUE))
+    rnd, rounds = p.get("round", current), p.get("rounds", cfg.get("rounds", "?"))
+    tokens, cost = p.get("tokens", model.tokens), p.get("cost_usd", model.cost_usd)
+    budget_usd = p.get("budget_usd", cfg.get("budget_usd"))
+    budget_tokens = p.get("budget_tokens", cfg.get("budget_tokens"))
+    elapsed = elapsed_s(model, now)
+    state = "paused" if model.paused else model.status
+    text = Text()
+    text.append(f"round {rnd}/{rounds}", style="bold")
+    text.append(f" · {state}", style="yellow" if model.paused else "")
+    text.append(f" · {duration(elapsed)}\n")
+    llm = f" · LLM calls {p['llm_running']}" if "llm_running" in p else ""
+    device = "GPU" if model.info.get("backend") == "cuda" else "timing"
+    text.append(f"compile queue {compile_q} · {device} queue {gpu_q}{llm}\n")
+    text.append(f"tokens {si(tokens)}{'/' + si(budget_tokens) if budget_tokens else ''}"
+                f" · ${cost:.3f}{f'/${budget_usd:g}' if budget_usd else ''}")
+    shown = device_lines(text, p.get("devices") or [], elapsed, limit=3 if compact else DEVICE_LINES)
+    return text, shown
+
+
+def device_lines(text: Text, devices: list[dict[str, Any]], elapsed: float, limit: int) -> int:
+    """One line per evaluation device (GPU): busy or idle, evaluations done, utilisation (its busy
+    time over the run's); at most `limit`, then how many more. Returns the lines written."""
+    width = max((len(d["name"]) for d in devices), default=0)
+    for d in devices[:limit]:
+        util = min(1.0, d["busy_s"] / elapsed) if elapsed > 0 else 0.0
+        state = "down" if not d["alive"] else "busy" if d["busy"] else "idle"
+        colour = {"down": "red", "busy": "green", "idle": "dim"}[state]
+        text.append(f"\n{d['name']:<{width}} ")
+        text.append(state, style=colour)
+        text.append(f" {d['jobs']:>3} jobs {util:>4.0%}" + (f" queue {d['queue']}" if d["queue"] else ""))
+    if len(devices) > limit:
+        text.append(f"\n+{len(devices) - limit} more devices", style="dim")
+    return min(len(devices), limit + 1)
+
+
+def round_bar(model: ScreenModel) -> tuple[int, int]:
+    """(expected, done) variants of the latest round: the bar under the text."""
+    cfg = model.info.get("config") or {}
+    current = max((n.round for n in model.nodes.values()), default=0)
+    variants = done = ideas = 0
+    for n in model.nodes.values():
+        if n.round == current:
+            if n.kind == "variant":
+                variants += 1
+                done += n.status not in IN_FLIGHT
+            elif n.kind == "idea":
+                ideas += 1
+    return max(variants, ideas * int(cfg.get("variants") or 1), 1), done
+
+
+def best_so_far(best_by_round: dict[int, float]) -> tuple[list[int], list[float]]:
+    """The plot's points: each round and the best speedup up to it (never drops)."""
+    best, xs, ys = 0.0, [], []
+    for r in sorted(best_by_round):
+        best = max(best, best_by_round[r])
+        xs.append(r)
+        ys.append(best)
+    return xs, ys
+
+
+class ProgressPane(Vertical):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "progress · best speedup by round"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="progress-text")
+        yield ProgressBar(id="round-bar", show_eta=False)
+        yield PlotextPlot(id="plot")
+
+    def show(self, model: ScreenModel, compact: bool) -> None:
+        text, shown = progress_text(model, compact=compact)
+        label = self.query_one("#progress-text", Static)
+        if shown:  # the pane grows by a line per device (none: the stylesheet's sizes)
+            label.styles.height = "auto" if compact else 3 + shown  # compact: the queue line may wrap
+            self.styles.height = "auto" if compact else 13 + shown
+        label.update(text, layout=bool(shown))
+        total, done = round_bar(model)
+        self.query_one("#round-bar", ProgressBar).update(total=total, progress=done)
+
+    def show_plot(self, model: ScreenModel) -> None:
+        plot = self.query_one("#plot", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        xs, ys = best_so_far(model.best_by_round)
+        if xs:
+            plt.plot(xs, ys, marker="dot")
+            plt.xticks(xs)
+        plot.refresh()

@@ -1,0 +1,71 @@
+"""The timings table: a row per evaluated variant, keyed by node id, sortable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from engine.domain import Node
+from tui.widgets.code import fmt_num
+from tui.widgets.status import style
+
+# (key, label, width): fixed widths, so adding thousands of rows measures no cell.
+COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
+           ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
+           ("speedup", "vs eager", 8), ("speedup_compile", "vs compile", 10), ("sol", "% SOL", 6)]
+SORTS = [("speedup", True), ("round", False), ("time_ms", False)]  # what the sort key cycles through
+DESCENDING = ("speedup", "speedup_compile", "sol")  # bigger is better: a header click sorts these down
+
+
+def row_cells(node: Node, verdict: dict[str, Any] | None) -> dict[str, str | Text]:
+    """A variant's row, column key -> cell."""
+    v = verdict or {}
+    sol = v.get("sol_fraction")
+    return {
+        "node": str(node.id), "round": str(node.round), "idea": node.title[:32],
+        "status": Text(node.status, style=style(node.status)),
+        "time_ms": fmt_num(v.get("time_ms")), "p10": fmt_num(v.get("time_p10_ms")),
+        "p90": fmt_num(v.get("time_p90_ms")), "ref_ms": fmt_num(v.get("ref_eager_ms")),
+        "speedup": fmt_num(v.get("speedup_eager"), ".3g", "x"),
+        "speedup_compile": fmt_num(v.get("speedup_compile"), ".3g", "x"),
+        "sol": "-" if sol is None else f"{100 * sol:.1f}",
+    }
+
+
+def sort_key(reverse: bool) -> Callable[[Any], float]:
+    """Cells as numbers ("1.5x" -> 1.5); a "-" sorts last either way."""
+
+    def key(value: Any) -> float:
+        text = str(value).rstrip("x")
+        try:
+            return float(text)
+        except ValueError:
+            return float("-inf") if reverse else float("inf")
+
+    return key
+
+
+class TimingsTable(DataTable):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    def write_rows(self, rows: Iterable[tuple[Node, dict[str, Any] | None]]) -> None:
+        """Add or update the rows of these variants (keyed by node id: updated in place)."""
+        for node, verdict in rows:
+            cells = row_cells(node, verdict)
+            key = str(node.id)
+            if key in self.rows:
+                for column, value in cells.items():
+                    self.update_cell(key, column, value)
+            else:
+                self.add_row(*cells.values(), key=key)
+
+    def sort_by(self, column: str, reverse: bool) -> None:
+        self.sort(column, key=sort_key(reverse), reverse=reverse)

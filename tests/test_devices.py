@@ -199,12 +199,12 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
             await app.workers.wait_for_complete()
             await pilot.pause()
             assert app.search_summary is not None and app.search_summary["status"] == "finished"
-            devices = screen.progress["devices"]
+            devices = screen.model.progress["devices"]
             assert [d["name"] for d in devices] == ["cpu0", "cpu1"]
-            slots = Counter(v["gpu"]["slot"] for v in screen.verdicts.values())
+            slots = Counter(v["gpu"]["slot"] for v in screen.model.verdicts.values())
             assert slots == {d["name"]: d["jobs"] for d in devices if d["jobs"]}
-            assert sum(d["jobs"] for d in devices) == len(screen.verdicts) == 4
-            screen._render_progress()
+            assert sum(d["jobs"] for d in devices) == len(screen.model.verdicts) == 4
+            screen.refresh_progress()
             lines = str(screen.query_one("#progress-text", Static).content).splitlines()
             for d in devices:
                 line = next(ln for ln in lines if ln.startswith(d["name"]))
@@ -213,11 +213,11 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
             assert text_height >= 3 + 2  # a line per device more, none cut off
             assert screen.query_one("#progress").outer_size.height == text_height + 1 + 2  # + bar, border
             assert screen.query_one("#tree", Tree).size.height > 3  # still room for the tree
-            node = next(iter(screen.verdicts))
+            node = next(iter(screen.model.verdicts))
             screen.select_node(node)
             await pilot.pause()
             shown = str(screen.query_one("#verdict", Static).content)
-            assert f"{screen.verdicts[node]['gpu']['slot']}: " in shown
+            assert f"{screen.model.verdicts[node]['gpu']['slot']}: " in shown
             await pilot.press("q")
     finally:
         await prepared.evaluator.close()

@@ -22,12 +22,12 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.screen
-        assert isinstance(screen, SearchScreen) and screen.live
+        assert isinstance(screen, SearchScreen) and screen.model.live
         await app.workers.wait_for_complete()
         await pilot.pause()
         summary = app.search_summary
         assert summary is not None and summary["status"] == "finished"
-        variants = {n.id: n for n in screen.nodes.values() if n.kind == "variant"}
+        variants = {n.id: n for n in screen.model.nodes.values() if n.kind == "variant"}
         assert len(variants) == 4
 
         # The tree shows each variant with its final status (and speedup when correct).
@@ -37,7 +37,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
             assert label.split(" ")[1] == f"#{node.id}" and node.status in label
             if node.status == "correct":
                 assert f"{node.speedup:.2f}x" in label
-                vs_compile = screen.verdicts[node.id].get("speedup_compile")
+                vs_compile = screen.model.verdicts[node.id].get("speedup_compile")
                 if vs_compile is not None:  # wide terminal: the speedup vs torch.compile too
                     assert f"({vs_compile:.2f}x compile)" in label
         assert any("★ best" in lb for lb in tree_labels(tree))
@@ -51,7 +51,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
             row = table.get_row(str(node.id))
             assert row[0] == str(node.id) and str(row[3]) == node.status
             if node.status == "correct":
-                assert row[8] == f"{screen.verdicts[node.id]['speedup_eager']:.3g}x"
+                assert row[8] == f"{screen.model.verdicts[node.id]['speedup_eager']:.3g}x"
 
         # Selecting a row selects the node and shows its source, highlighted, line-numbered.
         table.focus()
@@ -87,10 +87,10 @@ async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
         await pilot.press("enter")
         await pilot.pause()
         screen = app.screen
-        assert isinstance(screen, SearchScreen) and not screen.live and not screen.follow
-        variants = [n for n in screen.nodes.values() if n.kind == "variant"]
+        assert isinstance(screen, SearchScreen) and not screen.model.live and not screen.model.follow
+        variants = [n for n in screen.model.nodes.values() if n.kind == "variant"]
         assert len(variants) == summary["variants"]
-        evaluated = [n for n in variants if n.id in screen.verdicts]
+        evaluated = [n for n in variants if n.id in screen.model.verdicts]
         assert screen.query_one("#timings", DataTable).row_count == len(evaluated)
         best = summary["best"]["node_id"]
         assert "★ best" in label_of(screen.query_one("#tree", Tree), best)

@@ -35,7 +35,7 @@ async def running(tmp_path: Path) -> tuple[Path, int]:
 async def open_search(app: KtreeApp, pilot) -> SearchScreen:  # noqa: ANN001
     await pilot.pause()
     screen = app.screen
-    assert isinstance(screen, SearchScreen) and screen.follow
+    assert isinstance(screen, SearchScreen) and screen.model.follow
     return screen
 
 

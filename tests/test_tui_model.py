@@ -21,7 +21,7 @@ from engine.events import (
     VerdictReady,
 )
 from engine.store import Store
-from tui.fake import write_fake_session
+from tests.fake_session import write_fake_session
 from tui.model import CommandRecorded, Note, ScreenModel, SessionRows, Steered, read_rows
 from tui.widgets.progress import progress_text
 from tui.widgets.tree import node_label

@@ -142,7 +142,7 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.screen
-        assert isinstance(screen, SearchScreen) and screen.follow
+        assert isinstance(screen, SearchScreen) and screen.model.follow
         assert "following" in str(screen.query_one("#banner", Static).content)
         idea = next(n for n in screen.model.nodes.values() if n.kind == "idea")
         # The engine, elsewhere, adds a variant, then evaluates it, then ends the session.

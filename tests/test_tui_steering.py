@@ -28,29 +28,29 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         screen = app.screen
         assert isinstance(screen, SearchScreen)
         tree = screen.query_one("#tree", Tree)
-        await wait_until(pilot, lambda: any(n.kind == "root" for n in screen.nodes.values()))
-        root = next(n.id for n in screen.nodes.values() if n.kind == "root")
+        await wait_until(pilot, lambda: any(n.kind == "root" for n in screen.model.nodes.values()))
+        root = next(n.id for n in screen.model.nodes.values() if n.kind == "root")
 
         await pilot.press("P")  # pause: the engine confirms
-        await wait_until(pilot, lambda: screen.paused and not screen.pending)
+        await wait_until(pilot, lambda: screen.model.paused and not screen.model.pending)
 
         screen.select_node(root)
         await pilot.press("i", *"tile by 64 rows", "enter")
-        await wait_until(pilot, lambda: any(n.origin == "human" for n in screen.nodes.values()))
-        human = next(n for n in screen.nodes.values() if n.origin == "human")
+        await wait_until(pilot, lambda: any(n.origin == "human" for n in screen.model.nodes.values()))
+        human = next(n for n in screen.model.nodes.values() if n.origin == "human")
         assert human.kind == "idea" and human.text == "tile by 64 rows"
         assert "(yours)" in label_of(tree, human.id)
-        await wait_until(pilot, lambda: root not in screen.node_pending)
+        await wait_until(pilot, lambda: root not in screen.model.node_pending)
 
-        llm_idea = next(n.id for n in screen.nodes.values() if n.kind == "idea" and n.origin != "human")
+        llm_idea = next(n.id for n in screen.model.nodes.values() if n.kind == "idea" and n.origin != "human")
         screen.select_node(llm_idea)
         await pilot.press("x")
-        await wait_until(pilot, lambda: screen.nodes[llm_idea].pruned)
-        await wait_until(pilot, lambda: llm_idea not in screen.node_pending)
+        await wait_until(pilot, lambda: screen.model.nodes[llm_idea].pruned)
+        await wait_until(pilot, lambda: llm_idea not in screen.model.node_pending)
         assert "✂pruned" in label_of(tree, llm_idea) and "⧗" not in label_of(tree, llm_idea)
 
         def under(idea_id: int) -> list[int]:
-            return [n.id for n in screen.nodes.values() if n.parent_id == idea_id and n.kind == "variant"]
+            return [n.id for n in screen.model.nodes.values() if n.parent_id == idea_id and n.kind == "variant"]
 
         before = len(under(human.id))
         screen.select_node(human.id)
@@ -58,21 +58,21 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         app.screen.query_one("#number").value = "2"
         await pilot.press("enter")
         await wait_until(pilot, lambda: len(under(human.id)) == before + 2)  # two more variants, made
-        await wait_until(pilot, lambda: human.id not in screen.node_pending)
+        await wait_until(pilot, lambda: human.id not in screen.model.node_pending)
 
         variant = under(human.id)[0]
         screen.select_node(variant)
         await pilot.press("p")
-        await wait_until(pilot, lambda: screen.nodes[variant].pinned)
+        await wait_until(pilot, lambda: screen.model.nodes[variant].pinned)
         assert "⚲pinned" in label_of(tree, variant)
 
         await pilot.press("P")  # resume
-        await wait_until(pilot, lambda: not screen.paused)
+        await wait_until(pilot, lambda: not screen.model.paused)
         await pilot.press("S", "y")  # stop: in-flight work finishes, then the session ends
         await asyncio.wait_for(app.workers.wait_for_complete(), 300)
         await pilot.pause()
         assert app.search_summary is not None and app.search_summary["status"] == "stopped"
-        assert screen.info["status"] == "stopped"
+        assert screen.model.info["status"] == "stopped"
         await pilot.press("q")
 
     with sqlite3.connect(db) as conn:
@@ -109,11 +109,11 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
         screen = app.screen
-        assert screen.live and "SCRIPTED" in str(screen.query_one("#banner").content)
-        await wait_until(pilot, lambda: screen.verdicts)  # a first variant evaluated
-        seen = set(screen.nodes)
+        assert screen.model.live and "SCRIPTED" in str(screen.query_one("#banner").content)
+        await wait_until(pilot, lambda: screen.model.verdicts)  # a first variant evaluated
+        seen = set(screen.model.nodes)
         await pilot.press("q")  # quits mid-run: the session is recorded as interrupted
-    sid = screen.session_id
+    sid = screen.model.session_id
 
     app = KtreeApp(db_path=db)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -127,8 +127,8 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         await asyncio.wait_for(app.workers.wait_for_complete(), 300)
         await pilot.pause()
         assert app.search_summary is not None and app.search_summary["status"] == "finished"
-        assert screen.session_id == sid and seen <= set(screen.nodes)  # the recorded tree, and more
-        assert max(n.round for n in screen.nodes.values()) == 2
+        assert screen.model.session_id == sid and seen <= set(screen.model.nodes)  # the recorded tree, and more
+        assert max(n.round for n in screen.model.nodes.values()) == 2
         tree = screen.query_one("#tree", Tree)
         for node_id in seen:
             assert label_of(tree, node_id)

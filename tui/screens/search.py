@@ -45,10 +45,6 @@ class EngineEvent(Message):
         self.event = event
 
 
-def _model_view(name: str) -> property:
-    return property(lambda self: getattr(self.model, name), doc=f"model.{name}, read-only")
-
-
 class SearchScreen(SteeringMixin, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="back"),
@@ -65,20 +61,6 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("b", "best", "Best", id="goto_best"),
         Binding("t", "details", "Details", id="details"),
     ]
-
-    # Read-only views of the model for callers that read them off the screen before it had one
-    # (tests/test_tui.py, test_tui_steering.py, test_devices.py, tui/bench.py); new code reads .model.
-    session_id = _model_view("session_id")
-    live = _model_view("live")
-    follow = _model_view("follow")
-    nodes = _model_view("nodes")
-    verdicts = _model_view("verdicts")
-    best_id = _model_view("best_id")
-    info = _model_view("info")
-    progress = _model_view("progress")
-    paused = _model_view("paused")
-    pending = _model_view("pending")
-    node_pending = _model_view("node_pending")
 
     def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False):
         super().__init__()
@@ -296,7 +278,6 @@ class SearchScreen(SteeringMixin, Screen):
         self._progress_dirty = False
         self.query_one(ProgressPane).show(self.model, compact=self.has_class("compact"))
 
-    _render_progress = refresh_progress  # the name tests/test_devices.py calls
 
     # -- view keys --------------------------------------------------------------------------
 

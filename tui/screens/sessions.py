@@ -61,8 +61,14 @@ class SessionsScreen(Screen):
         await self.action_reload()
 
     async def _refresh_running(self) -> None:
-        if any(r["status"] == "running" for r in self.rows.values()):
+        if not any(r["status"] == "running" for r in self.rows.values()):
+            return
+        try:
             await self.action_reload()
+        except Exception:
+            if self.app.store is not None:  # type: ignore[attr-defined]
+                raise
+            # else the app closed the store mid-read (quitting): nothing left to show
 
     async def action_reload(self) -> None:
         table = self.query_one("#sessions", DataTable)

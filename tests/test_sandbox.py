@@ -25,13 +25,14 @@ from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 HONEST = HEADER + textwrap.dedent("""
 class ModelNew(nn.Module):
     def forward(self, x):
         return torch.softmax(x, dim=1)
 """)
-QUICK = {"trials": 1, "time_budget_s": 0.2, "max_reps": 5}  # the follow-up only has to finish
+QUICK = {**WORK, "trials": 1, "time_budget_s": 0.2, "max_reps": 5}  # the follow-up only has to finish
 
 STRICT, WHY_NOT = sandbox.available()
 needs_strict = pytest.mark.skipif(STRICT != "strict", reason=f"strict isolation unavailable: {WHY_NOT}")
@@ -267,3 +268,4 @@ def test_basic_is_plain_and_strict_unavailable_is_refused(monkeypatch: pytest.Mo
     assert sandbox.resolve("auto") == "basic"
     with pytest.raises(RuntimeError, match="bubblewrap is not installed"):
         sandbox.resolve("strict")
+

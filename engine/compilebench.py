@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate.jobs import EvalJob
+from engine.evaluate.jobs import make_job
 from engine.evaluate.runner import run_child
 from engine.evaluate.sandbox import scrubbed_env
 
@@ -67,8 +67,8 @@ def _unique(source: str, tag: str) -> str:
 
 
 async def _build(source: str, backend: str, cache: str, levers: str, arch: str, timeout: float) -> dict:
-    job = EvalJob(problem_path="", solution_source=source, backend=backend, cache_dir=cache,
-                  mode="compile")
+    job = make_job("", source, {}, backend=backend, cache_dir=cache, flops=None, bytes=None,
+                   mode="compile")  # a build alone: no problem, no speed-of-light floor
     env = {"KTREE_BUILD_LEVERS": levers, "CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2",
            "TORCH_CUDA_ARCH_LIST": arch if backend == "cuda" else ""}
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ from engine.problems import load_problem
 from tests.conftest import run_ktree
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 
 # Each candidate's constructor says it has started, then waits (up to four minutes) until the other
 # has started too: both can only finish if two devices evaluate them at the same time.
@@ -60,7 +61,7 @@ def test_two_devices_evaluate_two_compiled_variants_at_the_same_time(tmp_path: P
         watcher = asyncio.create_task(watch())
         try:
             verdicts = await asyncio.gather(*(evaluator.evaluate(
-                evaluator.job(SOFTMAX.path, s, SOFTMAX.sizes_for("cpu"))) for s in sources))
+                evaluator.job(SOFTMAX.path, s, SOFTMAX.sizes_for("cpu"), **WORK)) for s in sources))
             return list(verdicts), evaluator.device_states(), both_busy
         finally:
             done.set()
@@ -95,7 +96,7 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
         evaluator = LocalEvaluator("cpu", devices=2, run_timeout_s=120)
         worker = evaluator.devices[1].worker
         assert worker is not None
-        job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+        job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
         try:
             first = await worker.run(job, 120)
             assert worker.proc is not None
@@ -125,7 +126,7 @@ def test_a_device_whose_worker_cannot_start_is_set_aside_and_its_job_runs_on_ano
         broken.extra_env["PYTHONHOME"] = "/nonexistent"  # no interpreter starts there: a dead device
         try:
             verdicts = await asyncio.gather(*(evaluator.evaluate(
-                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))) for _ in range(2)))
+                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)) for _ in range(2)))
             return list(verdicts), evaluator.device_states(), broken.starts
         finally:
             await evaluator.close()

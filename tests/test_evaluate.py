@@ -16,6 +16,7 @@ from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
 
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
@@ -28,7 +29,7 @@ def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Ve
         evaluator = LocalEvaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
         try:
             return await evaluator.evaluate(
-                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **job))
+                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK, **job))
         finally:
             await evaluator.close()
 
@@ -53,7 +54,8 @@ def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
     async def go() -> Verdict:
         evaluator = LocalEvaluator("cpu")
         try:
-            return await evaluator.evaluate(evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu")))
+            return await evaluator.evaluate(
+                evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK))
         finally:
             await evaluator.close()
 
@@ -162,7 +164,7 @@ def test_a_compiler_error_is_kept_and_reused_for_the_same_source(tmp_path: Path)
     async def go() -> list[Verdict]:
         evaluator = LocalEvaluator("cpu", cache_dir=tmp_path)
         try:
-            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
             return [await evaluator.evaluate(job) for _ in range(2)]
         finally:
             await evaluator.close()

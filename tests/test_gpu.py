@@ -33,7 +33,9 @@ def evaluate_all(problem_name: str, sources: list[str]) -> list[Verdict]:
 
     async def go() -> list[Verdict]:
         evaluator = LocalEvaluator("cuda", cuda_arch=os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0")
-        jobs = [evaluator.job(problem.path, s, problem.sizes_for("cuda")) for s in sources]
+        cost = problem.cost("cuda")  # as the search passes it: the speed-of-light floor
+        jobs = [evaluator.job(problem.path, s, problem.sizes_for("cuda"), flops=cost.flops, bytes=cost.bytes)
+                for s in sources]
         try:
             return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
         finally:

@@ -20,6 +20,7 @@ from engine.problems import load_problem
 pytestmark = pytest.mark.gpu
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cuda").flops, "bytes": SOFTMAX.cost("cuda").bytes}
 RUN_TIMEOUT_S = 30.0
 RECOVER_LIMIT_S = 90.0  # a fresh worker (CUDA context, torch import) plus one honest evaluation
 
@@ -109,9 +110,9 @@ def evaluate_then_honest(source: str, isolation: str = "auto") -> tuple[Verdict,
                        gpus=[first])
         sizes = SOFTMAX.sizes_for("cuda")
         try:
-            bad = await ev.evaluate(ev.job(SOFTMAX.path, source, sizes, trials=1, time_budget_s=0.5))
+            bad = await ev.evaluate(ev.job(SOFTMAX.path, source, sizes, trials=1, time_budget_s=0.5, **WORK))
             t0 = time.monotonic()
-            good = await ev.evaluate(ev.job(SOFTMAX.path, HONEST, sizes, trials=1, time_budget_s=0.5))
+            good = await ev.evaluate(ev.job(SOFTMAX.path, HONEST, sizes, trials=1, time_budget_s=0.5, **WORK))
             return bad, good, time.monotonic() - t0
         finally:
             await ev.close()

@@ -25,12 +25,14 @@ def test_two_gpus_evaluate_at_the_same_time(tmp_path: Path):
     softmax = load_problem("softmax")
     a, b = str(tmp_path / "a-started"), str(tmp_path / "b-started")
     sources = [RENDEZVOUS.format(mine=a, other=b), RENDEZVOUS.format(mine=b, other=a)]
+    cost = softmax.cost("cuda")  # as the search passes it
 
     async def go() -> list:
         evaluator = LocalEvaluator("cuda", gpus=[0, 1], isolation="basic", run_timeout_s=180)
         try:
             return list(await asyncio.gather(*(evaluator.evaluate(
-                evaluator.job(softmax.path, s, softmax.sizes_for("cuda"))) for s in sources)))
+                evaluator.job(softmax.path, s, softmax.sizes_for("cuda"), flops=cost.flops, bytes=cost.bytes))
+                for s in sources)))
         finally:
             await evaluator.close()
 

@@ -25,19 +25,25 @@ DEVICE_NAME = re.compile(r"^[\w.-]+/cpu[01]$")
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory: pytest.TempPathFactory):
     """A local cluster started the way the CLI starts one, with an LLM key in this process's
-    environment (which must not reach the cluster)."""
+    environment (which must not reach the cluster). Started from a directory without ktree in it:
+    Ray puts the driver's working directory on its workers' sys.path, ahead of what connect()
+    ships, so from the checkout they would run the checkout's engine, not the node package."""
     import ray
 
     from engine.executors.ray_executor import connect
 
     saved = os.environ.get(KEY)
     os.environ[KEY] = "sk-ktree-test-secret"
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("driver-cwd"))
     try:
         assert connect(None, num_cpus=2)
+        os.chdir(cwd)
         yield ray
     finally:
+        os.chdir(cwd)
         ray.shutdown()
         if saved is None:
             os.environ.pop(KEY, None)
@@ -60,6 +66,35 @@ async def test_no_llm_key_reaches_an_actor(cluster):
         assert any(entry.startswith(b"PATH=") for entry in environ)
     finally:
         await evaluator.close()
+
+
+@needs_ray
+async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipped_package(cluster):
+    """The same protocol and the same jobs as the local evaluator (but the build cache, which is
+    the actor's); the actor's code is the package connect() shipped: evaluate and executors alone."""
+    from engine.evaluate.base import Evaluator
+    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator
+    from engine.problems import load_problem
+
+    softmax = load_problem("softmax")
+    cost = softmax.cost("cpu")
+    evaluator = RayEvaluator("cpu", workers=1)
+    local = LocalEvaluator("cpu")
+    try:
+        assert isinstance(evaluator, Evaluator) and evaluator.gpus is None
+        jobs = [e.job(softmax.path, "src", softmax.sizes_for("cpu"), flops=cost.flops, bytes=cost.bytes,
+                      trials=2) for e in (evaluator, local)]
+        assert jobs[0] == jobs[1].replace(cache_dir="") and jobs[0].flops == cost.flops
+        await evaluator.ready()
+        [slot] = evaluator.slots
+        shipped = Path(slot.info["engine_dir"])
+        assert shipped != REPO / "engine"
+        assert sorted(p.name for p in shipped.iterdir() if p.name != "__pycache__") == sorted(
+            ["__init__.py", *NODE_SUBPACKAGES])
+    finally:
+        await evaluator.close()
+        await local.close()
 
 
 @needs_ray

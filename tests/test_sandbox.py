@@ -8,6 +8,7 @@ the end (status `flagged`: torch ops), and this process — the engine — must 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -25,13 +26,14 @@ from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 HONEST = HEADER + textwrap.dedent("""
 class ModelNew(nn.Module):
     def forward(self, x):
         return torch.softmax(x, dim=1)
 """)
-QUICK = {"trials": 1, "time_budget_s": 0.2, "max_reps": 5}  # the follow-up only has to finish
+QUICK = {**WORK, "trials": 1, "time_budget_s": 0.2, "max_reps": 5}  # the follow-up only has to finish
 
 STRICT, WHY_NOT = sandbox.available()
 needs_strict = pytest.mark.skipif(STRICT != "strict", reason=f"strict isolation unavailable: {WHY_NOT}")
@@ -267,3 +269,28 @@ def test_basic_is_plain_and_strict_unavailable_is_refused(monkeypatch: pytest.Mo
     assert sandbox.resolve("auto") == "basic"
     with pytest.raises(RuntimeError, match="bubblewrap is not installed"):
         sandbox.resolve("strict")
+
+
+def test_a_killed_launcher_takes_its_program_with_it(tmp_path: Path):
+    """SIGKILL to the launcher (no cleanup runs there) ends the program at once under basic too,
+    as bwrap does under strict: a worker whose launcher is gone must not take the next job."""
+    argv = Sandbox("basic", "cpu").command(["sleep", SLEEP], workdir=tmp_path)
+    launcher = subprocess.Popen(argv, cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not leftovers():  # the program has started
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.01)
+        os.kill(launcher.pid, 9)
+        launcher.wait()
+        deadline = time.monotonic() + 5
+        while leftovers() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert leftovers() == []
+    finally:  # this test's own program, by pid, if it outlived the launcher
+        ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        for line in ps.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if args.strip() == f"sleep {SLEEP}":
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), 9)

@@ -10,6 +10,7 @@ from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
+WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
 HONEST = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
 WRONG = (SCRIPTED / "softmax" / "cpu" / "online_2.py").read_text()  # declared incorrect
@@ -34,7 +35,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
         seen = []
 
         async def one(source: str) -> None:
-            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"))
+            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
             verdict = await evaluator.evaluate(job, on_phase)
             seen.append((verdict.status, worker.starts, list(worker.restarts), verdict.log))
 
@@ -69,9 +70,10 @@ def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
         assert evaluator.worker is not None
         try:
             hung = await evaluator.evaluate(evaluator.job(
-                SOFTMAX.path, PYTHON_ONLY.format(body="while True: pass"), SOFTMAX.sizes_for("cpu")))
+                SOFTMAX.path, PYTHON_ONLY.format(body="while True: pass"), SOFTMAX.sizes_for("cpu"), **WORK))
             evaluator.run_timeout_s = 300  # the honest one has all the time it needs on a busy machine
-            after = await evaluator.evaluate(evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu")))
+            after = await evaluator.evaluate(
+                evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK))
             return hung.status, after.status, evaluator.worker.restarts, evaluator.worker.starts
         finally:
             await evaluator.close()
@@ -88,7 +90,7 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
 
     async def go():
         evaluator = LocalEvaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)
-        job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"))
+        job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
         stale = Path(job.cache_dir) / build_key(job) / "ktree_softmax_online_1_cpu" / "lock"
         stale.parent.mkdir(parents=True, exist_ok=True)
         stale.write_text("")  # as a killed build leaves it

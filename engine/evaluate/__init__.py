@@ -1,7 +1,13 @@
-"""Evaluation of candidate kernels in subprocesses. Imports only torch and the standard library,
-so it runs on a bare GPU box."""
+"""Evaluation of candidate kernels in subprocesses.
 
-from engine.evaluate.jobs import EvalJob
+Self-contained: imports only torch, the standard library and its own modules (NVML through ctypes
+where present), never the rest of `engine`, so it runs on a bare GPU box and on a Ray node with
+nothing else of ktree there (tests/test_evaluate_isolation.py holds it to that). What it needs
+to know about a problem beyond its file (its work, its tolerance) comes with each job.
+"""
+
+from engine.evaluate.base import Evaluator, PhaseCallback
+from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.verdict import STATUSES, Verdict
 
-__all__ = ["EvalJob", "STATUSES", "Verdict"]
+__all__ = ["EvalJob", "Evaluator", "PhaseCallback", "STATUSES", "Verdict", "make_job"]

@@ -2,11 +2,14 @@
 
 Two implementations: `engine.evaluate.evaluator.LocalEvaluator` (this host's GPUs or CPU) and
 `engine.executors.ray_executor.RayEvaluator` (one worker per GPU of a Ray cluster). Like the LLM
-`Provider` protocol, it is the plug-in boundary: a new executor implements this and nothing else.
+`Provider` protocol, it is the plug-in boundary: a new executor implements this and nothing else,
+and both build their jobs with `engine.evaluate.jobs.make_job` (tests/test_evaluate_isolation.py
+holds the two to this protocol, signature for signature).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +23,9 @@ PhaseCallback = Callable[[str], Awaitable[None]]
 @runtime_checkable
 class Evaluator(Protocol):
     backend: str  # "cuda" | "cpu"
+    # The physical GPU indices evaluated on (recorded with a session, so a resume uses them
+    # again); None where the executor does not choose GPUs by index (cpu, Ray).
+    gpus: list[int] | None
 
     @property
     def waiting(self) -> dict[str, int]:
@@ -27,18 +33,26 @@ class Evaluator(Protocol):
         ...
 
     @property
-    def compile_workers(self) -> int: ...
+    def compile_workers(self) -> int:
+        """Builds that may run at once (across the cluster, for Ray)."""
+        ...
 
     def device_states(self) -> list[dict[str, Any]]:
         """Per evaluation device: name, busy, jobs (finished), busy_s, queue, alive."""
         ...
 
-    def job(self, problem_path: str, source: str, sizes: dict[str, int], *, flops: float | None,
-            bytes: float | None, **kw: Any) -> EvalJob:
+    def job(self, problem_path: str | os.PathLike[str], source: str, sizes: dict[str, int], *,
+            flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
         """The job for one variant; `flops` and `bytes` (the problem's work at these sizes, from
-        the caller: the evaluator never loads a problem's metadata) set the speed-of-light floor."""
+        the caller: the evaluator never loads a problem's metadata) set the speed-of-light floor.
+        `options`: any other EvalJob field (atol, rtol, trials, seed, mode, ...)."""
         ...
 
-    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict: ...
+    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
+        """The verdict of one job; `on_phase` hears each phase it enters. Never raises for the
+        candidate's faults: they are statuses."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Stop whatever the evaluator started (worker processes, actors)."""
+        ...

@@ -1,8 +1,11 @@
 """The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden,
 each a subprocess) feeding the devices — one per GPU, each evaluating one variant at a time in its
-own long-lived worker process (engine.evaluate.workers) that sees only that GPU — through one
-shared queue: a compiled variant goes to whichever device is free first. Each stage has its own
-timeout.
+own long-lived worker process (engine.evaluate.worker_process, driven by the engine-side handle
+engine.evaluate.worker.Worker) that sees only that GPU — through one shared queue: a compiled variant
+goes to whichever device is free first. Each stage has its own timeout.
+
+Implements the `Evaluator` protocol (engine.evaluate.base); like all of engine.evaluate it imports
+nothing from the rest of the engine: the problem's work (flops, bytes) comes with each job() call.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import os
 import platform
 import time
@@ -20,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.base import PhaseCallback
-from engine.evaluate.jobs import EvalJob
+from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
-from engine.evaluate.workers import Worker
+from engine.evaluate.worker import Worker
 
 DEFAULT_TIMEOUTS = {  # (compile, run) seconds
     "cuda": (900.0, 300.0),
@@ -87,6 +89,8 @@ class Device:
 
 
 class LocalEvaluator:
+    """The `Evaluator` on this host: a compile pool and one device per chosen GPU (or cpu slot)."""
+
     def __init__(
         self,
         backend: str,
@@ -166,14 +170,15 @@ class LocalEvaluator:
             if device.worker is not None:
                 await device.worker.close()
 
-    def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: object) -> EvalJob:
-        path = str(Path(problem_path).resolve())
-        if "flops" not in kw and "bytes" not in kw:
-            kw["flops"], kw["bytes"] = _problem_cost(path, tuple(sorted(sizes.items())))
-        return EvalJob(
-            problem_path=path, solution_source=source, backend=self.backend,
-            cache_dir=self.cache_dir, sizes=dict(sizes), **kw,  # type: ignore[arg-type]
-        )
+    def job(self, problem_path: str | os.PathLike[str], source: str, sizes: dict[str, int], *,
+            flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
+        """The job for one variant, built in this evaluator's build cache (see Evaluator.job)."""
+        return make_job(problem_path, source, sizes, backend=self.backend, cache_dir=self.cache_dir,
+                        flops=flops, bytes=bytes, **options)
+
+    def _reference_job(self, problem_path: str, sizes: dict[str, int], mode: str) -> EvalJob:
+        """A timing of the problem's reference alone (no candidate: no speed-of-light floor)."""
+        return self.job(problem_path, "", sizes, flops=None, bytes=None, mode=mode)
 
     def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device) -> Path:
         import hashlib
@@ -200,7 +205,7 @@ class LocalEvaluator:
             return json.loads(file.read_text())
         if file in self._reference_failed:  # tried once in this run: not again on every variant
             return self._reference_failed[file]
-        result = await self._time_reference_on(device, self.job(path, "", sizes, mode="reference"))
+        result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference"))
         if "error" in result:
             self._reference_failed[file] = result
             return result
@@ -221,7 +226,7 @@ class LocalEvaluator:
             if key in self._warmed:
                 return
             async with self._slot("compile"):
-                await run_child(self.job(path, "", sizes, mode="warm"), self.compile_timeout_s,
+                await run_child(self._reference_job(path, sizes, "warm"), self.compile_timeout_s,
                                 self.devices[0].env, self.sandbox)
             self._warmed.add(key)
 
@@ -276,7 +281,7 @@ class LocalEvaluator:
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,
         no candidate). Returns the child's result, or {"error": ...} when it died or timed out."""
-        job = self.job(problem_path, "", sizes, mode="reference")
+        job = self._reference_job(problem_path, sizes, "reference")
         if self.backend == "cuda":  # compile in the pool (several at once), time alone
             async with self._slot("compile"):
                 await run_child(job.replace(mode="warm"), self.compile_timeout_s, self.devices[0].env,
@@ -370,15 +375,3 @@ def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:
         if g not in visible:
             raise ValueError(f"GPU {g} is not visible (visible: {shown})")
 
-
-@functools.lru_cache(maxsize=64)
-def _problem_cost(path: str, sizes: tuple[tuple[str, int], ...]) -> tuple[float | None, float | None]:
-    """FLOPs and bytes of the problem at these sizes, for the speed-of-light floor; (None, None)
-    where there is no cost to be had."""
-    from engine.problems import load_problem
-
-    try:
-        cost = load_problem(path).cost_at(dict(sizes))
-    except Exception:  # a problem that cannot be costed only loses its speed-of-light floor
-        return None, None
-    return cost.flops or None, cost.bytes or None

@@ -1,9 +1,17 @@
-"""What the engine asks of an evaluation subprocess (JSON-able, frozen)."""
+"""What the engine asks of an evaluation subprocess (JSON-able, frozen), and the one way to build it.
+
+Every evaluator (local, Ray) and every other launcher (`ktree bench compile`) builds its jobs with
+`make_job`, so a job means the same thing wherever it runs. The problem's work (`flops`, `bytes`)
+comes from the caller: this package never loads a problem's metadata (that is `engine.problems`,
+which sits above it), so it stays torch + stdlib and runs on a bare GPU box or a Ray node.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -14,7 +22,7 @@ class EvalJob:
     backend: str  # "cuda" | "cpu"
     cache_dir: str  # root of the build dirs keyed by source hash
     sizes: dict[str, int] = field(default_factory=dict)  # size constants to run at
-    mode: str = "evaluate"  # "compile" | "evaluate"
+    mode: str = "evaluate"  # "compile" | "evaluate" | "reference" | "warm" | "agreement"
     atol: float = 1e-2
     rtol: float = 1e-2
     trials: int = 3
@@ -34,3 +42,20 @@ class EvalJob:
 
     def replace(self, **changes: Any) -> EvalJob:
         return dataclasses.replace(self, **changes)
+
+
+def make_job(problem_path: str | os.PathLike[str], source: str, sizes: dict[str, int], *,
+             backend: str, cache_dir: str, flops: float | None, bytes: float | None,
+             **options: Any) -> EvalJob:
+    """The job for one variant (or, with `mode`, one reference timing or build).
+
+    `flops` and `bytes` are required, None where unknown: the caller (the search, from
+    `problem.cost(backend)`) knows the problem's work, and forgetting to pass it would silently
+    lose the speed-of-light fraction. Zero counts as unknown, as the cost model means it.
+    `options`: any other EvalJob field (atol, rtol, trials, seed, mode, ...); an unknown one is
+    a TypeError. The problem path is made absolute (the job runs in another working dir); an
+    empty one (a build with no problem) stays empty."""
+    path = str(Path(problem_path).resolve()) if str(problem_path) else ""
+    return EvalJob(problem_path=path, solution_source=source, backend=backend, cache_dir=cache_dir,
+                   sizes=dict(sizes), flops=float(flops) if flops else None,
+                   bytes=float(bytes) if bytes else None, **options)

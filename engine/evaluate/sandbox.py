@@ -242,6 +242,8 @@ def _bwrap_args(bwrap: str, *, workdir: Path, backend: str, read_only: tuple[str
 # tree the OOM killer's first choice, and stays as a small init: a child subreaper, so what the
 # program double-forks (and setsid's) is still below it; when the program ends, it kills whatever
 # is left, then exits as the program did. The launcher's death is a SIGTERM here: same cleanup.
+# The launcher killed outright (SIGKILL: no cleanup) takes the program with it at once, as bwrap
+# does under strict: a worker whose launcher is gone must not live on to take the next job.
 _LAUNCH = r"""
 import ctypes, json, os, resource, signal, sys, time
 parent = os.getppid()
@@ -265,9 +267,13 @@ libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 if os.getppid() != parent:  # the launcher died before the line above
     os._exit(1)
+launcher = os.getpid()
 main = os.fork()
 if main == 0:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the launcher killed, the program too
+    if os.getppid() != launcher:  # the launcher died before the line above
+        os._exit(1)
     try:
         os.execvpe(sys.argv[2], sys.argv[2:], os.environ)
     finally:

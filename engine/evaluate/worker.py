@@ -1,84 +1,191 @@
-"""The long-lived evaluation worker: `python -m engine.evaluate.worker`, one per GPU.
+"""The engine's handle on a long-lived evaluation worker: `Worker`, one per device.
 
-Saves each evaluation the start-up of a fresh process (Python, torch, CUDA context: seconds on
-the H100 box). The engine writes one request per line on stdin — `{"job": PATH, "result": PATH,
-"log": PATH}` — and the worker answers on its original stdout, one JSON line per message:
-`{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
-that is not the job's doing: the engine sends it again to a new worker), any number of
-`{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
-The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
-never into the protocol.
+Two modules, two sides: this one runs in the engine and is what the evaluator holds (hence the
+plain name, `worker.Worker`); the process it drives is `engine.evaluate.worker_process`
+(`python -m engine.evaluate.worker_process`), named for what it is, next to `child` (the one-shot
+evaluation process). The line protocol between them is described there.
 
-The engine restarts the worker after any verdict that may have left it unusable (a CUDA error
-poisons the context; a crash or flag may leave patched modules or threads behind), after a
-timeout (it is killed), and every K evaluations; see engine.evaluate.evaluator.
+One `Worker` per device. It starts the process on first use, sends it one job at a time, turns
+whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and restarts
+the process when it may no longer be trusted: after a timeout (killed), a death, any verdict other
+than correct/incorrect (a CUDA error poisons the context; a crash or a flag may leave patched
+modules, threads or streams behind), and every `max_jobs` evaluations.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import os
+import shutil
 import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
 from typing import Any
 
-from engine.evaluate import child
+from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.runner import _read_tail
+from engine.evaluate.sandbox import Sandbox, kill_tree, make_workdir, watch
+
+KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
+START_TIMEOUT_S = 300.0
 
 
-def _reset_extension_versions() -> None:
-    """torch numbers same-named extensions built in one process (name_v1, ...); a worker sees
-    many solutions, each prebuilt as version 0 by the compile pool: start each from zero."""
-    from torch.utils import cpp_extension
+class Worker:
+    """The process runs in the evaluator's sandbox (same isolation and limits as a one-shot
+    child); under strict isolation it sees the problem files of the jobs it was started for, so
+    a job for another problem file starts a new process."""
 
-    cpp_extension.JIT_EXTENSION_VERSIONER.entries.clear()
+    def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
+                 cache_dir: str = "", max_jobs: int = 32):
+        self.extra_env = dict(extra_env or {})
+        self.sandbox = sandbox or Sandbox()
+        self.cache_dir = cache_dir
+        self.max_jobs = max_jobs
+        self.proc: asyncio.subprocess.Process | None = None
+        self._problems: tuple[str, ...] = ()  # the problem files this process can read
+        self.jobs_done = 0  # by the current process
+        self.starts = 0
+        self.restarts: list[str] = []  # why each restart happened, in order
+        self.busy_s = 0.0  # time spent evaluating (for idle fractions)
+        self.started_ok = True  # False after its last start failed
+        self._dir = make_workdir("worker")
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
 
+    async def _start(self, problems: tuple[str, ...]) -> str | None:
+        """Start the process; None when ready, else why it could not start."""
+        stderr_path = self._dir / "worker-stderr.txt"
+        argv = self.sandbox.command(
+            [sys.executable, "-m", "engine.evaluate.worker_process"], workdir=self._dir,
+            read_only=list(problems), writable=[self.cache_dir] if self.cache_dir else [])
+        with open(stderr_path, "wb") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=self._dir, env=self.sandbox.env(self.extra_env, workdir=self._dir),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                start_new_session=True,
+            )
+        self._problems = problems
+        self.starts += 1
+        self.jobs_done = 0
+        try:
+            line = await asyncio.wait_for(self._readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            line = None
+        self.started_ok = line is not None and "ready" in line
+        if not self.started_ok:
+            await self.stop()
+            return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
+        return None
 
-def serve(request_fd: int, protocol_fd: int) -> None:
-    out = os.fdopen(protocol_fd, "w", buffering=1)
-    requests = os.fdopen(request_fd, "r")
+    async def _readline(self) -> dict[str, Any] | None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            raw = await self.proc.stdout.readline()
+            if not raw:
+                return None
+            with contextlib.suppress(ValueError):
+                message = json.loads(raw)
+                if isinstance(message, dict):
+                    return message
 
-    def send(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message) + "\n")
-        out.flush()
+    async def stop(self, why: str = "") -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if why:
+            self.restarts.append(why)
+        kill_tree(proc.pid)
+        await proc.wait()
 
-    import torch  # noqa: F401  (paid once, before the first request)
+    async def close(self) -> None:
+        await self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
-    send({"ready": os.getpid()})
-    for line in requests:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        send({"taken": request["job"]})
-        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        with open(request["job"]) as f:
-            job = EvalJob.from_dict(json.load(f))
-        _reset_extension_versions()
-        verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        tmp = request["result"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(verdict.to_dict(), f)
-        os.replace(tmp, request["result"])
-        send({"done": request["result"]})
+    async def run(
+        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None = None
+    ) -> tuple[str, dict[str, Any] | None, str]:
+        """(outcome, result, log) as runner.run_child returns them. A process that dies before it
+        takes the job (killed while idle: not the job's doing) is replaced and the job sent again,
+        once."""
+        outcome = await self._attempt(job, timeout_s, on_phase)
+        if outcome is None:
+            outcome = await self._attempt(job, timeout_s, on_phase)
+        if outcome is None:
+            return "crashed", None, "the evaluation worker died twice before taking the job"
+        return outcome
 
-
-def main() -> int:
-    child._die_with_parent()
-    # The protocol keeps the real stdin/stdout on private fds; the candidate's fd 0 reads nothing
-    # and its fds 1 and 2 are the request's log.
-    request_fd, protocol_fd = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(devnull, fd)
-    os.close(devnull)
-    serve(request_fd, protocol_fd)
-    sys.stdout.flush()
-    os._exit(0)  # skip teardown: a candidate's extension may crash in its destructors
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    async def _attempt(
+        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
+    ) -> tuple[str, dict[str, Any] | None, str] | None:
+        """One try; None when the process died before taking the job."""
+        if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
+            await self.stop("a new problem file")
+        if self.proc is None or self.proc.returncode is not None:
+            self.proc = None
+            problem = await self._start((job.problem_path,) if job.problem_path else ())
+            if problem is not None:
+                return "crashed", None, problem
+        assert self.proc is not None and self.proc.stdin is not None
+        work = Path(tempfile.mkdtemp(prefix="job-", dir=self._dir))
+        paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
+        paths["job"].write_text(json.dumps(job.to_dict()))
+        started = time.monotonic()
+        taken = False  # the process has read the job (it says so first)
+        try:
+            self.proc.stdin.write((json.dumps({k: str(v) for k, v in paths.items()}) + "\n").encode())
+            await self.proc.stdin.drain()
+            deadline = started + timeout_s
+            watcher = asyncio.ensure_future(watch(self.proc.pid, self.sandbox.limits))
+            try:
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    reader = asyncio.ensure_future(self._readline())
+                    done, _ = await asyncio.wait({reader, watcher}, timeout=remaining,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if watcher in done:  # a memory or process limit broken: killed
+                        reader.cancel()
+                        await self.stop("limit")
+                        return "crashed", None, f"killed: {watcher.result()}\n{_read_tail(paths['log'])}"
+                    if reader not in done:
+                        reader.cancel()
+                        raise TimeoutError
+                    message = reader.result()
+                    if message is None:
+                        code = await self.proc.wait()
+                        await self.stop("died")
+                        if not taken:
+                            return None
+                        return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
+                                f" before reporting\n{_read_tail(paths['log'])}")
+                    taken = taken or "taken" in message
+                    if "phase" in message and on_phase is not None:
+                        await on_phase(str(message["phase"]))
+                    if "done" in message:
+                        break
+            finally:
+                watcher.cancel()
+        except (TimeoutError, asyncio.CancelledError, BrokenPipeError, ConnectionResetError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                await self.stop("cancelled")
+                raise
+            if isinstance(exc, TimeoutError):
+                await self.stop("timeout")
+                return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
+            await self.stop("died")
+            return None  # it never read the job
+        finally:
+            self.busy_s += time.monotonic() - started
+        result = json.loads(paths["result"].read_text())
+        log = _read_tail(paths["log"])
+        shutil.rmtree(work, ignore_errors=True)
+        self.jobs_done += 1
+        if result.get("status") not in KEEP_AFTER:
+            await self.stop(f"after {result.get('status')}")
+        elif self.jobs_done >= self.max_jobs:
+            await self.stop(f"after {self.max_jobs} evaluations")
+        return "ok", result, log

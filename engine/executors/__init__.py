@@ -2,8 +2,9 @@
 host's GPUs (or its cores, on the cpu backend). `ray`: engine.executors.ray_executor.RayEvaluator,
 one actor per GPU of a Ray cluster, each running that same local evaluator on its node.
 
-Both offer what the search uses: `backend`, `compile_workers`, `waiting`, `job()`,
-`evaluate()`, `device_states()`, `close()`.
+Both implement the `Evaluator` protocol (engine.evaluate.base) — `backend`, `gpus`,
+`compile_workers`, `waiting`, `job()`, `evaluate()`, `device_states()`, `close()` — and build their
+jobs with the one builder, engine.evaluate.jobs.make_job.
 """
 
 EXECUTORS = ("local", "ray")

@@ -3,9 +3,11 @@ the cpu backend, one per requested worker), each running the local evaluator on 
 variant is compiled where it runs (the torch ABI must match) and timed on that node's GPU.
 
 The engine stays here, with the LLM keys and the DB. A job carries the problem file's text (the
-actor writes it into its own directory on its node), never a key; the engine's code reaches the
-nodes through Ray's runtime_env (py_modules); a local cluster started from here is started with
-every key variable out of the environment, so no raylet or Ray worker inherits one.
+actor writes it into its own directory on its node) and the problem's work (flops, bytes: the
+caller's, as with the local evaluator), never a key. What a node runs reaches it through Ray's
+runtime_env (py_modules): `engine` with only `evaluate` (self-contained) and `executors` (this
+module, where the actor's class lives) — see `node_package`. A local cluster started from here is
+started with every key variable out of the environment, so no raylet or Ray worker inherits one.
 
 Dispatch: each job goes to the live actor with the fewest jobs in flight (an actor compiles several
 while it times one). Phases come back by polling each busy actor. An actor that dies, or whose node
@@ -18,6 +20,7 @@ Only this module imports ray, and only when the ray executor is asked for.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -33,7 +36,7 @@ from typing import Any
 
 import engine
 from engine.evaluate.base import PhaseCallback
-from engine.evaluate.jobs import EvalJob
+from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.sandbox import is_secret
 from engine.evaluate.verdict import Verdict
 
@@ -44,6 +47,9 @@ START_TIMEOUT_S = 300.0  # an actor's first answer (a fresh node sets up the run
 FIRST_WAIT_S = 60.0  # the first job waits this long for every actor, so work spreads from the start
 CPU_WORKERS = 2  # actors on the cpu backend unless told
 MAX_REQUEUES = 3  # a job that outlives this many actors is given up (as crashed)
+# The subpackages of `engine` a node gets: the evaluator, and this module (the actor's class is
+# sent by reference, so the node imports it). engine.evaluate needs nothing else of the engine.
+NODE_SUBPACKAGES = ("evaluate", "executors")
 
 
 class RayExecutorError(Exception):
@@ -74,8 +80,8 @@ def connect(address: str | None = None, **local: Any) -> bool:
         return False
     hidden = {k: os.environ.pop(k) for k in key_names(os.environ)}
     kw = {"address": address} if address else {"include_dashboard": False, **local}
-    # The engine's code goes with the job (Ray allows a local directory only at this level).
-    runtime_env = {"py_modules": [str(Path(engine.__file__).parent)], "excludes": ["__pycache__", "*.pyc"]}
+    # The node's code goes with the job (Ray allows a local directory only at this level).
+    runtime_env = {"py_modules": [str(node_package())], "excludes": ["__pycache__", "*.pyc"]}
     try:
         ray.init(log_to_driver=False, logging_level="WARNING", runtime_env=runtime_env, **kw)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError...: said in one line
@@ -84,6 +90,22 @@ def connect(address: str | None = None, **local: Any) -> bool:
     finally:
         os.environ.update(hidden)
     return True
+
+
+@functools.cache
+def node_package() -> Path:
+    """`engine` as a cluster node gets it: its (import-free) __init__ and NODE_SUBPACKAGES, copied
+    to a temp dir kept until this process exits (Ray uploads it at ray.init). Shipping no more
+    than that keeps a node free of the search, the LLM clients and the store, and proves on every
+    Ray run that the evaluator needs none of them."""
+    source = Path(engine.__file__).parent
+    package = Path(tempfile.mkdtemp(prefix="ktree-ray-node-")) / "engine"
+    atexit.register(shutil.rmtree, package.parent, True)
+    package.mkdir()
+    shutil.copy2(source / "__init__.py", package / "__init__.py")
+    for name in NODE_SUBPACKAGES:
+        shutil.copytree(source / name, package / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return package
 
 
 def cluster_backend(requested: str) -> str:
@@ -149,7 +171,8 @@ class EvalActor:
                                    isolation=self.isolation, compile_timeout_s=self.timeouts[0],
                                    run_timeout_s=self.timeouts[1])
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
-                     "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ)}
+                     "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ),
+                     "engine_dir": str(Path(engine.__file__).parent)}  # the package shipped here
         return self.info
 
     async def evaluate(self, key: str, job: dict[str, Any], problem_text: str) -> dict[str, Any]:
@@ -213,10 +236,11 @@ class _Slot:
 
 class RayEvaluator:
     """The search's evaluator, on a Ray cluster (see the module docstring). Ray must be connected
-    (by connect(), which ships the engine's code) before one is made; `shutdown`: close()
+    (by connect(), which ships a node's code) before one is made; `shutdown`: close()
     disconnects."""
 
     executor = "ray"
+    gpus: list[int] | None = None  # the cluster's GPUs are Ray's to place, not chosen by index
 
     def __init__(self, backend: str, workers: int | None = None, compile_workers: int | None = None,
                  isolation: str = "auto", compile_timeout_s: float | None = None,
@@ -270,12 +294,11 @@ class RayEvaluator:
             # counts once it answers)
         } for s in self.slots]
 
-    def job(self, problem_path: str, source: str, sizes: dict[str, int], **kw: Any) -> EvalJob:
-        path = str(Path(problem_path).resolve())
-        if "flops" not in kw and "bytes" not in kw:
-            kw["flops"], kw["bytes"] = _problem_cost(path, tuple(sorted(sizes.items())))
-        return EvalJob(problem_path=path, solution_source=source, backend=self.backend,
-                       cache_dir="", sizes=dict(sizes), **kw)
+    def job(self, problem_path: str | os.PathLike[str], source: str, sizes: dict[str, int], *,
+            flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
+        """The job for one variant (see Evaluator.job); its build cache is the actor's, set there."""
+        return make_job(problem_path, source, sizes, backend=self.backend, cache_dir="",
+                        flops=flops, bytes=bytes, **options)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
         """The verdict of one job, from whichever actor lives long enough to give it."""
@@ -495,14 +518,3 @@ def _replace(verdict: Verdict, **changes: Any) -> Verdict:
 
     return dataclasses.replace(verdict, **changes)
 
-
-@functools.lru_cache(maxsize=64)
-def _problem_cost(path: str, sizes: tuple[tuple[str, int], ...]) -> tuple[float | None, float | None]:
-    """FLOPs and bytes at these sizes (the speed-of-light floor), computed here from the file."""
-    from engine.problems import load_problem
-
-    try:
-        cost = load_problem(path).cost_at(dict(sizes))
-    except Exception:  # a problem that cannot be costed only loses its speed-of-light floor
-        return None, None
-    return cost.flops or None, cost.bytes or None

@@ -1,0 +1,87 @@
+"""The long-lived evaluation worker process: `python -m engine.evaluate.worker_process`, one per GPU.
+
+This is the process; the engine drives it through `engine.evaluate.worker.Worker` (the handle the
+evaluator holds). "_process" in the name keeps the two apart, as `child` is the one-shot process.
+
+Saves each evaluation the start-up of a fresh process (Python, torch, CUDA context: seconds on
+the H100 box). The engine writes one request per line on stdin — `{"job": PATH, "result": PATH,
+"log": PATH}` — and the worker answers on its original stdout, one JSON line per message:
+`{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
+that is not the job's doing: the engine sends it again to a new worker), any number of
+`{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
+The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
+never into the protocol.
+
+The engine restarts the worker after any verdict that may have left it unusable (a CUDA error
+poisons the context; a crash or flag may leave patched modules or threads behind), after a
+timeout (it is killed), and every K evaluations; see engine.evaluate.worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from engine.evaluate import child
+from engine.evaluate.jobs import EvalJob
+
+
+def _reset_extension_versions() -> None:
+    """torch numbers same-named extensions built in one process (name_v1, ...); a worker sees
+    many solutions, each prebuilt as version 0 by the compile pool: start each from zero."""
+    from torch.utils import cpp_extension
+
+    cpp_extension.JIT_EXTENSION_VERSIONER.entries.clear()
+
+
+def serve(request_fd: int, protocol_fd: int) -> None:
+    out = os.fdopen(protocol_fd, "w", buffering=1)
+    requests = os.fdopen(request_fd, "r")
+
+    def send(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    import torch  # noqa: F401  (paid once, before the first request)
+
+    send({"ready": os.getpid()})
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        send({"taken": request["job"]})
+        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        with open(request["job"]) as f:
+            job = EvalJob.from_dict(json.load(f))
+        _reset_extension_versions()
+        verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        tmp = request["result"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(verdict.to_dict(), f)
+        os.replace(tmp, request["result"])
+        send({"done": request["result"]})
+
+
+def main() -> int:
+    child._die_with_parent()
+    # The protocol keeps the real stdin/stdout on private fds; the candidate's fd 0 reads nothing
+    # and its fds 1 and 2 are the request's log.
+    request_fd, protocol_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    serve(request_fd, protocol_fd)
+    sys.stdout.flush()
+    os._exit(0)  # skip teardown: a candidate's extension may crash in its destructors
+
+
+if __name__ == "__main__":
+    sys.exit(main())

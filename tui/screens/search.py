@@ -54,7 +54,7 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("p", "pin", "Pin", id="pin"),
         Binding("i", "inject", "Idea", id="inject_idea"),
         Binding("E", "edit", "Edit", id="edit_variant"),
-        Binding("P", "pause", "Pause/resume", id="pause"),
+        Binding("P", "pause", "Pause", id="pause"),
         Binding("S", "stop", "Stop", id="stop"),
         Binding("w", "export", "Export", id="export"),
         Binding("d", "diff", "Diff", id="diff"),
@@ -67,7 +67,7 @@ class SearchScreen(SteeringMixin, Screen):
     # The footer shows the keys that matter for the focused pane (a narrow terminal cannot hold
     # them all); `?` lists every one. By binding id; a pane not named here gets the tree's.
     FOOTER = {
-        "tree": {"back", "prune", "expand", "pin", "edit_variant", "pause", "diff", "goto_best", "details"},
+        "tree": {"back", "prune", "expand", "pin", "diff", "goto_best", "details"},
         "code": {"back", "diff", "edit_variant", "export", "goto_best", "details"},
         "timings": {"back", "sort", "tab_timings", "tab_llm", "details"},
         "llm": {"back", "tab_timings", "tab_llm", "details"},

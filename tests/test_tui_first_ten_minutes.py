@@ -6,6 +6,7 @@ sessions throughout (tests/fake_session.py): nothing compiles."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 from textual.widgets import Static, TabbedContent, TextArea
@@ -197,3 +198,31 @@ def test_why_a_node_waits():
     model.info.update(backend="cuda")
     model.progress = {"gpu_queue": 2, "devices": [{"busy": True}, {"busy": True}]}
     assert model.wait_reason(3) == "waiting for a free GPU: 2 of 2 GPUs busy, 1 ahead of it in the GPU queue"
+
+
+async def test_a_marked_session_shows_its_id_too(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 12)
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("m")
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        assert str(table.get_cell(str(sid), "id")) == f"▶ {sid}"
+        assert table.columns["id"].content_width >= len(f"▶ {sid}")  # not cut to the mark
+        await pilot.press("q")
+
+
+async def test_an_ideas_description_wraps(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 12)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        idea = next(n for n in screen.model.nodes.values() if n.kind == "idea")
+        screen.model.nodes[idea.id] = replace(idea, text="word " * 60)
+        screen.select_node(idea.id)
+        await pilot.pause()
+        code = screen.query_one("#code")
+        assert len(code.lines) > 1 and max(len(s.text.rstrip()) for s in code.lines) <= code.content_size.width
+        await pilot.press("q")

@@ -251,7 +251,7 @@ class ScreenModel:
     def _(self, event: SessionDone, changes: Changes) -> None:
         self.info.update(status=event.status, finished_at=self.clock())
         self._say(event.status, changes)
-        changes.panes.add("progress")
+        changes.panes.update(("progress", "header"))  # the header says "live" only while it runs
 
     @_reduce.register
     def _(self, event: Progress, changes: Changes) -> None:
@@ -352,6 +352,7 @@ class ScreenModel:
                              stop_reason=rows.session.get("stop_reason"))
             reason = f" ({rows.session['stop_reason']})" if rows.session.get("stop_reason") else ""
             self._say(f"{state}{reason}", changes)
+            changes.panes.add("header")
 
     # -- the pieces -------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class CodePane(RichLog):
     """The source or diff of one node; highlighted sources are cached per (node, dark theme)."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, wrap=False, auto_scroll=False)
+        super().__init__(id=id, wrap=False, auto_scroll=False, min_width=20)  # wrapped text: the pane's width
         self.text = Text()  # what it shows now
         self._cache: dict[tuple[int, bool], Text] = {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -42,7 +43,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         table = Table(title=self.title_text, expand=True, box=None, header_style="bold")
         table.add_column("key", style="bold cyan", no_wrap=True)
-        table.add_column("id (rebind in [bindings])", style="dim", no_wrap=True)
+        table.add_column(escape("id (rebind in [bindings])"), style="dim", no_wrap=True)
         table.add_column("what it does")
         for key, binding_id, description in self.rows:
             table.add_row(key, binding_id, description)

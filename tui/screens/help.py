@@ -26,7 +26,7 @@ def screen_bindings(screen: Screen) -> list[tuple[str, str, str]]:
                 continue
             seen.add(key)
             rows.append((screen.app.get_key_display(binding), binding.id or "-",
-                         binding.description or binding.action))
+                         binding.tooltip or binding.description or binding.action))
     return rows
 
 

@@ -24,7 +24,7 @@ from textual.widgets.tree import TreeNode
 from engine.domain import Node
 from engine.events import Event
 from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
-from tui.screens.steering import SteeringMixin
+from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
 from tui.widgets.llm import LLMPane
@@ -33,6 +33,7 @@ from tui.widgets.timings import COLUMN_LABELS, DESCENDING, SORTS, TimingsTable
 from tui.widgets.tree import SearchTree
 from tui.widgets.verdict import VerdictPane
 
+STEERING_HELP = {action: help_text for action, _, help_text in STEERING}
 WIDE = 120  # columns from which labels also show the speedup vs torch.compile
 POLL_S = 0.5  # a followed session: how often the DB is read
 TICK_S = 0.25  # the progress pane: redrawn at most this often
@@ -48,21 +49,21 @@ class EngineEvent(Message):
 
 class SearchScreen(SteeringMixin, Screen):
     BINDINGS = [
-        Binding("escape", "back", "Back", id="back"),
-        Binding("x", "prune", "Prune", id="prune"),
-        Binding("e", "expand", "Expand", id="expand"),
-        Binding("p", "pin", "Pin", id="pin"),
-        Binding("i", "inject", "Idea", id="inject_idea"),
-        Binding("E", "edit", "Edit", id="edit_variant"),
-        Binding("P", "pause", "Pause", id="pause"),
-        Binding("S", "stop", "Stop", id="stop"),
-        Binding("w", "export", "Export", id="export"),
-        Binding("d", "diff", "Diff", id="diff"),
-        Binding("o", "sort", "Sort", id="sort"),
-        Binding("b", "best", "Best", id="goto_best"),
-        Binding("t", "details", "Tabs", id="details"),
-        Binding("1", "tab('tab-timings')", "Timings", id="tab_timings"),
-        Binding("2", "tab('tab-llm')", "LLM", id="tab_llm"),
+        Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
+        Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
+        Binding("e", "expand", "Expand", id="expand", tooltip=STEERING_HELP["expand"]),
+        Binding("p", "pin", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
+        Binding("i", "inject", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
+        Binding("E", "edit", "Edit", id="edit_variant", tooltip=STEERING_HELP["edit"]),
+        Binding("P", "pause", "Pause", id="pause", tooltip=STEERING_HELP["pause"]),
+        Binding("S", "stop", "Stop", id="stop", tooltip=STEERING_HELP["stop"]),
+        Binding("w", "export", "Export", id="export", tooltip=STEERING_HELP["export"]),
+        Binding("d", "diff", "Diff", id="diff", tooltip=STEERING_HELP["diff"]),
+        Binding("o", "sort", "Sort", id="sort", tooltip="sort the timings: speedup, round, time"),
+        Binding("b", "best", "Best", id="goto_best", tooltip=STEERING_HELP["best"]),
+        Binding("t", "details", "Tabs", id="details", tooltip="show or hide the Timings and LLM tabs"),
+        Binding("1", "tab('tab-timings')", "Timings", id="tab_timings", tooltip="the timings table"),
+        Binding("2", "tab('tab-llm')", "LLM", id="tab_llm", tooltip="the LLM calls behind the node"),
     ]
     # The footer shows the keys that matter for the focused pane (a narrow terminal cannot hold
     # them all); `?` lists every one. By binding id; a pane not named here gets the tree's.

@@ -227,3 +227,15 @@ async def test_an_ideas_description_wraps(tmp_path: Path):
         code = screen.query_one("#code")
         assert len(code.lines) > 1 and max(len(s.text.rstrip()) for s in code.lines) <= code.content_size.width
         await pilot.press("q")
+
+
+async def test_sort_says_the_columns_label(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 12)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("o", "o", "o")
+        await pilot.pause()
+        status = str(app.screen.query_one("#status-line", Static).content)
+        assert status == f"session {sid} · timings sorted by ms"  # the column's label, not time_ms
+        await pilot.press("q")

@@ -44,6 +44,9 @@ ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment,
                   " auto (default): strict where bubblewrap works, else basic with a notice")
 
 
+DB_HELP = "SQLite database (default: $KTREE_DB or ./store.db)"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
@@ -99,10 +102,17 @@ def _executor_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ktree", description="LLM-driven search for faster CUDA kernels.")
-    parser.add_argument("--db", help="SQLite database (default: $KTREE_DB or ./store.db)")
+    parser.add_argument("--db", help=DB_HELP)
+    # Global options are accepted after the subcommand too (`ktree sessions --db X`): each
+    # subparser has them with a SUPPRESS default, so a value given before the subcommand survives.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=DB_HELP)
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    run = sub.add_parser("run", help="search for a faster kernel for a problem")
+    def command(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    run = command("run", help="search for a faster kernel for a problem")
     run.add_argument("problem", nargs="?",
                      help="built-in problem name (see `ktree problems`) or a .py path")
     run.add_argument("--resume", type=_positive, metavar="SESSION",
@@ -112,7 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
                           " best so far; best-of-n: ideas x variants independent samples")
     run.add_argument("--estimate", action="store_true",
                      help="print the expected LLM calls, tokens and dollars, and exit")
-    run.add_argument("--db", help=argparse.SUPPRESS, dest="run_db")
     run.add_argument("--provider", default="auto",
                      choices=PROVIDER_CHOICES,
                      help="LLM provider; auto: a real one when a key is set, else scripted"
@@ -150,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
-    ev = sub.add_parser("eval", help="evaluate one solution file against a reference")
+    ev = command("eval", help="evaluate one solution file against a reference")
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
     ev.add_argument("solution", help="solution file defining ModelNew")
     ev.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
@@ -162,28 +171,31 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                     help=ISOLATION_HELP)
 
-    sub.add_parser("sessions", help="list past sessions in the database")
-    show = sub.add_parser("show", help="a session's tree with statuses and speedups")
+    command("sessions", help="list past sessions in the database")
+    show = command("show", help="a session's tree with statuses and speedups")
     show.add_argument("session", nargs="?", type=_positive, help="session id (default: latest)")
     show.add_argument("--all", action="store_true", help="every session in the database")
     show.add_argument("--table", action="store_true", help="the variants as a markdown table")
     show.add_argument("--json", action="store_true", help="the variants as JSON")
-    export = sub.add_parser("export", help="the best correct variant as a KernelBench solution file")
+    export = command("export", help="the best correct variant as a KernelBench solution file")
     export.add_argument("session", type=_positive, help="session id")
     export.add_argument("--node", type=_positive, help="this variant instead of the best")
     export.add_argument("--out", help="write here instead of printing")
     show.add_argument("--follow", action="store_true",
                       help="open the session in the TUI and follow it live (another process runs it)")
-    probs = sub.add_parser("problems", help="the built-in problems (and any files given) as a table")
+    probs = command("problems", help="the built-in problems (and any files given) as a table")
     probs.add_argument("paths", nargs="*", help="more problem files to list")
 
-    bench = sub.add_parser("bench", help="benchmarks")
+    bench = command("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", parser_class=_Parser, required=True)
-    bt = bench_sub.add_parser("timing", help="time each problem's reference, eager and torch.compile")
+
+    def bench_command(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return bench_sub.add_parser(name, parents=[common], **kw)
+    bt = bench_command("timing", help="time each problem's reference, eager and torch.compile")
     bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
     bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bt.add_argument("--json", action="store_true")
-    bp = bench_sub.add_parser("pipeline", help="a scripted search with no LLM latency: how busy the"
+    bp = bench_command("pipeline", help="a scripted search with no LLM latency: how busy the"
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
     bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
@@ -205,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     _executor_flags(bp)
     bt.add_argument("--agreement", action="store_true",
                     help="instead: the timer run to run, and against triton's do_bench (GPU)")
-    bc = bench_sub.add_parser("compile", help="build time per variant with and without each compile lever")
+    bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
     bc.add_argument("--concurrent", type=int, default=16,
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 def _db_path(args: argparse.Namespace) -> Path:
     from engine.store import default_db_path
 
-    chosen = getattr(args, "run_db", None) or args.db
+    chosen = getattr(args, "db", None)
     return Path(chosen) if chosen else default_db_path()
 
 
@@ -401,6 +413,8 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
 def _eval(args: argparse.Namespace) -> int:
     problem = checked_problem(args.reference)
     solution = Path(args.solution)
+    if solution.is_dir():
+        raise UsageError(f"{solution}: is a directory, not a solution file")
     try:
         source = solution.read_text()
     except (OSError, UnicodeDecodeError) as exc:

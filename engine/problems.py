@@ -173,6 +173,8 @@ def builtin_problems() -> dict[str, Path]:
 def resolve(spec: str) -> Path:
     path = Path(spec)
     if path.suffix == ".py" or path.exists():
+        if path.is_dir():
+            raise ProblemError(f"{spec}: is a directory, not a problem file")
         if not path.is_file():
             raise ProblemError(f"{spec}: no such problem file")
         return path.resolve()

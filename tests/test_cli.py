@@ -232,3 +232,29 @@ def test_the_tui_bench_is_a_script_of_the_checkout():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| tree cursor (down/right) | 2 |" in proc.stdout and "key-to-render median" in proc.stdout
     assert run_ktree("bench", "tui").returncode == 2  # no longer a ktree command
+
+
+@pytest.mark.parametrize("args", [["run", "softmax"], ["run", "--resume", "1"], ["eval", "softmax", "s.py"],
+                                  ["sessions"], ["show", "1"], ["export", "1"], ["problems"],
+                                  ["bench", "timing"], ["bench", "pipeline"], ["bench", "compile"]])
+def test_db_before_or_after_the_subcommand(args: list[str]):
+    from engine.cli import _db_path, build_parser
+
+    parser = build_parser()
+    assert _db_path(parser.parse_args([*args, "--db", "after.db"])) == Path("after.db")
+    assert _db_path(parser.parse_args(["--db", "before.db", *args])) == Path("before.db")  # survives
+
+
+@pytest.mark.parametrize("args", [["sessions"], ["show", "1"], ["export", "1"], ["problems"]])
+def test_db_after_the_subcommand_is_read(tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture):
+    import asyncio
+
+    from engine.cli import main
+    from tests.tui_helpers import fake_db
+
+    db, _ = asyncio.run(fake_db(tmp_path / "k.db", 12))
+    assert main([*args, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip()
+    if args[0] == "sessions":
+        assert "softmax" in out

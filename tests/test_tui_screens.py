@@ -162,7 +162,7 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         label = label_of(tree, node.id)
         assert "20.00x" in label and "correct" in label and "★ best" in label
         assert screen.query_one("#timings", DataTable).get_row(str(node.id))[8] == "20x"
-        assert "session finished" in str(screen.query_one("#status-line", Static).content)
+        assert str(screen.query_one("#status-line", Static).content) == f"session {sid} · finished"
         await pilot.press("q")
 
 

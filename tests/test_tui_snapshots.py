@@ -66,3 +66,28 @@ def test_diff_view(snap_compare, tmp_path: Path):
 def test_sessions_screen(snap_compare, tmp_path: Path):
     db = make_db(tmp_path / "k.db", sessions=3)
     assert snap_compare(KtreeApp(db_path=db), terminal_size=(120, 24))
+
+
+def test_search_screen_80x24_with_tabs(snap_compare, tmp_path: Path):
+    """80x24 after `t`: the tree and the code keep usable heights, the ★ shows, the footer holds
+    only the tree's keys (no stray character under the palette's)."""
+    db = make_db(tmp_path / "k.db")
+
+    async def tabs(pilot) -> None:  # noqa: ANN001
+        await pilot.press("t")
+        await pilot.pause()
+        pilot.app.screen.select_node(pilot.app.screen.model.best_id)
+        await pilot.pause()
+
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(80, 24), run_before=tabs)
+
+
+def test_search_screen_160x48(snap_compare, tmp_path: Path):
+    db = make_db(tmp_path / "k.db")
+
+    async def select(pilot) -> None:  # noqa: ANN001
+        await pilot.pause()
+        pilot.app.screen.select_node(pilot.app.screen.model.best_id)
+        await pilot.pause()
+
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(160, 48), run_before=select)

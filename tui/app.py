@@ -20,7 +20,8 @@ SearchFactory = Callable[[Store, EventBus], Any]
 class KtreeApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "ktree"
-    BINDINGS = [Binding("q", "quit", "Quit", id="quit")]
+    BINDINGS = [Binding("q", "quit", "Quit", id="quit"),
+                Binding("question_mark", "help", "Keys", id="help")]
 
     def __init__(self, db_path: Path, search_factory: SearchFactory | None = None,
                  session_id: int | None = None, follow: bool = False,
@@ -88,6 +89,15 @@ class KtreeApp(App[int]):
         failed or interrupted, recorded by the search itself)."""
         if event.worker.group == "search" and event.state == WorkerState.ERROR:
             self.notify(f"the search stopped: {event.worker.error}", severity="error", timeout=30)
+
+    def action_help(self) -> None:
+        """The help overlay: every key of the current screen (not over another overlay)."""
+        from textual.screen import ModalScreen
+
+        from tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, ModalScreen):
+            self.push_screen(HelpScreen(self.screen))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The palette offers the app's commands plus the current screen's own (steering keys on

@@ -128,6 +128,7 @@ class ScreenModel:
     progress: dict[str, Any] = field(default_factory=dict)  # the engine's last Progress event, if any
     tokens: int = 0
     cost_usd: float = 0.0
+    llm_calls: int = 0  # counted from the same source as tokens (events, or the store's totals)
     paused: bool = False
     pending: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # command id -> (kind, node)
     node_pending: dict[int, str] = field(default_factory=dict)  # node id -> the mark its label shows
@@ -150,6 +151,28 @@ class ScreenModel:
     @property
     def status(self) -> str:
         return str(self.info.get("status", ""))
+
+    def wait_reason(self, node_id: int) -> str | None:
+        """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
+        cpu backend timing waits until no build runs (the timer has the cores to itself); on a GPU
+        it waits for a free device."""
+        node = self.nodes.get(node_id)
+        if node is None or node.status != "waiting":
+            return None
+        if self.paused:
+            return "waiting: the search is paused; nothing new is timed until it resumes"
+        p = self.progress
+        building = sum(n.status in COMPILE_QUEUE for n in self.nodes.values())
+        compile_q = p.get("compile_queue", building)
+        ahead = max(0, p.get("gpu_queue", sum(n.status == "waiting" for n in self.nodes.values())) - 1)
+        devices = p.get("devices") or []
+        busy = sum(bool(d.get("busy")) for d in devices)
+        if self.info.get("backend") == "cpu":
+            return (f"waiting: on the cpu backend a variant is timed only while no build runs (the timer"
+                    f" has the cores to itself); builds queued or running: {max(compile_q, building)},"
+                    f" others waiting to be timed: {ahead}")
+        gpus = f"{busy} of {len(devices)} GPUs busy" if devices else "every GPU busy"
+        return f"waiting for a free GPU: {gpus}, {ahead} ahead of it in the GPU queue"
 
     def parent_source(self, node_id: int) -> tuple[int, str] | None:
         """The nearest ancestor with code (id, source): what a variant's diff is against."""
@@ -208,6 +231,7 @@ class ScreenModel:
     def _(self, event: LLMCallDone, changes: Changes) -> None:
         self.tokens += event.tokens
         self.cost_usd += event.cost_usd
+        self.llm_calls += 1
         if event.node_id is not None:
             changes.llm.add(event.node_id)
         changes.panes.add("progress")
@@ -226,8 +250,8 @@ class ScreenModel:
     @_reduce.register
     def _(self, event: SessionDone, changes: Changes) -> None:
         self.info.update(status=event.status, finished_at=self.clock())
-        self._say(f"session {event.status}", changes)
-        changes.panes.add("progress")
+        self._say(event.status, changes)
+        changes.panes.update(("progress", "header"))  # the header says "live" only while it runs
 
     @_reduce.register
     def _(self, event: Progress, changes: Changes) -> None:
@@ -251,6 +275,7 @@ class ScreenModel:
         if rows.llm_totals is not None:
             self.tokens = int(rows.llm_totals["tokens"])
             self.cost_usd = float(rows.llm_totals["cost_usd"])
+            self.llm_calls = int(rows.llm_totals.get("calls", self.llm_calls))
         self._best_stale = True
         changes.panes.add("progress")
 
@@ -326,7 +351,8 @@ class ScreenModel:
             self.info.update(status=state, finished_at=rows.session.get("finished_at"),
                              stop_reason=rows.session.get("stop_reason"))
             reason = f" ({rows.session['stop_reason']})" if rows.session.get("stop_reason") else ""
-            self._say(f"session {state}{reason}", changes)
+            self._say(f"{state}{reason}", changes)
+            changes.panes.add("header")
 
     # -- the pieces -------------------------------------------------------------------------
 

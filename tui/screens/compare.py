@@ -29,6 +29,9 @@ def best_per_round(nodes: list[Any]) -> dict[int, float]:
     return out
 
 
+SERIES = [("dot", "cyan"), ("x", "orange")]  # (marker, colour) of the first and second session
+
+
 class CompareScreen(Screen):
     BINDINGS = [Binding("escape", "back", "Back", id="compare.back")]
 
@@ -75,10 +78,10 @@ class CompareScreen(Screen):
                           *(f"{d['rounds'][r]:.2f}x" if r in d["rounds"] else "-" for d in (a, b)))
         plt = self.query_one("#compare-plot", PlotextPlot).plt
         plt.title("best speedup by round")
-        for sid in self.ids:
+        for sid, (marker, colour) in zip(self.ids, SERIES, strict=True):  # told apart in the legend
             rounds = self.data[sid]["rounds"]
             if rounds:
-                plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker="dot")
+                plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker=marker, color=colour)
         for sid in self.ids:
             best = self.data[sid]["best"]
             widget = self.query_one(f"#code-{sid}", Static)

@@ -102,7 +102,7 @@ class EditSource(ModalScreen[str | None]):
     BINDINGS = [
         Binding("ctrl+s", "save", "Save and re-queue", id="edit.save"),
         Binding("ctrl+o", "external", "Open in $EDITOR", id="edit.external"),
-        Binding("escape", "cancel", "Cancel", id="edit.cancel"),
+        Binding("escape", "cancel", "Cancel", id="edit.cancel", priority=True),  # the editor eats Esc
     ]
 
     def __init__(self, title: str, source: str):

@@ -8,12 +8,13 @@ records commands; the engine applies them and confirms.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -23,15 +24,16 @@ from textual.widgets.tree import TreeNode
 from engine.domain import Node
 from engine.events import Event
 from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
-from tui.screens.steering import SteeringMixin
+from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
 from tui.widgets.llm import LLMPane
 from tui.widgets.progress import ProgressPane
-from tui.widgets.timings import DESCENDING, SORTS, TimingsTable
+from tui.widgets.timings import COLUMN_LABELS, DESCENDING, SORTS, TimingsTable
 from tui.widgets.tree import SearchTree
 from tui.widgets.verdict import VerdictPane
 
+STEERING_HELP = {action: help_text for action, _, help_text in STEERING}
 WIDE = 120  # columns from which labels also show the speedup vs torch.compile
 POLL_S = 0.5  # a followed session: how often the DB is read
 TICK_S = 0.25  # the progress pane: redrawn at most this often
@@ -47,20 +49,32 @@ class EngineEvent(Message):
 
 class SearchScreen(SteeringMixin, Screen):
     BINDINGS = [
-        Binding("escape", "back", "Back", id="back"),
-        Binding("x", "prune", "Prune", id="prune"),
-        Binding("e", "expand", "Expand", id="expand"),
-        Binding("p", "pin", "Pin", id="pin"),
-        Binding("i", "inject", "Idea", id="inject_idea"),
-        Binding("E", "edit", "Edit", id="edit_variant"),
-        Binding("P", "pause", "Pause/resume", id="pause"),
-        Binding("S", "stop", "Stop", id="stop"),
-        Binding("w", "export", "Export", id="export"),
-        Binding("d", "diff", "Diff", id="diff"),
-        Binding("o", "sort", "Sort", id="sort"),
-        Binding("b", "best", "Best", id="goto_best"),
-        Binding("t", "details", "Details", id="details"),
+        Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
+        Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
+        Binding("e", "expand", "Expand", id="expand", tooltip=STEERING_HELP["expand"]),
+        Binding("p", "pin", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
+        Binding("i", "inject", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
+        Binding("E", "edit", "Edit", id="edit_variant", tooltip=STEERING_HELP["edit"]),
+        Binding("P", "pause", "Pause", id="pause", tooltip=STEERING_HELP["pause"]),
+        Binding("S", "stop", "Stop", id="stop", tooltip=STEERING_HELP["stop"]),
+        Binding("w", "export", "Export", id="export", tooltip=STEERING_HELP["export"]),
+        Binding("d", "diff", "Diff", id="diff", tooltip=STEERING_HELP["diff"]),
+        Binding("o", "sort", "Sort", id="sort", tooltip="sort the timings: speedup, round, time"),
+        Binding("b", "best", "Best", id="goto_best", tooltip=STEERING_HELP["best"]),
+        Binding("t", "details", "Tabs", id="details", tooltip="show or hide the Timings and LLM tabs"),
+        Binding("1", "tab('tab-timings')", "Timings", id="tab_timings", tooltip="the timings table"),
+        Binding("2", "tab('tab-llm')", "LLM", id="tab_llm", tooltip="the LLM calls behind the node"),
     ]
+    # The footer shows the keys that matter for the focused pane (a narrow terminal cannot hold
+    # them all); `?` lists every one. By binding id; a pane not named here gets the tree's.
+    FOOTER = {
+        "tree": {"back", "prune", "expand", "pin", "diff", "goto_best", "details"},
+        "code": {"back", "diff", "edit_variant", "export", "goto_best", "details"},
+        "timings": {"back", "sort", "tab_timings", "tab_llm", "details"},
+        "llm": {"back", "tab_timings", "tab_llm", "details"},
+    }
+    ALWAYS = {"help", "quit"}
+    STEERING_IDS = {"prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 
     def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False):
         super().__init__()
@@ -128,9 +142,37 @@ class SearchScreen(SteeringMixin, Screen):
         self._layout(event.size.width, event.size.height)
 
     def _layout(self, width: int, height: int) -> None:
-        self.set_class(width < 110 or height < 32, "compact")
+        compact = width < 110 or height < 32
+        self.set_class(compact, "compact")
         self._progress_dirty = True  # its height depends on the layout
-        self.query_one(SearchTree).set_wide(width >= WIDE)
+        tree = self.query_one(SearchTree)
+        tree.set_wide(width >= WIDE)
+        tree.guide_depth = 2 if compact else 4  # narrow: labels keep more of their width
+
+    # -- the footer -------------------------------------------------------------------------
+
+    def _focused_pane(self) -> str:
+        widget = self.focused
+        while widget is not None and widget is not self:
+            if widget.id in self.FOOTER:
+                return str(widget.id)
+            widget = widget.parent  # type: ignore[assignment]
+        return "tree"
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """What the footer shows: the focused pane's keys (every key still works; `?` lists them),
+        with the steering keys dimmed when the session is not running (nothing to steer)."""
+        shown = self.FOOTER[self._focused_pane()] | self.ALWAYS
+        steerable = self.model.status == "running"
+        out: dict[str, ActiveBinding] = {}
+        for key, active in super().active_bindings.items():
+            binding = active.binding
+            if binding.id is not None and binding.show and binding.id not in shown:
+                binding = replace(binding, show=False)
+            enabled = active.enabled and (steerable or binding.id not in self.STEERING_IDS)
+            out[key] = ActiveBinding(active.node, binding, enabled, active.tooltip)
+        return out
 
     # -- the one way in: feed the model, redraw what changed --------------------------------
 
@@ -154,8 +196,10 @@ class SearchScreen(SteeringMixin, Screen):
                 (model.nodes[i], model.verdicts.get(i)) for i in changes.rows)
         if "header" in changes.panes:
             self.query_one("#banner", Static).update(banner_text(model))
+            self.refresh_bindings()  # the steering keys dim once the session is not running
         if "status" in changes.panes:
             self.query_one("#status-line", Static).update(status_text(model), layout=False)
+            self.refresh_bindings()
         self._progress_dirty |= "progress" in changes.panes
         self._plot_dirty |= "plot" in changes.panes
         if self.selected is None and not changes.bulk:  # a live tree: show the reference as it comes
@@ -203,6 +247,10 @@ class SearchScreen(SteeringMixin, Screen):
     async def _engine_event(self, message: EngineEvent) -> None:
         if self.feed(message.event).reload:  # a resumed session: its tree so far is in the DB
             await self._read(first=True)
+            if self.selected is None and self.model.nodes:  # show something at once, not on a key
+                root = next((n.id for n in self.model.nodes.values() if n.kind == "root"), None)
+                if root is not None:
+                    self.select_node(root)
 
     # -- the selected node ------------------------------------------------------------------
 
@@ -221,7 +269,8 @@ class SearchScreen(SteeringMixin, Screen):
         node = self.model.nodes[node_id]
         self.query_one("#idea", Static).update(idea_text(node, self.model), layout=False)
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
-        self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id))
+        why = self.model.wait_reason(node_id)
+        self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why)
         self.query_one(LLMPane).invalidate()
         if self.query_one("#details", TabbedContent).active == "tab-llm":
             self._load_llm(node)
@@ -253,7 +302,8 @@ class SearchScreen(SteeringMixin, Screen):
 
     def _sort(self, column: str, reverse: bool) -> None:
         self.query_one(TimingsTable).sort_by(column, reverse)
-        self.feed(Note(f"timings sorted by {column}{' (descending)' if reverse else ''}"))
+        label = COLUMN_LABELS.get(column, column)
+        self.feed(Note(f"timings sorted by {label}{' (descending)' if reverse else ''}"))
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORTS)
@@ -297,6 +347,19 @@ class SearchScreen(SteeringMixin, Screen):
         self.toggle_class("show-details")
         self.toggle_class("hide-details")
 
+    def action_tab(self, pane: str) -> None:
+        """Show the tabs (if hidden) on this one, and focus its content."""
+        self.add_class("show-details")
+        self.remove_class("hide-details")
+        self.query_one("#details", TabbedContent).active = pane
+        self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
+
     def action_back(self) -> None:
+        """Back to the sessions screen: the one below, or a new one where this screen came first
+        (`ktree run`; a live search goes on, and shows as running there)."""
+        from tui.screens.sessions import SessionsScreen
+
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
+        else:
+            self.app.switch_screen(SessionsScreen())

@@ -161,7 +161,7 @@ class SessionsScreen(Screen):
             self.marked = [*self.marked[-1:], row["id"]]
         table = self.query_one("#sessions", DataTable)
         for sid, r in self.rows.items():
-            table.update_cell(str(sid), "id", self._cells(r)[0])
+            table.update_cell(str(sid), "id", self._cells(r)[0], update_width=True)  # "▶ 12" fits
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
 
     def action_compare(self) -> None:

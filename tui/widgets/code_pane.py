@@ -10,6 +10,7 @@ from textual.widgets import RichLog
 
 from engine.domain import Node
 from tui.model import ScreenModel
+from tui.widgets.banner import sizes_note
 from tui.widgets.code import diff_text, highlight_source
 
 CACHE_SIZE = 128  # highlighted sources kept (highlighting a kernel takes a few ms)
@@ -29,6 +30,9 @@ def idea_text(node: Node, model: ScreenModel) -> Text:
         head.append(f"fix of #{parent.id}: {node.title}", style="bold")
     elif node.kind == "root":
         head.append(f"reference: {node.title or model.info.get('problem', '')}", style="bold")
+        note = sizes_note(model)
+        if note:
+            head.append(f" — {note}", style="yellow")
     return head
 
 
@@ -49,7 +53,7 @@ class CodePane(RichLog):
     """The source or diff of one node; highlighted sources are cached per (node, dark theme)."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, wrap=False, auto_scroll=False)
+        super().__init__(id=id, wrap=False, auto_scroll=False, min_width=20)  # wrapped text: the pane's width
         self.text = Text()  # what it shows now
         self._cache: dict[tuple[int, bool], Text] = {}
 
@@ -64,6 +68,7 @@ class CodePane(RichLog):
         else:
             text = code_text(node, model, diff, dark)
         self.text = text
+        self.wrap = not node.source  # an idea's description wraps; code and diffs keep their lines
         self.clear()
         self.write(text, scroll_end=False)
         self.scroll_home(animate=False)

@@ -63,7 +63,8 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
     text.append(f"round {rnd}/{rounds}", style="bold")
     text.append(f" · {state}", style="yellow" if model.paused else "")
     text.append(f" · {duration(elapsed)}\n")
-    llm = f" · LLM calls {p['llm_running']}" if "llm_running" in p else ""
+    running = f" ({p['llm_running']} running)" if p.get("llm_running") else ""
+    llm = f" · LLM calls {model.llm_calls}{running}"
     device = "GPU" if model.info.get("backend") == "cuda" else "timing"
     text.append(f"compile queue {compile_q} · {device} queue {gpu_q}{llm}\n")
     text.append(f"tokens {si(tokens)}{'/' + si(budget_tokens) if budget_tokens else ''}"

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from rich.text import Text
 from textual import on
+from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -25,6 +26,9 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
     and the ★ on the one best variant (`model.best_id`). `wide`: also the speedup vs torch.compile."""
     colour = style(node.status)
     label = Text(f"{glyph(node.status)} ", style=colour)
+    best = node.id == model.best_id
+    if best:  # first, so a narrow tree that cuts the line's end still shows it
+        label.append("★ best ", style="bold yellow")
     if node.kind == "root":
         label.append(f"reference {model.info.get('problem', '')}".rstrip(), style="bold cyan")
     elif node.kind == "idea":
@@ -49,14 +53,16 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
         label.append(" ✂pruned", style="dim")
     if node.id in model.node_pending:
         label.append(f" ⧗{model.node_pending[node.id]}…", style="italic yellow")
-    if node.id == model.best_id:
-        label.append("  ★ best", style="bold yellow")
+    if best:
         label.stylize("reverse", 0, 1)
     return label
 
 
 class SearchTree(Tree[int]):
     """The tree of one session, drawn from a ScreenModel; an item's data is its node id."""
+
+    BINDINGS = [Binding("j", "cursor_down", "Down", id="tree.down", show=False),
+                Binding("k", "cursor_up", "Up", id="tree.up", show=False)]
 
     def __init__(self, model: ScreenModel, *, id: str | None = None) -> None:
         super().__init__(Text("reference"), id=id)

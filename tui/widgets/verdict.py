@@ -15,7 +15,7 @@ from tui.widgets.status import glyph, style
 LOG_LINES = 8  # the tail of the evaluation log shown under the numbers
 
 
-def verdict_text(node: Node, verdict: dict[str, Any] | None) -> Text:
+def verdict_text(node: Node, verdict: dict[str, Any] | None, why: str | None = None) -> Text:
     """Status, kind, round and marks; then error, timings (median, p10, p90), speedups vs eager and
     torch.compile, fraction of speed-of-light, flags and the log's tail."""
     out = Text()
@@ -25,6 +25,8 @@ def verdict_text(node: Node, verdict: dict[str, Any] | None) -> Text:
         out.append(" · pinned", style="blue")
     if node.pruned:
         out.append(" · pruned", style="dim")
+    if why:  # e.g. why it waits
+        out.append(f"\n{why}", style="yellow")
     v = verdict
     if v is None:
         return out
@@ -48,5 +50,5 @@ def verdict_text(node: Node, verdict: dict[str, Any] | None) -> Text:
 
 
 class VerdictPane(Static):
-    def show(self, node: Node, verdict: dict[str, Any] | None) -> None:
-        self.update(verdict_text(node, verdict), layout=False)
+    def show(self, node: Node, verdict: dict[str, Any] | None, why: str | None = None) -> None:
+        self.update(verdict_text(node, verdict, why), layout=False)

@@ -45,6 +45,14 @@ class Scheduler:
         """Return when not paused."""
         await self._open.wait()
 
+    # The evaluator's Gate (engine.evaluate.base): a built variant takes a device only while
+    # the search is not paused.
+    def is_open(self) -> bool:
+        return not self.paused
+
+    async def wait(self) -> None:
+        await self.gate()
+
     @contextlib.asynccontextmanager
     async def llm_slot(self, provider: str) -> AsyncIterator[None]:
         """One of the provider's concurrent calls; waits for the gate first."""

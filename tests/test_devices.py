@@ -239,3 +239,53 @@ def test_pipeline_bench_reports_each_device():
     assert r["variants_per_minute"] == pytest.approx(r["evaluations"] / r["wall_s"] * 60, rel=0.01)
     table = format_pipeline(r)
     assert "| cpu0 |" in table and "| cpu1 |" in table and "variants evaluated per minute" in table
+
+
+class _Gate:
+    """A pause the test opens by hand (the search's scheduler plays this part)."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    async def wait(self) -> None:
+        await self._open.wait()
+
+    def open(self) -> None:
+        self._open.set()
+
+
+def test_a_paused_search_checks_and_times_nothing_until_it_resumes():
+    """Pause holds timing: a built variant waits at the gate and takes no device (no check, no
+    timing) until the gate opens; then it is evaluated as usual."""
+    source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+    async def go() -> tuple[list[str], list[str], str]:
+        evaluator = LocalEvaluator("cpu", run_timeout_s=120)
+        gate, phases = _Gate(), []
+
+        async def on_phase(name: str) -> None:
+            phases.append(name)
+
+        try:
+            job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
+            task = asyncio.create_task(evaluator.evaluate(job, on_phase, gate=gate))
+            deadline = time.monotonic() + 120
+            while "waiting" not in phases:  # built, now at the gate
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(2.0)  # paused: nothing may take the device meanwhile
+            held = list(phases)
+            assert not task.done() and evaluator.devices[0].jobs == 0
+            gate.open()
+            verdict = await asyncio.wait_for(task, 120)
+            return held, phases, verdict.status
+        finally:
+            await evaluator.close()
+
+    held, phases, status = asyncio.run(go())
+    assert held == ["compiling", "waiting"]
+    assert phases[:2] == ["compiling", "waiting"] and len(phases) > 2  # checked once resumed
+    assert status == "incorrect"  # identity is not softmax: it was really evaluated

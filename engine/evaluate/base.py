@@ -20,6 +20,18 @@ from engine.evaluate.verdict import Verdict
 PhaseCallback = Callable[[str], Awaitable[None]]
 
 
+class Gate(Protocol):
+    """The search's pause: a job that is built waits at the gate before it takes a device, and a
+    device it got while the gate closed goes back until it opens (a paused search checks and
+    times nothing new; a job already on its device finishes)."""
+
+    def is_open(self) -> bool: ...
+
+    async def wait(self) -> None:
+        """Return once the gate is open."""
+        ...
+
+
 @runtime_checkable
 class Evaluator(Protocol):
     backend: str  # "cuda" | "cpu"

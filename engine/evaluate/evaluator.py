@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate.base import PhaseCallback
+from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
@@ -230,7 +230,8 @@ class LocalEvaluator:
                                 self.devices[0].env, self.sandbox)
             self._warmed.add(key)
 
-    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
+    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
+                       gate: Gate | None = None) -> Verdict:
         async def phase(name: str) -> None:
             if on_phase is not None:
                 await on_phase(name)
@@ -256,7 +257,7 @@ class LocalEvaluator:
 
         await phase("waiting")
         while True:
-            async with self._device() as device:
+            async with self._device(gate) as device:
                 run = job
                 if baseline:
                     ref = await self.reference(job.problem_path, job.sizes, device)
@@ -296,14 +297,21 @@ class LocalEvaluator:
         return result
 
     @contextlib.asynccontextmanager
-    async def _device(self) -> AsyncIterator[Device]:
+    async def _device(self, gate: Gate | None = None) -> AsyncIterator[Device]:
         """Whichever device is free first (one queue for all), held for one evaluation; the
-        waiters are counted for the progress display."""
-        self.waiting["device"] += 1
-        try:
-            device = await self._free.get()
-        finally:
-            self.waiting["device"] -= 1
+        waiters are counted for the progress display. With a gate: only while it is open (a
+        device that comes free while it is closed goes back to the queue)."""
+        while True:
+            if gate is not None:
+                await gate.wait()
+            self.waiting["device"] += 1
+            try:
+                device = await self._free.get()
+            finally:
+                self.waiting["device"] -= 1
+            if gate is None or gate.is_open():
+                break
+            self._free.put_nowait(device)  # paused while it waited: not now
         try:
             async with self._quiet_cpu():
                 device.busy, started = True, time.monotonic()

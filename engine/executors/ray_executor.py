@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
-from engine.evaluate.base import PhaseCallback
+from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.sandbox import is_secret
 from engine.evaluate.verdict import Verdict
@@ -300,8 +300,12 @@ class RayEvaluator:
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir="",
                         flops=flops, bytes=bytes, **options)
 
-    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
-        """The verdict of one job, from whichever actor lives long enough to give it."""
+    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
+                       gate: Gate | None = None) -> Verdict:
+        """The verdict of one job, from whichever actor lives long enough to give it. With a
+        gate, the job is sent only while it is open (a paused search sends nothing new)."""
+        if gate is not None:
+            await gate.wait()
         text = self._problem_text(job.problem_path)
         await self._first_start()
         lost: list[str] = []

@@ -297,7 +297,7 @@ class Search:
                 crash.point("compile" if phase == "compiling" else
                             "evaluate" if phase in DEVICE_PHASES else "phase")
 
-            verdict = (await self.evaluator.evaluate(job, on_phase)).to_dict()
+            verdict = (await self.evaluator.evaluate(job, on_phase, gate=self.sched)).to_dict()
             await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated

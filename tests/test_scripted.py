@@ -4,7 +4,7 @@ import pytest
 
 from engine import prompts
 from engine.llm.base import LLMError, Message
-from engine.llm.scripted import ScriptedProvider, load_ideas, scripted_problems
+from engine.llm.scripted import STAND_IN_MARK, ScriptedProvider, load_ideas, scripted_problems, unstamped
 
 
 def ask(provider: ScriptedProvider, text: str) -> str:
@@ -52,12 +52,30 @@ def test_same_seed_same_answers():
     assert a == b
 
 
-def test_unknown_idea_gets_a_reply_without_code():
+def test_an_idea_it_has_no_kernel_for_gets_the_closest_library_kernel_and_says_so():
+    """A human's injected idea: the scripted model never fails it, it answers with its closest
+    idea's kernel, and the reply and the code's first line say it is a stand-in."""
     provider = ScriptedProvider("softmax", "cpu")
-    prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText("Use tensor cores", ""),
+    prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText("My own one-pass online trick", ""),
                                       "cpu", 0.01)
-    with pytest.raises(prompts.ReplyError):
-        prompts.extract_code(ask(provider, prompt))
+    reply = ask(provider, prompt)
+    code = prompts.extract_code(reply)
+    online = next(i for i in provider.ideas if i.key == "online")  # shares "online", "pass"
+    assert code.startswith(STAND_IN_MARK) and "'My own one-pass online trick'" in code.splitlines()[0]
+    assert unstamped(code).strip() in {v.read_text().strip() for v in online.variants}
+    assert "no implementation of 'My own one-pass online trick'" in reply
+    # With nothing in common it still answers (the first idea), never with no code.
+    other = prompts.implement_prompt("src", "parent", prompts.IdeaText("Use tensor cores", ""), "cpu", 0.01)
+    assert prompts.extract_code(ask(provider, other)).startswith(STAND_IN_MARK)
+
+
+def test_a_stand_in_that_fails_to_compile_still_gets_its_fix():
+    provider = ScriptedProvider("softmax", "cpu")
+    broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
+    stand_in = f"{STAND_IN_MARK}no kernel was written for the idea 'x'\n{broken.read_text()}"
+    prompt = prompts.fix_prompt("src", stand_in, "x", "error: invalid conversion", "cpu", 0.01)
+    fixed = prompts.extract_code(ask(provider, prompt))
+    assert fixed.strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
 
 
 def test_problem_without_scripted_answers_is_refused():
@@ -109,3 +127,24 @@ def test_bench_options_fill_every_idea_call_and_stamp_every_source():
     fixed = prompts.extract_code(ask(provider, fix))
     assert unstamped(fixed).strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
     assert fixed.startswith(STAMP_MARK)
+
+
+async def test_an_injected_idea_under_the_scripted_provider_is_implemented(tmp_path):
+    """The newcomer's case: an idea typed by hand (`i`) under the scripted provider yields a
+    variant with code and a verdict, its code saying which library kernel stands in."""
+    from engine import control
+    from engine.events import NodeAdded
+    from tests.conftest import query
+    from tests.test_steering import Steered
+
+    async def hook(event, s) -> None:
+        if isinstance(event, NodeAdded) and event.node.kind == "root":
+            await s.command(control.InjectIdea(event.node.id, "Cache rows in registers, my way"))
+
+    s = Steered(tmp_path / "k.db", hook)
+    assert (await s.run())["status"] == "finished"
+    [(idea,)] = query(s.db, "SELECT id FROM nodes WHERE kind = 'idea' AND origin = 'human'")
+    [(variant, status, source)] = query(s.db, "SELECT id, status, source FROM nodes WHERE parent_id = ?", idea)
+    assert source.startswith(STAND_IN_MARK) and "'Cache rows in registers, my way'" in source
+    assert status not in ("failed", "generating")
+    assert query(s.db, "SELECT status FROM evaluations WHERE node_id = ?", variant) == [(status,)]

@@ -29,12 +29,15 @@ from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyErro
 
 DATA = Path(__file__).parent / "data"
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
+STAND_IN_MARK = "# scripted stand-in: "
 
 
 def unstamped(code: str) -> str:
-    """The code without a `stamp` line."""
+    """The code without a `stamp` line (nor the stand-in remark under it): the library's file."""
     first, _, rest = code.lstrip().partition("\n")
-    return rest if first.startswith(STAMP_MARK) else code
+    code = rest if first.startswith(STAMP_MARK) else code
+    first, _, rest = code.lstrip().partition("\n")
+    return rest if first.startswith(STAND_IN_MARK) else code
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,36 @@ class ScriptedProvider:
         title = section.splitlines()[0].strip() if section else ""
         idea = next((i for i in self.ideas if i.title == title), None)
         if idea is None:
-            # A human-written idea: the scripted model has no kernel for it.
-            return f"I have no scripted implementation for the idea {title!r}."
-        n = self._next_variant[idea.key]
-        self._next_variant[idea.key] = n + 1
-        path = idea.variants[n % len(idea.variants)]
+            # A human-written idea: no kernel was written for it, so the scripted model answers
+            # with the library's closest idea instead, and says so in the reply and in the code.
+            stand_in = self._closest(title)
+            path = self._take(stand_in)
+            remark = (f"{STAND_IN_MARK[2:]}no kernel was written for the idea {title!r}; this is the"
+                      f" library's \"{stand_in.title}\" ({path.name})")
+            return (
+                f"The scripted model has no implementation of {title!r}. {remark[0].upper()}{remark[1:]}.\n\n"
+                f"```python\n{self._stamped(f'# {remark}' + chr(10) + path.read_text().rstrip())}\n```\n"
+            )
+        path = self._take(idea)
         return (
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
             f"```python\n{self._stamped(path.read_text().rstrip())}\n```\n"
         )
+
+    def _take(self, idea: ScriptedIdea) -> Path:
+        """The idea's next variant file (they are handed out in turn)."""
+        n = self._next_variant[idea.key]
+        self._next_variant[idea.key] = n + 1
+        return idea.variants[n % len(idea.variants)]
+
+    def _closest(self, title: str) -> ScriptedIdea:
+        """The library's idea that shares the most words with `title` (the first on a tie)."""
+        words = {w for w in re.findall(r"[a-z0-9]+", title.lower()) if len(w) > 2}
+
+        def shared(idea: ScriptedIdea) -> int:
+            return len(words & set(re.findall(r"[a-z0-9]+", f"{idea.title} {idea.description}".lower())))
+
+        return max(self.ideas, key=shared)
 
     def _stamped(self, code: str) -> str:
         if self.stamp is None:

@@ -581,6 +581,7 @@ def _source_hash(problem: Any) -> str:
 
 def _problems(args: argparse.Namespace, db: Path) -> int:
     from engine.evaluate.timing import device_name
+    from engine.llm.scripted import scripted_backends
     from engine.report import problems_table
 
     backend, _ = resolve_backend("auto")
@@ -602,7 +603,7 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
         t = times.get((p.name, _source_hash(p)), {})
         rows.append({"name": p.name, "level": p.metadata.get("level"), "sizes": p.sizes_for(backend),
                      "cost": p.cost(backend), "eager_ms": t.get("eager_ms"),
-                     "compile_ms": t.get("compile_ms")})
+                     "compile_ms": t.get("compile_ms"), "scripted": scripted_backends(p.name)})
     print(problems_table(rows, backend, device))
     return 0
 

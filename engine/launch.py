@@ -265,7 +265,20 @@ def estimate_run(request: RunRequest, backend: str | None = None) -> dict[str, A
     models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
     if backend is None:
         backend, _ = resolve_backend(request.backend)
+    if any(p == "scripted" for p, _ in models):
+        _check_scripted(problem.name, backend)
     return estimate(problem, config, models, backend, settings.prices)
+
+
+def _check_scripted(problem: str, backend: str) -> None:
+    """The scripted provider answers only for the problems its library has kernels for: say so
+    before an estimate, not when Start fails."""
+    from engine.llm.scripted import scripted_backends, scripted_problems
+
+    if backend not in scripted_backends(problem):
+        have = ", ".join(p for p in scripted_problems() if backend in scripted_backends(p))
+        raise UsageError(f"the scripted provider has no {backend} answers for {problem!r} (it has: {have});"
+                         " with no LLM key only those run offline — set a key or choose one of them")
 
 
 def prepare_run(request: RunRequest) -> Prepared:

@@ -72,14 +72,16 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
     preset = " (the CPU size presets)" if backend == "cpu" else ""
     lines = [f"Problems on {backend}{preset}; reference times measured on {device}"
              " (`ktree bench timing` fills them in)", "",
-             "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms | scripted |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
         cost = r["cost"]
         est = " (est.)" if cost.estimated else ""
         lines.append(f"| {r['name']} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
-                     f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |")
+                     f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |"
+                     f" {', '.join(r.get('scripted') or []) or '-'} |")
+    lines += ["", "scripted: the backends on which the offline `scripted` provider (no LLM key) has answers"]
     return "\n".join(lines)
 
 

@@ -71,6 +71,8 @@ def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     assert "batch_size=128, dim=4096" in softmax  # no GPU here: the CPU preset
     mm = next(line for line in lines if line.startswith("| mm |"))
     assert f"{2 * 512 * 256 * 256:.3g} (est.)" in mm
+    # Which problems the offline scripted provider answers for, said up front.
+    assert softmax.endswith("| cpu, cuda |") and mm.endswith("| - |")
 
 
 def test_bench_timing_fills_the_problems_table(tmp_path: Path):

@@ -52,6 +52,13 @@ def scripted_problems() -> list[str]:
     return sorted(p.name for p in DATA.iterdir() if (p / "ideas.toml").exists())
 
 
+def scripted_backends(problem: str) -> list[str]:
+    """The backends the scripted provider has kernels for on this problem ([] for none)."""
+    if not (DATA / problem / "ideas.toml").exists():
+        return []
+    return [b for b in ("cpu", "cuda") if any((DATA / problem / b).glob("*_*.py"))]
+
+
 def load_ideas(problem: str, backend: str) -> list[ScriptedIdea]:
     index = DATA / problem / "ideas.toml"
     if not index.exists():

@@ -34,6 +34,17 @@ KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the pro
 START_TIMEOUT_S = 300.0
 
 
+def _dead(pid: int) -> bool:
+    """The process is gone or a zombie (killed, not yet reaped by the event loop). Where /proc
+    cannot tell, it is taken as alive."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith(("Z", "X"))
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        return False
+
+
 class Worker:
     """The process runs in the evaluator's sandbox (same isolation and limits as a one-shot
     child); under strict isolation it sees the problem files of the jobs it was started for, so
@@ -123,6 +134,8 @@ class Worker:
         """One try; None when the process died before taking the job."""
         if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
             await self.stop("a new problem file")
+        if self.proc is not None and self.proc.returncode is None and _dead(self.proc.pid):
+            await self.stop("died")  # killed while idle, not reaped yet: don't hand it the job
         if self.proc is None or self.proc.returncode is not None:
             self.proc = None
             problem = await self._start((job.problem_path,) if job.problem_path else ())

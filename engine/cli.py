@@ -159,13 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
-    ev = command("eval", help="evaluate one solution file against a reference")
+    ev = command("eval", help="evaluate solution files against a reference")
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
-    ev.add_argument("solution", help="solution file defining ModelNew")
+    ev.add_argument("solution", nargs="+",
+                    help="solution file(s) defining ModelNew, or a directory of them (its *.py);"
+                         " several are built at once and timed one at a time")
     ev.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
     ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
-    ev.add_argument("--json", action="store_true", help="print the Verdict as JSON")
+    ev.add_argument("--json", action="store_true",
+                    help="print the Verdict as JSON (several solutions: a list, each with its file)")
     ev.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...",
                     help="the GPUs it may run on (default: every visible GPU)")
     ev.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
@@ -410,17 +413,34 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
     return 130 if summary["status"] == "interrupted" else 0
 
 
+def _solution_files(given: list[str]) -> list[tuple[Path, str]]:
+    """Each solution file named (a directory: its *.py, sorted) with its text; UsageError for a
+    missing or unreadable one, one without ModelNew, or a directory with no .py file."""
+    files: list[Path] = []
+    for entry in given:
+        path = Path(entry)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.py") if p.is_file())
+            if not found:
+                raise UsageError(f"{path}: is a directory with no solution files (*.py)")
+            files.extend(found)
+        else:
+            files.append(path)
+    out = []
+    for path in files:
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: cannot read: {exc}") from None
+        if "ModelNew" not in source:
+            raise UsageError(f"{path}: defines no ModelNew")
+        out.append((path, source))
+    return out
+
+
 def _eval(args: argparse.Namespace) -> int:
     problem = checked_problem(args.reference)
-    solution = Path(args.solution)
-    if solution.is_dir():
-        raise UsageError(f"{solution}: is a directory, not a solution file")
-    try:
-        source = solution.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{solution}: cannot read: {exc}") from None
-    if "ModelNew" not in source:
-        raise UsageError(f"{solution}: defines no ModelNew")
+    solutions = _solution_files(args.solution)
     atol, rtol = tolerances(problem, args.atol, args.rtol)
     backend, arch = resolve_backend(args.backend)
     isolation = _isolation_note(args.isolation)
@@ -428,20 +448,31 @@ def _eval(args: argparse.Namespace) -> int:
     flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation)
 
-    async def go() -> Any:
-        job = evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
-        try:
-            return await evaluator.evaluate(job)
+    async def go() -> list[Any]:
+        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
+                for _, source in solutions]
+        try:  # one evaluator: the builds share its compile pool, its devices time one at a time
+            return list(await asyncio.gather(*(evaluator.evaluate(job) for job in jobs)))
         finally:
             await evaluator.close()
 
-    verdict = asyncio.run(go())
-    if args.json:
-        print(json.dumps(verdict.to_dict(), indent=2))
-    else:
-        from engine.report import format_verdict
+    verdicts = [v.to_dict() for v in asyncio.run(go())]
+    single = len(args.solution) == 1 and not Path(args.solution[0]).is_dir()
+    if single:  # one solution: its verdict, as before
+        if args.json:
+            print(json.dumps(verdicts[0], indent=2))
+        else:
+            from engine.report import format_verdict
 
-        print(format_verdict(verdict.to_dict()))
+            print(format_verdict(verdicts[0]))
+        return 0
+    if args.json:
+        print(json.dumps([{"file": str(path), **v} for (path, _), v in zip(solutions, verdicts, strict=True)],
+                         indent=2))
+    else:
+        from engine.report import eval_table
+
+        print(eval_table([(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]))
     return 0
 
 

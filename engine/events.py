@@ -98,7 +98,8 @@ class Progress:
     elapsed_s: float
     paused: bool
     # One dict per evaluation device (LocalEvaluator.device_states): name ("gpu0", "node/gpu0"), busy,
-    # jobs (evaluations finished), busy_s, queue (jobs waiting for that device alone), alive.
+    # jobs (evaluations finished), busy_s, queue (jobs waiting for that device alone), alive, and
+    # waiting_for ("gpu0 (held by pid N, session M)" while another process holds its host lock; optional).
     devices: tuple[dict[str, Any], ...] = ()
 
 

@@ -13,6 +13,7 @@ from engine.events import (
     LLMCallDone,
     NodeAdded,
     NodeUpdated,
+    Progress,
     RoundDone,
     SessionDone,
     SessionStarted,
@@ -25,6 +26,7 @@ class HeadlessPrinter:
     def __init__(self, out: TextIO | None = None, quiet: bool = False):
         self.out = out or (sys.stderr if quiet else sys.stdout)
         self.t0 = time.monotonic()
+        self._device_waits: dict[str, str | None] = {}  # device name -> what it last waited for
 
     def _line(self, text: str) -> None:
         print(f"[{time.monotonic() - self.t0:7.1f}s] {text}", file=self.out, flush=True)
@@ -61,6 +63,12 @@ class HeadlessPrinter:
         elif isinstance(event, CommandApplied):
             nodes = f" (nodes {', '.join(map(str, event.node_ids))})" if event.node_ids else ""
             self._line(f"command {event.command_id} {event.kind} applied{nodes}")
+        elif isinstance(event, Progress):
+            for d in event.devices:  # a line when a device starts waiting for another process
+                waiting = d.get("waiting_for")
+                if waiting and waiting != self._device_waits.get(d["name"]):
+                    self._line(f"waiting for {waiting}")
+                self._device_waits[d["name"]] = waiting
         elif isinstance(event, SessionDone):
             self._line(f"session {event.session_id} {event.status}")
 

@@ -38,6 +38,22 @@ def format_verdict(v: dict[str, Any]) -> str:
     return line
 
 
+def eval_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """`ktree eval` of several solutions: one row per solution (file, status, time, speedup vs
+    eager, max abs error, flags), aligned columns."""
+    head = ("file", "status", "ms", "speedup", "max abs err", "flags")
+    body = []
+    for file, v in rows:
+        err = v.get("max_abs_err")
+        flags = "; ".join(f.split(":")[0] for f in v.get("flags") or [])
+        ms = v.get("time_ms")
+        body.append((file, v["status"], "-" if ms is None else f"{ms:.4g}", fmt_x(v.get("speedup_eager")),
+                     "-" if err is None else f"{err:.3g}", flags or "-"))
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in [head, *body])
+
+
 def format_session_row(row: dict[str, Any]) -> str:
     started = datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M")
     best = fmt_x(row.get("best_speedup"))

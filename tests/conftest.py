@@ -32,6 +32,8 @@ def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocesses), so a source compiled once is a cache hit afterwards."""
     cache = Path(os.environ.get("KTREE_TEST_CACHE") or tmp_path_factory.mktemp("build-cache"))
     os.environ["KTREE_CACHE_DIR"] = str(cache)
+    # The tests' device locks are their own: a ktree search on the same host does not hold them up.
+    os.environ.setdefault("KTREE_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     return cache
 
 

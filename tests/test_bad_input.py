@@ -31,6 +31,12 @@ def _file(tmp_path: Path, name: str, data: bytes | str) -> str:
     return str(path)
 
 
+def _dir(tmp_path: Path, name: str) -> str:
+    path = tmp_path / name
+    path.mkdir()
+    return str(path)
+
+
 # name: (ktree arguments (a function of tmp_path), environment, the one line's needle)
 ONE_LINE = {
     "unknown problem": (lambda t: ["run", "no_such_problem"], {}, "unknown problem 'no_such_problem'"),
@@ -43,8 +49,11 @@ ONE_LINE = {
     "solution not UTF-8": (lambda t: ["eval", "softmax", _file(t, "sol.py", b"class ModelNew: '\xff\xfe'\n")],
                            {}, "cannot read"),
     "directory as the problem": (lambda t: ["eval", str(t), "x"], {}, "is a directory, not a problem file"),
-    "directory as the solution": (lambda t: ["eval", "softmax", str(t)], {},
-                                  "is a directory, not a solution file"),
+    "directory without solutions": (lambda t: ["eval", "softmax", _dir(t, "sols")], {},
+                                    "is a directory with no solution files"),
+    "missing solution among several": (
+        lambda t: ["eval", "softmax", _file(t, "a.py", "class ModelNew: pass\n"), str(t / "gone.py")], {},
+        "gone.py: cannot read"),
     "config not TOML": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],
                         {"KTREE_CONFIG": "{tmp}/config.toml"}, "is not valid TOML"),
     "config unreadable": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],

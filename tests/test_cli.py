@@ -258,3 +258,31 @@ def test_db_after_the_subcommand_is_read(tmp_path: Path, args: list[str], capsys
     assert out.strip()
     if args[0] == "sessions":
         assert "softmax" in out
+
+
+def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
+    """Several solutions (files and a directory) in one call: one row each, built in one compile
+    pool and timed one at a time; --json gives a list with each solution's file."""
+    import json
+
+    sols = tmp_path / "sols"
+    sols.mkdir()
+    (sols / "a_identity.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                                        "    def forward(self, x): return x\n")
+    (sols / "b_torch.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                                     "    def forward(self, x): return torch.softmax(x, dim=1)\n")
+    proc = run_ktree("eval", "softmax", str(sols), "--backend", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [Path(r["file"]).name for r in rows] == ["a_identity.py", "b_torch.py"]
+    assert rows[0]["status"] == "incorrect"
+    assert rows[1]["status"] == "flagged" and rows[1]["flags"][0].startswith("torch-ops")
+    assert rows[0]["max_rel_err"] > 0  # the identity's worst relative error is reported
+
+    proc = run_ktree("eval", "softmax", str(sols / "a_identity.py"), str(sols / "b_torch.py"),
+                     "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "flags"]
+    assert "a_identity.py" in lines[1] and "incorrect" in lines[1]
+    assert "b_torch.py" in lines[2] and "flagged" in lines[2] and "torch-ops" in lines[2]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.base import Gate, PhaseCallback
+from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
@@ -73,6 +74,14 @@ class Device:
     busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
     resting: bool = False  # its worker could not start: out of the queue for DOWN_REST_S
     info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
+    lock_key: str | None = None  # its host-wide lock (engine.evaluate.hostlock); None: no lock
+    lock: DeviceLock | None = None  # made on first use
+    waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
+
+    def host_lock(self) -> DeviceLock | None:
+        if self.lock is None and self.lock_key is not None:
+            self.lock = DeviceLock(self.lock_key)
+        return self.lock
 
     @property
     def alive(self) -> bool:
@@ -81,7 +90,8 @@ class Device:
 
     def state(self) -> dict[str, Any]:
         return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
-                "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive}
+                "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
+                "waiting_for": self.waiting_for}
 
     def describe(self) -> dict[str, Any]:
         """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""
@@ -105,11 +115,15 @@ class LocalEvaluator:
         worker_max_jobs: int = 32,
         gpus: list[int] | None = None,
         devices: int = 1,
+        host_lock: bool = True,
     ):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
-        (for tests of the dispatch: they share the cores, so no timing is quiet)."""
+        (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
+        host lock). host_lock: hold each device's host-wide lock (engine.evaluate.hostlock) while
+        checking and timing on it, so that ktree processes on one host queue for a device."""
         self.backend = backend
+        self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
         self.cache_dir = str(cache_dir or default_cache_dir())
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
         self.compile_workers = compile_workers or default_compile_workers()
@@ -140,17 +154,21 @@ class LocalEvaluator:
             self.gpus = list(visible) if gpus is None else list(gpus)
             check_gpus(self.gpus, visible)
             slots = [(f"gpu{g}", g, {"CUDA_VISIBLE_DEVICES": visible[g]}) for g in self.gpus]
+            keys = [gpu_key(g, visible[g]) if host_lock else None for g in self.gpus]
         else:
             if gpus:
                 raise ValueError("GPUs are chosen on the cuda backend only")
             slots = [(f"cpu{i}", i, {}) for i in range(max(1, devices))]
+            # One cpu device: the whole host's cores ("cpu"). Several (tests of the dispatch, which
+            # share the cores on purpose): no host lock.
+            keys = ["cpu" if host_lock and devices <= 1 else None] * len(slots)
         self.devices: list[Device] = []
         self._free: asyncio.Queue[Device] = asyncio.Queue()  # one queue: first free device first
-        for name, index, own in slots:
+        for (name, index, own), key in zip(slots, keys, strict=True):
             device_env = {**env, **own, "KTREE_DEVICE_INDEX": str(index)}
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs)
                       if worker else None)
-            device = Device(name, index, device_env, runner)
+            device = Device(name, index, device_env, runner, lock_key=key)
             self.devices.append(device)
             self._free.put_nowait(device)
 
@@ -161,7 +179,8 @@ class LocalEvaluator:
 
     def device_states(self) -> list[dict[str, Any]]:
         """Per device: name, busy, jobs (evaluations finished), busy_s, queue (jobs waiting for
-        that device alone: 0 here, one queue serves all), alive."""
+        that device alone: 0 here, one queue serves all), alive, waiting_for (while another
+        process on the host holds the device's lock: "gpu0 (held by pid N, session M)", else None)."""
         return [d.state() for d in self.devices]
 
     async def close(self) -> None:
@@ -300,7 +319,9 @@ class LocalEvaluator:
     async def _device(self, gate: Gate | None = None) -> AsyncIterator[Device]:
         """Whichever device is free first (one queue for all), held for one evaluation; the
         waiters are counted for the progress display. With a gate: only while it is open (a
-        device that comes free while it is closed goes back to the queue)."""
+        device that comes free while it is closed goes back to the queue). The device's host
+        lock is held for the whole use: another ktree process on the host holding it makes this
+        wait (shown in the device's state), without blocking the event loop."""
         while True:
             if gate is not None:
                 await gate.wait()
@@ -310,7 +331,19 @@ class LocalEvaluator:
             finally:
                 self.waiting["device"] -= 1
             if gate is None or gate.is_open():
-                break
+                lock = device.host_lock()
+                if lock is None:
+                    break
+                try:
+                    await lock.acquire(self.session, lambda h, d=device: self._lock_wait(d, h))
+                except BaseException:
+                    self._free.put_nowait(device)
+                    raise
+                finally:
+                    device.waiting_for = None
+                if gate is None or gate.is_open():
+                    break
+                lock.release()  # paused while it waited for the host: not now
             self._free.put_nowait(device)  # paused while it waited: not now
         try:
             async with self._quiet_cpu():
@@ -321,11 +354,18 @@ class LocalEvaluator:
                     device.busy = False
                     device.busy_s += time.monotonic() - started
         finally:
+            if device.lock is not None:
+                device.lock.release()
             if device.resting:  # back in the queue after a rest
                 device.resting = False
                 asyncio.get_running_loop().call_later(DOWN_REST_S, self._free.put_nowait, device)
             else:
                 self._free.put_nowait(device)
+
+    @staticmethod
+    def _lock_wait(device: Device, holder: dict[str, Any] | None) -> None:
+        """The device's host lock is taken by another process (holder: who, as it recorded itself)."""
+        device.waiting_for = f"{device.name} ({describe_holder(holder)})"
 
     @contextlib.asynccontextmanager
     async def _slot(self, stage: str) -> AsyncIterator[None]:

@@ -380,7 +380,8 @@ class Search:
         spent = self.budget
         state = (self.round, rounds, waiting.get("compile", 0), waiting.get("device", 0),
                  self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6), self.sched.paused,
-                 tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"]) for d in devices))
+                 tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"], d.get("waiting_for"))
+                       for d in devices))
         now = time.monotonic()
         if not force and state == self._last_progress and now - self._last_progress_at < 1.0:
             return
@@ -436,6 +437,8 @@ class Search:
                 self._spawn(node)
 
     async def _publish_started(self) -> None:
+        if hasattr(self.evaluator, "session"):  # a LocalEvaluator records it in its device locks
+            self.evaluator.session = self._sid
         await self.bus.publish(SessionStarted(
             self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
             dict(self.sizes), asdict(self.config), self.cost.describe(), resumed=self.resuming,

@@ -74,15 +74,18 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
 
 
 def device_lines(text: Text, devices: list[dict[str, Any]], elapsed: float, limit: int) -> int:
-    """One line per evaluation device (GPU): busy or idle, evaluations done, utilisation (its busy
-    time over the run's); at most `limit`, then how many more. Returns the lines written."""
+    """One line per evaluation device (GPU): busy, idle or waiting for its host lock ("waiting
+    for gpu0 (held by pid N, session M)": another process on the host uses it), evaluations
+    done, utilisation (its busy time over the run's); at most `limit`, then how many more.
+    Returns the lines written."""
     width = max((len(d["name"]) for d in devices), default=0)
     for d in devices[:limit]:
         util = min(1.0, d["busy_s"] / elapsed) if elapsed > 0 else 0.0
-        state = "down" if not d["alive"] else "busy" if d["busy"] else "idle"
-        colour = {"down": "red", "busy": "green", "idle": "dim"}[state]
+        waiting = d.get("waiting_for")
+        state = "down" if not d["alive"] else "busy" if d["busy"] else "waiting" if waiting else "idle"
+        colour = {"down": "red", "busy": "green", "idle": "dim", "waiting": "yellow"}[state]
         text.append(f"\n{d['name']:<{width}} ")
-        text.append(state, style=colour)
+        text.append(f"waiting for {waiting}" if state == "waiting" else state, style=colour)
         text.append(f" {d['jobs']:>3} jobs {util:>4.0%}" + (f" queue {d['queue']}" if d["queue"] else ""))
     if len(devices) > limit:
         text.append(f"\n+{len(devices) - limit} more devices", style="dim")

@@ -60,8 +60,10 @@ class Evaluator(Protocol):
         `options`: any other EvalJob field (atol, rtol, trials, seed, mode, ...)."""
         ...
 
-    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None) -> Verdict:
-        """The verdict of one job; `on_phase` hears each phase it enters. Never raises for the
+    async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
+                       gate: Gate | None = None) -> Verdict:
+        """The verdict of one job; `on_phase` hears each phase it enters; with a `gate` (the
+        search's pause), nothing is checked or timed while it is closed. Never raises for the
         candidate's faults: they are statuses."""
         ...
 

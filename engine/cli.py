@@ -441,7 +441,7 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         from engine.report import format_verdict
 
-        print(format_verdict(verdict.to_dict()))
+        print(format_verdict(verdict))
     return 0
 
 
@@ -489,14 +489,14 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                 for n in nodes:
                     if n.kind != "variant":
                         continue
-                    v = evals.get(n.id, {})
+                    v = evals.get(n.id)
                     rows.append({"node": n.id, "parent": n.parent_id, "round": n.round, "idea": n.title,
                                  "origin": n.origin, "status": n.status, "pinned": n.pinned,
-                                 "pruned": n.pruned, "time_ms": v.get("time_ms"),
-                                 "ref_eager_ms": v.get("ref_eager_ms"),
-                                 "speedup_eager": v.get("speedup_eager"),
-                                 "max_abs_err": v.get("max_abs_err"), "device": v.get("device"),
-                                 "slot": (v.get("gpu") or {}).get("slot")})
+                                 "pruned": n.pruned, "time_ms": v and v.time_ms,
+                                 "ref_eager_ms": v and v.ref_eager_ms,
+                                 "speedup_eager": v and v.speedup_eager,
+                                 "max_abs_err": v and v.max_abs_err, "device": v and v.device,
+                                 "slot": (v.gpu or {}).get("slot") if v else None})
                 out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:

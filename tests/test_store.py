@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.verdict import Verdict
 from engine.store import SCHEMA_VERSION, Store, StoreError
 
 
@@ -15,9 +16,9 @@ async def test_roundtrip_and_schema_version(tmp_path: Path):
                                 status="reference")
     var = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1,
                                status="queued", source="code")
-    await store.add_evaluation(node_id=var.id, session_id=sid, verdict={
-        "status": "correct", "time_ms": 1.0, "ref_eager_ms": 2.0, "speedup_eager": 2.0,
-        "backend": "cpu", "device": "x", "sizes": {"dim": 8}})
+    await store.add_evaluation(node_id=var.id, session_id=sid, verdict=Verdict(
+        status="correct", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0,
+        backend="cpu", device="x", sizes={"dim": 8}))
     await store.update_node(var.id, status="correct", speedup=2.0)
     await store.add_llm_call(session_id=sid, node_id=var.id, provider="scripted", model="m",
                              purpose="implement", prompt="p", reply="r", input_tokens=3,
@@ -33,7 +34,7 @@ async def test_roundtrip_and_schema_version(tmp_path: Path):
     assert [(n.kind, n.status, n.speedup) for n in nodes] == [
         ("root", "reference", None), ("variant", "correct", 2.0)]
     [ev] = await store.evaluations(sid)
-    assert ev["sizes"] == {"dim": 8} and ev["verdict"]["time_ms"] == 1.0
+    assert ev["sizes"] == {"dim": 8} and ev["verdict"].time_ms == 1.0
     [call] = await store.llm_calls(sid)
     assert (call["input_tokens"], call["output_tokens"]) == (3, 4)
     await store.close()

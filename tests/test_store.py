@@ -43,6 +43,29 @@ async def test_roundtrip_and_schema_version(tmp_path: Path):
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
 
 
+async def test_an_old_verdict_row_with_missing_and_unknown_keys_loads(tmp_path: Path):
+    """Rows written by an older version come back as Verdicts: missing keys take their defaults,
+    keys no longer known are dropped, and the written Verdict reads back equal."""
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="scripted", models=["m"],
+                                     config={}, sizes={})
+    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    written = Verdict(status="flagged", flags=("torch-ops",), time_ms=2.0, gpu={"slot": "gpu1"}, device="H200")
+    await store.add_evaluation(node_id=root.id, session_id=sid, verdict=written)
+    await store.conn.execute(
+        "INSERT INTO evaluations(node_id, session_id, status, backend, device, sizes, verdict, created_at)"
+        " VALUES (?, ?, 'incorrect', 'cpu', '', '{}', ?, 0)",
+        (root.id, sid, '{"time_ms": 1.5, "gone": true}'))
+    await store.conn.commit()
+    new, old = [e["verdict"] for e in await store.evaluations(sid)]
+    assert new == written
+    assert old == Verdict(status="incorrect", time_ms=1.5)
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        assert conn.execute("SELECT device FROM evaluations ORDER BY id").fetchone()[0] == "gpu1: H200"
+
+
 async def test_newer_schema_is_refused(tmp_path: Path):
     await (await Store.open(tmp_path / "k.db")).close()
     with sqlite3.connect(tmp_path / "k.db") as conn:

@@ -456,23 +456,23 @@ def _eval(args: argparse.Namespace) -> int:
         finally:
             await evaluator.close()
 
-    verdicts = [v.to_dict() for v in asyncio.run(go())]
+    verdicts = asyncio.run(go())
     single = len(args.solution) == 1 and not Path(args.solution[0]).is_dir()
     if single:  # one solution: its verdict, as before
         if args.json:
-            print(json.dumps(verdicts[0], indent=2))
+            print(json.dumps(verdicts[0].to_dict(), indent=2))
         else:
             from engine.report import format_verdict
 
             print(format_verdict(verdicts[0]))
         return 0
+    named = [(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]
     if args.json:
-        print(json.dumps([{"file": str(path), **v} for (path, _), v in zip(solutions, verdicts, strict=True)],
-                         indent=2))
+        print(json.dumps([{"file": path, **v.to_dict()} for path, v in named], indent=2))
     else:
         from engine.report import eval_table
 
-        print(eval_table([(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]))
+        print(eval_table(named))
     return 0
 
 
@@ -520,14 +520,14 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                 for n in nodes:
                     if n.kind != "variant":
                         continue
-                    v = evals.get(n.id, {})
+                    v = evals.get(n.id)
                     rows.append({"node": n.id, "parent": n.parent_id, "round": n.round, "idea": n.title,
                                  "origin": n.origin, "status": n.status, "pinned": n.pinned,
-                                 "pruned": n.pruned, "time_ms": v.get("time_ms"),
-                                 "ref_eager_ms": v.get("ref_eager_ms"),
-                                 "speedup_eager": v.get("speedup_eager"),
-                                 "max_abs_err": v.get("max_abs_err"), "device": v.get("device"),
-                                 "slot": (v.get("gpu") or {}).get("slot")})
+                                 "pruned": n.pruned, "time_ms": v and v.time_ms,
+                                 "ref_eager_ms": v and v.ref_eager_ms,
+                                 "speedup_eager": v and v.speedup_eager,
+                                 "max_abs_err": v and v.max_abs_err, "device": v and v.device,
+                                 "slot": (v.gpu or {}).get("slot") if v else None})
                 out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:

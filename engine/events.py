@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.domain import Node
+from engine.evaluate.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class VerdictReady:
     """A variant's evaluation, committed, and the node as it now stands."""
 
     node: Node
-    verdict: dict[str, Any]
+    verdict: Verdict
 
 
 @dataclass(frozen=True)

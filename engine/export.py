@@ -38,26 +38,26 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         what = {"root": "the reference", "idea": "an idea"}.get(node.kind, "a variant with no code")
         raise ExportError(f"node {node_id} is {what}; only a variant's code can be exported")
     evaluations = await store.evaluations(sid)
-    verdict = next((e["verdict"] for e in reversed(evaluations) if e["node_id"] == node_id), {})
-    sizes = ", ".join(f"{k}={v}" for k, v in (verdict.get("sizes") or session["sizes"]).items())
+    verdict = next((e["verdict"] for e in reversed(evaluations) if e["node_id"] == node_id), None)
+    sizes = ", ".join(f"{k}={v}" for k, v in ((verdict and verdict.sizes) or session["sizes"]).items())
 
     def ms(key: str) -> str:
-        value = verdict.get(key)
+        value = getattr(verdict, key) if verdict is not None else None
         return "-" if value is None else f"{value:.4g} ms"
 
     def x(key: str) -> str:
-        value = verdict.get(key)
+        value = getattr(verdict, key) if verdict is not None else None
         return "-" if value is None else f"{value:.2f}x"
 
     measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
-    err = verdict.get("max_abs_err")
+    err = verdict.max_abs_err if verdict is not None else None
     lines = [
         f"# ktree solution for {session['problem']} ({session['problem_path']})",
         f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
         f"# verdict: {node.status}; max abs error {'-' if err is None else f'{err:.3g}'}",
         f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')},"
         f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
-        f"# measured on {verdict.get('device') or session['backend']} ({session['backend']}) at {sizes},"
+        f"# measured on {(verdict and verdict.device) or session['backend']} ({session['backend']}) at {sizes},"
         f" search started {measured}",
         f"# found by ktree with {', '.join(session['models'])}",
         "",

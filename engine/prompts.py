@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from engine.evaluate.verdict import Verdict
+
 TEMPLATES = Path(__file__).parent / "templates"
 IMPLEMENT_HEADER = "## Idea to implement"
 TRIED_HEADER = "## Ideas already tried on this branch"
@@ -32,30 +34,31 @@ def _template(name: str) -> Template:
     return Template((TEMPLATES / name).read_text())
 
 
-def describe_verdict(verdict: dict | None, ref_ms: float | None = None) -> str:
+def describe_verdict(verdict: Verdict | None, ref_ms: float | None = None) -> str:
     """The parent's measurements as the idea prompt shows them."""
-    if not verdict:
+    if verdict is None:
         if ref_ms:
             return f"This is the PyTorch reference itself: {ref_ms:.4g} ms (eager)."
         return "This is the PyTorch reference itself; no measurement yet."
-    lines = [f"- status: {verdict.get('status')}"]
-    if verdict.get("time_ms") is not None:
+    v = verdict
+    lines = [f"- status: {v.status}"]
+    if v.time_ms is not None:
         lines.append(
-            f"- median time: {verdict['time_ms']:.4g} ms (p10 {verdict.get('time_p10_ms') or 0:.4g},"
-            f" p90 {verdict.get('time_p90_ms') or 0:.4g})"
+            f"- median time: {v.time_ms:.4g} ms (p10 {v.time_p10_ms or 0:.4g},"
+            f" p90 {v.time_p90_ms or 0:.4g})"
         )
-    if verdict.get("ref_eager_ms") is not None:
-        lines.append(f"- PyTorch eager reference: {verdict['ref_eager_ms']:.4g} ms")
-    if verdict.get("speedup_eager") is not None:
-        lines.append(f"- speedup vs eager: {verdict['speedup_eager']:.3g}x")
-    if verdict.get("speedup_compile") is not None:
-        lines.append(f"- speedup vs torch.compile: {verdict['speedup_compile']:.3g}x")
-    if verdict.get("max_abs_err") is not None:
-        lines.append(f"- max abs error vs fp64 reference: {verdict['max_abs_err']:.3g}")
-    if verdict.get("sol_fraction") is not None:
-        lines.append(f"- fraction of speed-of-light: {verdict['sol_fraction']:.1%}")
-    if verdict.get("status") not in ("correct", None) and verdict.get("log"):
-        lines.append("- log tail:\n" + verdict["log"][-1500:])
+    if v.ref_eager_ms is not None:
+        lines.append(f"- PyTorch eager reference: {v.ref_eager_ms:.4g} ms")
+    if v.speedup_eager is not None:
+        lines.append(f"- speedup vs eager: {v.speedup_eager:.3g}x")
+    if v.speedup_compile is not None:
+        lines.append(f"- speedup vs torch.compile: {v.speedup_compile:.3g}x")
+    if v.max_abs_err is not None:
+        lines.append(f"- max abs error vs fp64 reference: {v.max_abs_err:.3g}")
+    if v.sol_fraction is not None:
+        lines.append(f"- fraction of speed-of-light: {v.sol_fraction:.1%}")
+    if v.status != "correct" and v.log:
+        lines.append("- log tail:\n" + v.log[-1500:])
     return "\n".join(lines)
 
 

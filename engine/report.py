@@ -4,7 +4,10 @@ Standard library only, so `ktree eval` and `ktree problems` need nothing beyond 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.evaluate.verdict import Verdict
 
 
 def fmt_ms(value: float | None) -> str:
@@ -15,39 +18,38 @@ def fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def format_verdict(v: dict[str, Any]) -> str:
+def format_verdict(v: Verdict) -> str:
     """A verdict in one or two lines (status, error, times, speedup, first log line)."""
-    parts = [v["status"]]
-    if v.get("max_abs_err") is not None:
-        parts.append(f"max abs err {v['max_abs_err']:.3g}")
-    if v.get("time_ms") is not None:
-        parts.append(f"{fmt_ms(v['time_ms'])} (p10 {fmt_ms(v.get('time_p10_ms'))},"
-                     f" p90 {fmt_ms(v.get('time_p90_ms'))})")
-    if v.get("ref_eager_ms") is not None:
-        parts.append(f"eager {fmt_ms(v['ref_eager_ms'])}")
-    if v.get("speedup_eager") is not None:
-        parts.append(f"speedup {fmt_x(v['speedup_eager'])}")
-    if (v.get("gpu") or {}).get("slot"):  # which device measured it
-        parts.append(f"on {v['gpu']['slot']}")
+    parts = [v.status]
+    if v.max_abs_err is not None:
+        parts.append(f"max abs err {v.max_abs_err:.3g}")
+    if v.time_ms is not None:
+        parts.append(f"{fmt_ms(v.time_ms)} (p10 {fmt_ms(v.time_p10_ms)},"
+                     f" p90 {fmt_ms(v.time_p90_ms)})")
+    if v.ref_eager_ms is not None:
+        parts.append(f"eager {fmt_ms(v.ref_eager_ms)}")
+    if v.speedup_eager is not None:
+        parts.append(f"speedup {fmt_x(v.speedup_eager)}")
+    if (v.gpu or {}).get("slot"):  # which device measured it
+        parts.append(f"on {v.gpu['slot']}")
     line = ", ".join(parts)
-    for flag in v.get("flags") or []:
+    for flag in v.flags or ():
         line += f"\n    flag: {flag[:200]}"
-    if v["status"] not in ("correct", "flagged") and v.get("log"):
-        first = next((ln for ln in reversed(v["log"].strip().splitlines()) if ln.strip()), "")
+    if v.status not in ("correct", "flagged") and v.log:
+        first = next((ln for ln in reversed(v.log.strip().splitlines()) if ln.strip()), "")
         line += f"\n    {first[:200]}"
     return line
 
 
-def eval_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+def eval_table(rows: list[tuple[str, Verdict]]) -> str:
     """`ktree eval` of several solutions: one row per solution (file, status, time, speedup vs
     eager, max abs error, flags), aligned columns."""
     head = ("file", "status", "ms", "speedup", "max abs err", "flags")
     body = []
     for file, v in rows:
-        err = v.get("max_abs_err")
-        flags = "; ".join(f.split(":")[0] for f in v.get("flags") or [])
-        ms = v.get("time_ms")
-        body.append((file, v["status"], "-" if ms is None else f"{ms:.4g}", fmt_x(v.get("speedup_eager")),
+        err, ms = v.max_abs_err, v.time_ms
+        flags = "; ".join(f.split(":")[0] for f in v.flags)
+        body.append((file, v.status, "-" if ms is None else f"{ms:.4g}", fmt_x(v.speedup_eager),
                      "-" if err is None else f"{err:.3g}", flags or "-"))
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -123,11 +125,11 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, dict[str, Any]]) -> str:
+def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, Verdict]) -> str:
     """`ktree show`: the session's tree, one node a line, with statuses and speedups.
     `nodes` are store Nodes; `verdicts` maps node id to its recorded verdict."""
     sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
-    device = next((v.get("device") for v in verdicts.values() if v.get("device")), session["backend"])
+    device = next((v.device for v in verdicts.values() if v.device), session["backend"])
     head = (f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
             f" {session.get('strategy', 'tree')}, provider {session['provider']}, {session['status']},"
             f" best {fmt_x(session.get('best_speedup'))}")
@@ -146,9 +148,9 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             return f"#{n.id} reference {n.title}" + (f", eager {fmt_ms(ref)}" if ref else "") + marks
         if n.kind == "idea":
             return f"#{n.id} idea r{n.round}{origin}: {n.title} — {n.status}{marks}"
-        v = verdicts.get(n.id, {})
+        v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
-        flags = f" flags: {len(v['flags'])}" if v.get("flags") else ""
+        flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
         return f"#{n.id} variant r{n.round}{origin}: {n.status}{speed}{flags}{marks}"
 
     def walk(n: Any, prefix: str, last: bool, top: bool) -> None:

@@ -20,7 +20,7 @@ import aiosqlite
 
 from engine import crash
 from engine.domain import Node
-from engine.evaluate.verdict import device_label
+from engine.evaluate.verdict import Verdict, device_label
 
 T = TypeVar("T")
 
@@ -389,14 +389,14 @@ class Store:
         return {r["round"]: json.loads(r["parent_ids"]) for r in rows}
 
     @_writes
-    async def add_evaluation(self, *, node_id: int, session_id: int, verdict: dict[str, Any]) -> int:
+    async def add_evaluation(self, *, node_id: int, session_id: int, verdict: Verdict) -> int:
         cur = await self.conn.execute(
             "INSERT INTO evaluations(node_id, session_id, status, max_abs_err, time_ms, ref_ms,"
             " speedup, backend, device, sizes, verdict, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (node_id, session_id, verdict["status"], verdict.get("max_abs_err"),
-             verdict.get("time_ms"), verdict.get("ref_eager_ms"), verdict.get("speedup_eager"),
-             verdict.get("backend", ""), device_label(verdict),
-             json.dumps(verdict.get("sizes", {})), json.dumps(verdict), time.time()),
+            (node_id, session_id, verdict.status, verdict.max_abs_err,
+             verdict.time_ms, verdict.ref_eager_ms, verdict.speedup_eager,
+             verdict.backend, device_label(verdict),
+             json.dumps(verdict.sizes), json.dumps(verdict.to_dict()), time.time()),
         )
         await self.conn.commit()
         assert cur.lastrowid is not None
@@ -483,14 +483,17 @@ class Store:
         return [_node(r) for r in rows]
 
     async def evaluations(self, session_id: int, after_id: int = 0) -> list[dict[str, Any]]:
-        """A session's evaluations in order; with `after_id`, only those recorded after it."""
+        """A session's evaluations in order; with `after_id`, only those recorded after it. Each
+        row's "verdict" is the recorded Verdict."""
         rows = await self.conn.execute_fetchall(
             "SELECT * FROM evaluations WHERE session_id = ? AND id > ? ORDER BY id",
             (session_id, after_id))
         out = []
         for r in rows:
             d = dict(r)
-            d["verdict"] = json.loads(d["verdict"])
+            # A row recorded by an older version may lack keys (from_dict defaults them); the status
+            # column is there on every row.
+            d["verdict"] = Verdict.from_dict({"status": d["status"], **json.loads(d["verdict"])})
             d["sizes"] = json.loads(d["sizes"])
             out.append(d)
         return out

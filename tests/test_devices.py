@@ -202,7 +202,7 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
             assert app.search_summary is not None and app.search_summary["status"] == "finished"
             devices = screen.model.progress["devices"]
             assert [d["name"] for d in devices] == ["cpu0", "cpu1"]
-            slots = Counter(v["gpu"]["slot"] for v in screen.model.verdicts.values())
+            slots = Counter(v.gpu["slot"] for v in screen.model.verdicts.values())
             assert slots == {d["name"]: d["jobs"] for d in devices if d["jobs"]}
             assert sum(d["jobs"] for d in devices) == len(screen.model.verdicts) == 4
             screen.refresh_progress()
@@ -218,7 +218,7 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
             screen.select_node(node)
             await pilot.pause()
             shown = str(screen.query_one("#verdict", Static).content)
-            assert f"{screen.model.verdicts[node]['gpu']['slot']}: " in shown
+            assert f"{screen.model.verdicts[node].gpu['slot']}: " in shown
             await pilot.press("q")
     finally:
         await prepared.evaluator.close()

@@ -40,7 +40,7 @@ def test_every_event_is_committed_first_and_a_crashing_variant_does_not_stop_the
             assert row("SELECT status FROM nodes WHERE id = ?", event.node.id) == (event.node.status,)
         elif isinstance(event, VerdictReady):
             assert row("SELECT status FROM evaluations WHERE node_id = ?", event.node.id) == (
-                event.verdict["status"],)
+                event.verdict.status,)
         elif isinstance(event, LLMCallDone):
             assert row("SELECT status FROM llm_calls WHERE id = ?", event.call_id) == (event.status,)
         elif isinstance(event, SessionDone):

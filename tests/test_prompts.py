@@ -1,6 +1,7 @@
 import pytest
 
 from engine import prompts
+from engine.evaluate.verdict import Verdict
 from engine.prompts import IdeaText, ReplyError, extract_code, parse_ideas
 
 
@@ -41,8 +42,8 @@ def test_extract_code_failures_say_why():
 def test_idea_prompt_carries_the_method_inputs():
     text = prompts.idea_prompt(
         "class Model: ...", "class ModelNew: ...",
-        prompts.describe_verdict({"status": "correct", "time_ms": 1.5, "ref_eager_ms": 3.0,
-                                  "speedup_eager": 2.0, "max_abs_err": 1e-6}),
+        prompts.describe_verdict(Verdict(status="correct", time_ms=1.5, ref_eager_ms=3.0,
+                                         speedup_eager=2.0, max_abs_err=1e-6)),
         ["Tile it"], 4, "cuda",
     )
     assert "Propose exactly 4 distinct" in text

@@ -162,7 +162,7 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
             "SELECT id FROM nodes WHERE session_id = ? AND kind = 'variant'", (sid,))).fetchall()]
         evals = await store.evaluations(sid)
         assert sorted(e["node_id"] for e in evals) == sorted(variants)  # none lost, none twice
-        rerun = [e["verdict"] for e in evals if e["verdict"]["placement"]["requeued"]]
+        rerun = [e["verdict"] for e in evals if e["verdict"].placement["requeued"]]
         assert len(rerun) == 1 and evaluator.requeues == 1
         placement = rerun[0]["placement"]
         assert placement["lost"] == [killed["name"]] and placement["device"] != killed["name"]

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.verdict import Verdict
 from engine.store import SCHEMA_VERSION, Store, StoreError
 
 
@@ -15,9 +16,9 @@ async def test_roundtrip_and_schema_version(tmp_path: Path):
                                 status="reference")
     var = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1,
                                status="queued", source="code")
-    await store.add_evaluation(node_id=var.id, session_id=sid, verdict={
-        "status": "correct", "time_ms": 1.0, "ref_eager_ms": 2.0, "speedup_eager": 2.0,
-        "backend": "cpu", "device": "x", "sizes": {"dim": 8}})
+    await store.add_evaluation(node_id=var.id, session_id=sid, verdict=Verdict(
+        status="correct", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0,
+        backend="cpu", device="x", sizes={"dim": 8}))
     await store.update_node(var.id, status="correct", speedup=2.0)
     await store.add_llm_call(session_id=sid, node_id=var.id, provider="scripted", model="m",
                              purpose="implement", prompt="p", reply="r", input_tokens=3,
@@ -33,13 +34,36 @@ async def test_roundtrip_and_schema_version(tmp_path: Path):
     assert [(n.kind, n.status, n.speedup) for n in nodes] == [
         ("root", "reference", None), ("variant", "correct", 2.0)]
     [ev] = await store.evaluations(sid)
-    assert ev["sizes"] == {"dim": 8} and ev["verdict"]["time_ms"] == 1.0
+    assert ev["sizes"] == {"dim": 8} and ev["verdict"].time_ms == 1.0
     [call] = await store.llm_calls(sid)
     assert (call["input_tokens"], call["output_tokens"]) == (3, 4)
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
+
+
+async def test_an_old_verdict_row_with_missing_and_unknown_keys_loads(tmp_path: Path):
+    """Rows written by an older version come back as Verdicts: missing keys take their defaults,
+    keys no longer known are dropped, and the written Verdict reads back equal."""
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="scripted", models=["m"],
+                                     config={}, sizes={})
+    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    written = Verdict(status="flagged", flags=("torch-ops",), time_ms=2.0, gpu={"slot": "gpu1"}, device="H200")
+    await store.add_evaluation(node_id=root.id, session_id=sid, verdict=written)
+    await store.conn.execute(
+        "INSERT INTO evaluations(node_id, session_id, status, backend, device, sizes, verdict, created_at)"
+        " VALUES (?, ?, 'incorrect', 'cpu', '', '{}', ?, 0)",
+        (root.id, sid, '{"time_ms": 1.5, "gone": true}'))
+    await store.conn.commit()
+    new, old = [e["verdict"] for e in await store.evaluations(sid)]
+    assert new == written
+    assert old == Verdict(status="incorrect", time_ms=1.5)
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        assert conn.execute("SELECT device FROM evaluations ORDER BY id").fetchone()[0] == "gpu1: H200"
 
 
 async def test_newer_schema_is_refused(tmp_path: Path):

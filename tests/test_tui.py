@@ -37,7 +37,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
             assert f" #{node.id} " in label and node.status in label  # (the best: "✔ ★ best #5 ...")
             if node.status == "correct":
                 assert f"{node.speedup:.2f}x" in label
-                vs_compile = screen.model.verdicts[node.id].get("speedup_compile")
+                vs_compile = screen.model.verdicts[node.id].speedup_compile
                 if vs_compile is not None:  # wide terminal: the speedup vs torch.compile too
                     assert f"({vs_compile:.2f}x compile)" in label
         assert any("★ best" in lb for lb in tree_labels(tree))
@@ -51,7 +51,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
             row = table.get_row(str(node.id))
             assert row[0] == str(node.id) and str(row[3]) == node.status
             if node.status == "correct":
-                assert row[8] == f"{screen.model.verdicts[node.id]['speedup_eager']:.3g}x"
+                assert row[8] == f"{screen.model.verdicts[node.id].speedup_eager:.3g}x"
 
         # Selecting a row selects the node and shows its source, highlighted, line-numbered.
         table.focus()

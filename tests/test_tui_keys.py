@@ -213,7 +213,7 @@ async def test_diff_sort_best_and_details_keys(tmp_path):
         await pilot.press("o")
         speeds = [table.get_row_at(i)[8] for i in range(table.row_count)]
         numbers = [float(s.rstrip("x")) for s in speeds if s != "-"]
-        fastest = max(v["speedup_eager"] for v in screen.model.verdicts.values() if v.get("speedup_eager"))
+        fastest = max(v.speedup_eager for v in screen.model.verdicts.values() if v.speedup_eager)
         assert numbers == sorted(numbers, reverse=True) and speeds[0] == f"{fastest:.3g}x"
         await pilot.press("o")
         rounds = [int(table.get_row_at(i)[1]) for i in range(table.row_count)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine import control
 from engine.domain import Node, best_variant
+from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -35,9 +36,9 @@ def node(nid: int, parent: int | None, kind: str = "variant", status: str = "gen
                 speedup, None)
 
 
-def verdict(speedup: float | None, status: str = "correct") -> dict:
-    return {"status": status, "speedup_eager": speedup, "speedup_compile": speedup and speedup * 0.8,
-            "time_ms": 1.0, "flags": [], "log": ""}
+def verdict(speedup: float | None, status: str = "correct") -> Verdict:
+    return Verdict(status=status, speedup_eager=speedup, speedup_compile=speedup and speedup * 0.8,
+                   time_ms=1.0)
 
 
 def started(resumed: bool = False) -> SessionStarted:
@@ -93,7 +94,7 @@ def test_node_added_then_updated():
 
 def test_verdict_ready_fills_rows_best_and_plot():
     model = live_tree()
-    assert model.verdicts[4]["speedup_eager"] == 3.0 and model.best_id == 4
+    assert model.verdicts[4].speedup_eager == 3.0 and model.best_id == 4
     assert model.best_by_round == {1: 3.0}
     changes = model.apply(NodeAdded(node(8, 3, rnd=2)))
     changes = model.apply(VerdictReady(node(8, 3, status="correct", speedup=5.0, rnd=2), verdict(5.0)))
@@ -262,7 +263,7 @@ async def test_a_followed_session_from_its_polls(tmp_path: Path):
     finally:
         await store.close()
     assert new.id in changes.updated and changes.rows[-1] == new.id
-    assert model.verdicts[new.id]["speedup_eager"] == 50
+    assert model.verdicts[new.id].speedup_eager == 50
     assert model.best_id == new.id != old_best and {new.id, old_best} <= changes.relabel
     assert not model.pending and not model.node_pending and idea.id in changes.relabel
     assert model.status == "finished" and model.info["stop_reason"] == "budget"

@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.widgets import DataTable, RichLog, Select, Static, Tree
 
 from engine.domain import best_variant
+from engine.evaluate.verdict import Verdict
 from engine.store import Store
 from tests.conftest import run_ktree
 from tests.fake_session import T0, write_fake_session
@@ -152,8 +153,8 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         tree = screen.query_one("#tree", SearchTree)
         await wait_until(pilot, lambda: node.id in tree.items)
         assert f"#{node.id}" in label_of(tree, node.id) and "compiling" in label_of(tree, node.id)
-        verdict = {"status": "correct", "max_abs_err": 1e-6, "time_ms": 0.1, "ref_eager_ms": 2.0,
-                   "speedup_eager": 20.0, "flags": [], "log": ""}
+        verdict = Verdict(status="correct", max_abs_err=1e-6, time_ms=0.1, ref_eager_ms=2.0,
+                          speedup_eager=20.0)
         await other.add_evaluation(node_id=node.id, session_id=sid, verdict=verdict)
         await other.update_node(node.id, status="correct", speedup=20.0, time_ms=0.1)
         await other.update_session(sid, status="finished", finished_at=T0 + 10)

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine import control
 from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant
+from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -121,7 +122,7 @@ class ScreenModel:
     clock: Callable[[], float] = time.time
     nodes: dict[int, Node] = field(default_factory=dict)
     kids: dict[int | None, list[int]] = field(default_factory=dict)
-    verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
     best_id: int | None = None  # engine.domain.best_variant, nothing else
     best_by_round: dict[int, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)  # the session: problem, backend, sizes, status, ...

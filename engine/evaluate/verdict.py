@@ -80,9 +80,9 @@ class Verdict:
         return cls(**kwargs)
 
 
-def device_label(verdict: dict[str, Any]) -> str:
+def device_label(verdict: Verdict) -> str:
     """Which device measured a verdict, as the store and the screens show it: "gpu1: NVIDIA H200";
     the bare device name for a verdict without its `gpu` (recorded before there were several)."""
-    slot = (verdict.get("gpu") or {}).get("slot")
-    name = verdict.get("device") or ""
+    slot = (verdict.gpu or {}).get("slot")
+    name = verdict.device or ""
     return f"{slot}: {name}" if slot and name else slot or name

@@ -23,6 +23,7 @@ from typing import Any
 from engine import crash, prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded
 from engine.evaluate.base import Evaluator
+from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
     EventBus,
@@ -87,7 +88,7 @@ class Search:
         self.session_id: int | None = resume
         self.resuming = resume is not None
         self.nodes: dict[int, Node] = {}
-        self.verdicts: dict[int, dict[str, Any]] = {}
+        self.verdicts: dict[int, Verdict] = {}
         self.replies: dict[tuple[int, str], LLMResult] = {}  # (node, purpose) -> how its call ended
         self.started = time.time()
         self.round = 0
@@ -252,7 +253,7 @@ class Search:
                 return
             await self.update(node.id, source=source, status="queued")
         verdict = await self._evaluate(self.nodes[node.id])
-        if verdict["status"] == "compile_error":
+        if verdict.status == "compile_error":
             await self._maybe_fix(self.nodes[node.id])
 
     async def _maybe_fix(self, failed: Node) -> None:
@@ -272,15 +273,15 @@ class Search:
     def _code_prompt(self, node: Node) -> str:
         parent = self.nodes[node.parent_id]  # type: ignore[index]
         if node.origin == "fix":
-            verdict = self.verdicts.get(parent.id, {})
+            verdict = self.verdicts.get(parent.id)
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
-                                      verdict.get("log", ""), self.backend, self.config.rtol)
+                                      verdict.log if verdict else "", self.backend, self.config.rtol)
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
                                         self.config.rtol)
 
-    async def _evaluate(self, node: Node) -> dict[str, Any]:
+    async def _evaluate(self, node: Node) -> Verdict:
         verdict = self.verdicts.get(node.id)
         if verdict is None:  # not evaluated yet (a resume finds the verdicts already committed)
             # Code that exists is evaluated even once a budget is spent: budgets stop new LLM work.
@@ -297,14 +298,14 @@ class Search:
                 crash.point("compile" if phase == "compiling" else
                             "evaluate" if phase in DEVICE_PHASES else "phase")
 
-            verdict = (await self.evaluator.evaluate(job, on_phase, gate=self.sched)).to_dict()
+            verdict = await self.evaluator.evaluate(job, on_phase, gate=self.sched)
             await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated
-        await self.update(node.id, status=verdict["status"], speedup=verdict.get("speedup_eager"),
-                          time_ms=verdict.get("time_ms"), publish=False)
-        if verdict.get("ref_eager_ms") and verdict["status"] == "correct":
-            await self.store.update_session(self._sid, ref_ms=verdict["ref_eager_ms"])
+        await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
+                          time_ms=verdict.time_ms, publish=False)
+        if verdict.ref_eager_ms and verdict.status == "correct":
+            await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
         return verdict
 
@@ -476,8 +477,7 @@ class Search:
         return list(dict.fromkeys(reversed(titles)))
 
     def _describe(self, parent: Node) -> str:
-        ref_ms = next((v.get("ref_eager_ms") for v in self.verdicts.values()
-                       if v.get("ref_eager_ms")), None)
+        ref_ms = next((v.ref_eager_ms for v in self.verdicts.values() if v.ref_eager_ms), None)
         text = prompts.describe_verdict(self.verdicts.get(parent.id), ref_ms)
         if self.strategy.feedback:  # the last attempt's verdict
             last = max((n for n in self.nodes.values() if n.kind == "variant" and n.id in self.verdicts),
@@ -501,7 +501,7 @@ class Search:
         for n in variants:
             by_status[n.status] = by_status.get(n.status, 0) + 1
         best = self.best()
-        best_verdict = self.verdicts.get(best.id, {}) if best else {}
+        best_verdict = self.verdicts.get(best.id) if best else None
         return {
             "session_id": self.session_id,
             "problem": self.problem.name,
@@ -523,7 +523,7 @@ class Search:
                 "idea": best.title,
                 "speedup_eager": best.speedup,
                 "time_ms": best.time_ms,
-                "ref_eager_ms": best_verdict.get("ref_eager_ms"),
+                "ref_eager_ms": best_verdict.ref_eager_ms if best_verdict else None,
             },
             "elapsed_s": round(time.time() - self.started, 2),
         }

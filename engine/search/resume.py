@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.domain import DONE_STATUSES, Node, excluded
+from engine.evaluate.verdict import Verdict
 from engine.search.calls import LLMResult
 from engine.store import Store
 
@@ -24,7 +24,7 @@ class Saved:
     """A session as the DB holds it."""
 
     nodes: dict[int, Node] = field(default_factory=dict)
-    verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
     replies: dict[tuple[int, str], LLMResult] = field(default_factory=dict)  # (node, purpose)
     round: int = 0  # the last round started (0: none yet)
     parents: list[int] = field(default_factory=list)  # its parents

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from engine.domain import Node
+from engine.evaluate.verdict import Verdict
 from tui.widgets.code import fmt_num
 from tui.widgets.status import style
 
@@ -21,17 +22,20 @@ SORTS = [("speedup", True), ("round", False), ("time_ms", False)]  # what the so
 DESCENDING = ("speedup", "speedup_compile", "sol")  # bigger is better: a header click sorts these down
 
 
-def row_cells(node: Node, verdict: dict[str, Any] | None) -> dict[str, str | Text]:
+def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
     """A variant's row, column key -> cell."""
-    v = verdict or {}
-    sol = v.get("sol_fraction")
+
+    def num(name: str, spec: str = ".4g", suffix: str = "") -> str:  # "-" until it is evaluated
+        return fmt_num(None if verdict is None else getattr(verdict, name), spec, suffix)
+
+    sol = None if verdict is None else verdict.sol_fraction
     return {
         "node": str(node.id), "round": str(node.round), "idea": node.title[:32],
         "status": Text(node.status, style=style(node.status)),
-        "time_ms": fmt_num(v.get("time_ms")), "p10": fmt_num(v.get("time_p10_ms")),
-        "p90": fmt_num(v.get("time_p90_ms")), "ref_ms": fmt_num(v.get("ref_eager_ms")),
-        "speedup": fmt_num(v.get("speedup_eager"), ".3g", "x"),
-        "speedup_compile": fmt_num(v.get("speedup_compile"), ".3g", "x"),
+        "time_ms": num("time_ms"), "p10": num("time_p10_ms"),
+        "p90": num("time_p90_ms"), "ref_ms": num("ref_eager_ms"),
+        "speedup": num("speedup_eager", ".3g", "x"),
+        "speedup_compile": num("speedup_compile", ".3g", "x"),
         "sol": "-" if sol is None else f"{100 * sol:.1f}",
     }
 
@@ -57,7 +61,7 @@ class TimingsTable(DataTable):
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
 
-    def write_rows(self, rows: Iterable[tuple[Node, dict[str, Any] | None]]) -> None:
+    def write_rows(self, rows: Iterable[tuple[Node, Verdict | None]]) -> None:
         """Add or update the rows of these variants (keyed by node id: updated in place)."""
         for node, verdict in rows:
             cells = row_cells(node, verdict)

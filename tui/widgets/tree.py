@@ -40,7 +40,8 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
         if node.speedup is not None:
             label.append(f"{node.speedup:.2f}x ", style="bold green" if node.speedup >= 1 else "")
         if wide:
-            sc = model.verdicts.get(node.id, {}).get("speedup_compile")
+            verdict = model.verdicts.get(node.id)
+            sc = verdict.speedup_compile if verdict is not None else None
             if sc is not None:
                 label.append(f"({sc:.2f}x compile) ", style="dim")
         label.append(node.status, style=colour)

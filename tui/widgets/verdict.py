@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.widgets import Static
 
 from engine.domain import Node
-from engine.evaluate.verdict import device_label
+from engine.evaluate.verdict import Verdict, device_label
 from tui.widgets.code import fmt_num
 from tui.widgets.status import glyph, style
 
 LOG_LINES = 8  # the tail of the evaluation log shown under the numbers
 
 
-def verdict_text(node: Node, verdict: dict[str, Any] | None, why: str | None = None) -> Text:
+def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) -> Text:
     """Status, kind, round and marks; then error, timings (median, p10, p90), speedups vs eager and
     torch.compile, fraction of speed-of-light, flags and the log's tail."""
     out = Text()
@@ -30,25 +28,25 @@ def verdict_text(node: Node, verdict: dict[str, Any] | None, why: str | None = N
     v = verdict
     if v is None:
         return out
-    if v.get("gpu"):  # which device measured it
+    if v.gpu:  # which device measured it
         out.append(f" · {device_label(v)}", style="dim")
-    out.append(f"\nmax abs err {fmt_num(v.get('max_abs_err'), '.3g')}")
-    out.append(f" · median {fmt_num(v.get('time_ms'), '.4g', ' ms')}"
-               f" (p10 {fmt_num(v.get('time_p10_ms'), '.4g')}, p90 {fmt_num(v.get('time_p90_ms'), '.4g')})")
-    out.append(f"\nvs eager {fmt_num(v.get('speedup_eager'), '.2f', 'x')}"
-               f" ({fmt_num(v.get('ref_eager_ms'), '.4g', ' ms')})"
-               f" · vs torch.compile {fmt_num(v.get('speedup_compile'), '.2f', 'x')}"
-               f" ({fmt_num(v.get('ref_compile_ms'), '.4g', ' ms')})")
-    sol = v.get("sol_fraction")
+    out.append(f"\nmax abs err {fmt_num(v.max_abs_err, '.3g')}")
+    out.append(f" · median {fmt_num(v.time_ms, '.4g', ' ms')}"
+               f" (p10 {fmt_num(v.time_p10_ms, '.4g')}, p90 {fmt_num(v.time_p90_ms, '.4g')})")
+    out.append(f"\nvs eager {fmt_num(v.speedup_eager, '.2f', 'x')}"
+               f" ({fmt_num(v.ref_eager_ms, '.4g', ' ms')})"
+               f" · vs torch.compile {fmt_num(v.speedup_compile, '.2f', 'x')}"
+               f" ({fmt_num(v.ref_compile_ms, '.4g', ' ms')})")
+    sol = v.sol_fraction
     out.append(f" · SOL {'-' if sol is None else f'{100 * sol:.1f}%'}")
-    for flag in v.get("flags") or []:
+    for flag in v.flags or ():
         out.append(f"\nflag: {flag}", style="magenta")
-    log = (v.get("log") or "").rstrip()
+    log = (v.log or "").rstrip()
     if log:
         out.append("\n" + "\n".join(log.splitlines()[-LOG_LINES:]), style="dim")
     return out
 
 
 class VerdictPane(Static):
-    def show(self, node: Node, verdict: dict[str, Any] | None, why: str | None = None) -> None:
+    def show(self, node: Node, verdict: Verdict | None, why: str | None = None) -> None:
         self.update(verdict_text(node, verdict, why), layout=False)

@@ -298,7 +298,8 @@ async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
 def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path):
     """A second process (another `ktree`, the TUI following a session) records a stop; the
     engine process picks it up from the DB while its LLM call is still in flight."""
-    import subprocess
+    import sqlite3
+import subprocess
     import sys
     import time
 
@@ -313,8 +314,11 @@ def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path)
         deadline = time.time() + 60
         while time.time() < deadline:
             time.sleep(0.2)
-            if db.exists() and query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'")[0][0]:
-                break
+            try:
+                if db.exists() and query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'")[0][0]:
+                    break
+            except sqlite3.OperationalError:  # the file exists, its tables not yet
+                continue
 
         async def stop() -> None:
             store = await Store.open(db)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -298,8 +299,7 @@ async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
 def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path):
     """A second process (another `ktree`, the TUI following a session) records a stop; the
     engine process picks it up from the DB while its LLM call is still in flight."""
-    import sqlite3
-import subprocess
+    import subprocess
     import sys
     import time
 

@@ -159,6 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
+    suite = command("suite", help="search every problem of a directory, a built-in level or a list"
+                                  " of files at once (one session a problem)")
+    suite.add_argument("problems", nargs="*", metavar="PATH|level1|level2|FILE",
+                       help="a directory of KernelBench-format files (e.g. a KernelBench checkout's"
+                            " level1/), a built-in level, problem files or built-in names")
+    suite.add_argument("--resume", type=_positive, metavar="SUITE",
+                       help="continue an interrupted suite (no problems then)")
+    suite.add_argument("--suite-budget-usd", type=float, default=None,
+                       help="stop starting LLM work in every problem once the suite has spent this")
+    for action in run._actions:  # every search flag of `run`, per problem (as argparse's parents= shares them)
+        if action.dest not in ("help", "problem", "resume", "db"):
+            suite._add_action(action)
+
     ev = command("eval", help="evaluate solution files against a reference")
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
     ev.add_argument("solution", nargs="+",
@@ -180,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--all", action="store_true", help="every session in the database")
     show.add_argument("--table", action="store_true", help="the variants as a markdown table")
     show.add_argument("--json", action="store_true", help="the variants as JSON")
+    show.add_argument("--suite", type=_positive, metavar="SUITE",
+                      help="a suite's report: per problem best speedups, then fast_p and geomean")
+    show.add_argument("--markdown", metavar="FILE", help="with --suite: also write the report here")
     export = command("export", help="the best correct variant as a KernelBench solution file")
     export.add_argument("session", type=_positive, help="session id")
     export.add_argument("--node", type=_positive, help="this variant instead of the best")
@@ -266,6 +282,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "suite":
+        return _suite(args, _db_path(args))
     if args.command == "sessions":
         return _sessions(_db_path(args))
     if args.command == "problems":
@@ -413,6 +431,111 @@ async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) 
     return 130 if summary["status"] == "interrupted" else 0
 
 
+def _suite(args: argparse.Namespace, db: Path) -> int:
+    """`ktree suite`: every problem at once, one line per event of note, then the report."""
+    from engine.launch import SuiteRequest, SuiteResumeRequest, prepare_suite, prepare_suite_resume
+
+    if args.json and not (args.headless or args.estimate):
+        args.headless = True  # a suite always prints lines; --json asks for the report as JSON
+    if args.resume is not None:
+        if args.problems:
+            raise UsageError("--resume continues a recorded suite: give no problems with it")
+        if args.estimate:
+            raise UsageError("--estimate is for a new suite, not with --resume")
+        request = SuiteResumeRequest(
+            suite=args.resume, gpus=None if args.gpus is None else tuple(args.gpus),
+            compile_workers=args.compile_workers,
+            executor=args.executor if args.executor != "local" else None, ray_address=args.ray_address,
+            ray_workers=args.ray_workers, suite_budget_usd=args.suite_budget_usd)
+
+        async def resume() -> Any:
+            store = await _open_store(db)
+            try:
+                return await prepare_suite_resume(request, store)
+            finally:
+                await store.close()
+
+        prepared = asyncio.run(resume())
+    else:
+        if not args.problems:
+            raise UsageError("ktree suite needs problems (a directory, level1, level2, files)"
+                             " or --resume SUITE")
+        args.problem = args.problems[0]
+        run = run_request(args)
+        if args.estimate:
+            return _suite_estimate(args, SuiteRequest(tuple(args.problems), run, args.suite_budget_usd))
+        _isolation_note(args.isolation)
+        prepared = prepare_suite(SuiteRequest(tuple(args.problems), run, args.suite_budget_usd))
+    for entry in prepared.entries:
+        if entry.error:
+            print(f"ktree: note: {entry.name}: {entry.error} (recorded; the suite goes on)", file=sys.stderr)
+    return asyncio.run(_run_suite(args, prepared, db))
+
+
+async def _run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
+    from engine.events import EventBus
+    from engine.headless import SuiteLinePrinter
+    from engine.report import suite_markdown
+    from engine.search.suite import suite_report
+
+    store = await _open_store(db)
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    out = sys.stderr if args.json else sys.stdout
+
+    def bus_for(entry: Any) -> EventBus:
+        bus = EventBus()
+        bus.subscribe(SuiteLinePrinter(entry.name, out))
+        return bus
+
+    suite = prepared.suite(store, bus_for)
+    status = "interrupted"
+    try:
+        status = (await suite.run())["status"]
+    except asyncio.CancelledError:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await prepared.evaluator.close()
+        report = await suite_report(store, suite.suite_id) if suite.suite_id is not None else None
+        await store.close()
+    if report is not None:
+        print(json.dumps(report, indent=2, default=str) if args.json else "\n" + suite_markdown(report))
+    return 130 if status == "interrupted" else 0
+
+
+def _show_suite(args: argparse.Namespace, db: Path) -> int:
+    from engine.report import suite_markdown
+    from engine.search.suite import suite_report
+
+    async def go() -> Any:
+        store = await _open_store(db)
+        try:
+            return await suite_report(store, args.suite)
+        finally:
+            await store.close()
+
+    report = asyncio.run(go())
+    if report is None:
+        raise UsageError(f"no suite {args.suite} in {db}")
+    text = suite_markdown(report)
+    if args.markdown:
+        try:
+            Path(args.markdown).write_text(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.markdown}: {exc}") from None
+        print(f"wrote {args.markdown}", file=sys.stderr)
+    print(json.dumps(report, indent=2, default=str) if args.json else text)
+    return 0
+
+
+def _suite_estimate(args: argparse.Namespace, request: Any) -> int:
+    raise UsageError("--estimate for a suite is not available yet")
+
+
 def _solution_files(given: list[str]) -> list[tuple[Path, str]]:
     """Each solution file named (a directory: its *.py, sorted) with its text; UsageError for a
     missing or unreadable one, one without ModelNew, or a directory with no .py file."""
@@ -499,6 +622,10 @@ def _show(args: argparse.Namespace, db: Path) -> int:
 
     if not db.exists():
         raise UsageError(f"no database at {db}")
+    if args.suite is not None:
+        return _show_suite(args, db)
+    if args.markdown:
+        raise UsageError("--markdown needs --suite")
     if args.follow:
         return _follow(args, db)
 

@@ -94,3 +94,29 @@ class HeadlessPrinter:
         if s.get("stop_reason"):
             print(f"  stopped early: {s['stop_reason']}", file=out)
         print(f"  elapsed {s['elapsed_s']:.1f} s", file=out)
+
+
+class SuiteLinePrinter:
+    """A suite's problem, headless: a line when its session starts and ends, per verdict, and per
+    failed LLM call, each naming the problem (a suite's lines interleave)."""
+
+    def __init__(self, problem: str, out: TextIO | None = None):
+        self.problem = problem
+        self.out = out or sys.stdout
+        self.t0 = time.monotonic()
+
+    def _line(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.t0:7.1f}s] {self.problem}: {text}", file=self.out, flush=True)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SessionStarted):
+            self._line(f"{'resumed ' if event.resumed else ''}session {event.session_id} on {event.backend}")
+        elif isinstance(event, VerdictReady):
+            self._line(f"node {event.node.id} {format_verdict(event.verdict).splitlines()[0]}")
+        elif isinstance(event, LLMCallDone) and event.status != "ok":
+            self._line(f"llm {event.purpose} call {event.call_id} failed")
+        elif isinstance(event, BudgetReached):
+            self._line(f"{event.reason}: no new work starts")
+        elif isinstance(event, SessionDone):
+            best = (event.summary.get("best") or {}).get("speedup_eager")
+            self._line(f"session {event.session_id} {event.status}, best {fmt_x(best)}")

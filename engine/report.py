@@ -181,3 +181,34 @@ def agreement_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | {db:.4g} | {versus} |"
                      if db else f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | - | - |")
     return "\n".join(lines)
+
+
+def suite_markdown(report: dict[str, Any]) -> str:
+    """`ktree show --suite N`: one row a problem, then KernelBench's suite numbers (fast_p over
+    ALL problems: correct and more than p times faster; geomean over the correct ones)."""
+    suite, sc = report["suite"], report["scores"]
+    head = (f"Suite {suite['id']}: {suite['name']} — {suite['status']},"
+            f" {sc['problems']} problems, {sc['correct']} with a correct kernel")
+    if suite.get("stop_reason"):
+        head += f" ({suite['stop_reason']})"
+    lines = [head, "", "| session | problem | status | best vs eager | best vs torch.compile | variants |"
+             " tokens | cost |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in report["problems"]:
+        status = p["status"] if p["correct"] or p["status"] != "finished" else "finished, none correct"
+        if p["reason"] and p["status"] in ("failed", "stopped"):
+            status += f": {p['reason'][:90]}"
+        lines.append(f"| {p['session_id'] or '-'} | {p['problem']} | {status} | {fmt_x(p['speedup_eager'])}"
+                     f" | {fmt_x(p['speedup_compile'])} | {p['variants']} | {p['tokens']}"
+                     f" | ${p['cost_usd']:.4f} |")
+    thresholds = list(sc["fast_p_eager"])
+    lines += ["", "| vs | " + " | ".join(f"fast_{t}" for t in thresholds) + " | geomean (correct only) |",
+              "| --- | " + " | ".join("---" for _ in thresholds) + " | --- |"]
+    for key, label in (("eager", "eager"), ("compile", "torch.compile")):
+        fp = sc[f"fast_p_{key}"]
+        lines.append(f"| {label} | " + " | ".join(f"{fp[t]:.2f}" for t in thresholds)
+                     + f" | {fmt_x(sc[f'geomean_speedup_{key}'])} |")
+    lines += ["", f"correctness rate {sc['correctness_rate']:.2f} ({sc['correct']}/{sc['problems']}),"
+              f" {sc['tokens']} tokens, ${sc['cost_usd']:.4f}",
+              "fast_p: the fraction of all problems (failed and unloadable ones included) with a correct"
+              " kernel more than p times faster than the baseline (KernelBench's definition)."]
+    return "\n".join(lines)

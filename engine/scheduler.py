@@ -18,9 +18,11 @@ from typing import Any
 
 
 class Scheduler:
-    def __init__(self, llm_per_provider: int = 8):
+    def __init__(self, llm_per_provider: int = 8, llm_limits: dict[str, asyncio.Semaphore] | None = None):
+        """`llm_limits`: the per-provider limits to use, shared with other schedulers (a suite's
+        problems share one LLM concurrency limit); by default this scheduler's own."""
         self.llm_per_provider = llm_per_provider
-        self._llm: dict[str, asyncio.Semaphore] = {}
+        self._llm: dict[str, asyncio.Semaphore] = {} if llm_limits is None else llm_limits
         self._open = asyncio.Event()
         self._open.set()
         self.tasks: dict[asyncio.Task[None], int] = {}  # task -> node it works on

@@ -24,7 +24,7 @@ from engine.evaluate.verdict import Verdict, device_label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 6
 HEARTBEAT_STALE_S = 15.0  # a running session silent this long has lost its engine
 
 SCHEMA = """
@@ -50,7 +50,20 @@ CREATE TABLE IF NOT EXISTS sessions (
     best_node_id INTEGER,
     best_speedup REAL,
     pid          INTEGER,                -- the engine process while it runs
-    heartbeat_at REAL                    -- last sign of life from that process
+    heartbeat_at REAL,                   -- last sign of life from that process
+    suite_id     INTEGER REFERENCES suites(id)  -- the suite it is a problem of (NULL: on its own)
+);
+CREATE TABLE IF NOT EXISTS suites (      -- `ktree suite`: many problems searched as one run
+    id           INTEGER PRIMARY KEY,
+    name         TEXT NOT NULL,          -- what was given: a directory, a level, files
+    problems     TEXT NOT NULL,          -- JSON list of problem specs (paths), in order
+    config       TEXT NOT NULL,          -- JSON object: the per-problem request and the suite cap
+    status       TEXT NOT NULL,          -- running | finished | stopped | interrupted
+    stop_reason  TEXT,
+    created_at   REAL NOT NULL,
+    finished_at  REAL,
+    pid          INTEGER,
+    heartbeat_at REAL
 );
 CREATE TABLE IF NOT EXISTS nodes (
     id         INTEGER PRIMARY KEY,
@@ -157,6 +170,23 @@ CREATE TABLE IF NOT EXISTS rounds (
     created_at REAL NOT NULL,
     PRIMARY KEY (session_id, round)
 );
+""",
+    4: "",  # (another branch's step)
+    5: "",  # (another branch's step)
+    6: """
+CREATE TABLE IF NOT EXISTS suites (
+    id           INTEGER PRIMARY KEY,
+    name         TEXT NOT NULL,
+    problems     TEXT NOT NULL,
+    config       TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    stop_reason  TEXT,
+    created_at   REAL NOT NULL,
+    finished_at  REAL,
+    pid          INTEGER,
+    heartbeat_at REAL
+);
+ALTER TABLE sessions ADD COLUMN suite_id INTEGER REFERENCES suites(id);
 """,
 }
 
@@ -284,16 +314,65 @@ class Store:
     async def create_session(
         self, *, problem: str, problem_path: str, backend: str, strategy: str, provider: str,
         models: list[str], config: dict[str, Any], sizes: dict[str, int],
+        suite_id: int | None = None, status: str = "running", stop_reason: str | None = None,
     ) -> int:
+        """A new session (`status` other than running: one recorded as it ended, e.g. a suite's
+        problem that could not load, with its reason)."""
+        now = time.time()
         cur = await self.conn.execute(
             "INSERT INTO sessions(problem, problem_path, backend, strategy, provider, models,"
-            " config, sizes, status, created_at) VALUES (?,?,?,?,?,?,?,?, 'running', ?)",
+            " config, sizes, status, stop_reason, created_at, finished_at, suite_id)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (problem, problem_path, backend, strategy, provider, json.dumps(models),
-             json.dumps(config), json.dumps(sizes), time.time()),
+             json.dumps(config), json.dumps(sizes), status, stop_reason, now,
+             None if status == "running" else now, suite_id),
         )
         await self.conn.commit()
         assert cur.lastrowid is not None
         return cur.lastrowid
+
+    @_writes
+    async def create_suite(self, *, name: str, problems: list[str], config: dict[str, Any]) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO suites(name, problems, config, status, created_at, pid, heartbeat_at)"
+            " VALUES (?,?,?, 'running', ?,?,?)",
+            (name, json.dumps(problems), json.dumps(config), time.time(), os.getpid(), time.time()))
+        await self.conn.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    @_writes
+    async def update_suite(self, suite_id: int, **fields: Any) -> None:
+        allowed = {"status", "stop_reason", "finished_at", "pid", "heartbeat_at"}
+        if not fields or not set(fields) <= allowed:
+            raise ValueError(f"cannot update suite fields {sorted(set(fields) - allowed)}")
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        await self.conn.execute(f"UPDATE suites SET {assignments} WHERE id = ?", (*fields.values(), suite_id))
+        await self.conn.commit()
+
+    async def suites(self) -> list[dict[str, Any]]:
+        """Every suite, newest first; "status" as a reader sees it (a dead engine: interrupted)."""
+        rows = await self.conn.execute_fetchall("SELECT * FROM suites ORDER BY id DESC")
+        now = time.time()
+        out = []
+        for r in rows:
+            d = _suite_dict(r)
+            d["recorded_status"], d["status"] = d["status"], session_state(d, now)
+            out.append(d)
+        return out
+
+    async def suite(self, suite_id: int) -> dict[str, Any] | None:
+        rows = await self.conn.execute_fetchall("SELECT * FROM suites WHERE id = ?", (suite_id,))
+        if not rows:
+            return None
+        d = _suite_dict(rows[0])
+        d["recorded_status"], d["status"] = d["status"], session_state(d)
+        return d
+
+    async def suite_sessions(self, suite_id: int) -> list[dict[str, Any]]:
+        """The suite's sessions (one a problem), in the order they were made, as `sessions()` rows."""
+        return sorted((s for s in await self.sessions() if s.get("suite_id") == suite_id),
+                      key=lambda s: s["id"])
 
     @_writes
     async def update_session(self, session_id: int, **fields: Any) -> None:
@@ -555,6 +634,13 @@ class Store:
         cur = await self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         await self.conn.commit()
         return cur.rowcount > 0
+
+
+def _suite_dict(row: Any) -> dict[str, Any]:
+    d = dict(row)
+    for key in ("problems", "config"):
+        d[key] = json.loads(d[key])
+    return d
 
 
 def _session_dict(row: Any) -> dict[str, Any]:

@@ -17,6 +17,20 @@ from engine.llm.base import Usage
 
 
 @dataclass
+class Pool:
+    """Dollars shared by several searches (a suite's cap over all its problems): each one's
+    budget charges it too, and none starts new LLM work once it is spent."""
+
+    usd: float | None = None
+    spent_usd: float = 0.0
+
+    def exceeded(self) -> str | None:
+        if self.usd is not None and self.spent_usd >= self.usd:
+            return f"suite budget reached: ${self.spent_usd:.4f} of ${self.usd:g}"
+        return None
+
+
+@dataclass
 class Budget:
     usd: float | None = None
     tokens: int | None = None
@@ -25,10 +39,13 @@ class Budget:
     spent_usd: float = 0.0
     spent_tokens: int = 0
     variants_generated: int = 0
+    pool: Pool | None = None  # a suite's cap, shared with its other problems
 
     def charge(self, cost_usd: float, usage: Usage) -> None:
         """One LLM call's bill: its dollars and every token it was billed for."""
         self.spent_usd += cost_usd
+        if self.pool is not None:
+            self.pool.spent_usd += cost_usd
         self.spent_tokens += usage.input + usage.output + usage.reasoning
 
     def count_variant(self) -> None:
@@ -48,7 +65,7 @@ class Budget:
             return f"budget reached: {self.spent_tokens} of {self.tokens} tokens"
         if self.time_limit_s is not None and elapsed_s >= self.time_limit_s:
             return f"time limit reached: {self.time_limit_s:g} s"
-        return None
+        return self.pool.exceeded() if self.pool is not None else None
 
     def variant_limit(self) -> str | None:
         """Why no further variant may be generated, or None."""

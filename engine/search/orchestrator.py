@@ -17,7 +17,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from engine import crash, prompts
@@ -38,7 +38,7 @@ from engine.events import (
 from engine.llm.base import Provider
 from engine.problems import Problem
 from engine.scheduler import Scheduler
-from engine.search.budget import Budget
+from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
 from engine.search.resume import CANCEL, FIX, load_session, recovery
@@ -48,6 +48,17 @@ from engine.search.strategies import strategy_for
 from engine.store import Store
 
 HEARTBEAT_S = 2.0
+
+
+@dataclass
+class SuiteShare:
+    """What a suite's problems share: the suite (its id, recorded with each session), one LLM
+    concurrency limit per provider, and the suite-wide dollar cap. (The evaluator — one compile
+    pool, the GPU timers — is shared by handing every search the same one.)"""
+
+    suite_id: int
+    pool: Pool = field(default_factory=Pool)
+    llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
 
 class SearchAborted(Exception):
@@ -68,15 +79,18 @@ class Search:
         problem: Problem,
         config: SearchConfig,
         resume: int | None = None,
+        suite: SuiteShare | None = None,
     ):
         self.models = Models(models)
+        self.suite = suite
         self.strategy = strategy_for(config.strategy, rounds=config.rounds, ideas=config.ideas,
                                      variants=config.variants, top=config.top)
         self.store = store
         self.bus = bus
         self.scripted = self.models.scripted
         self.budget = Budget(usd=config.budget_usd, tokens=config.budget_tokens,
-                             variants=config.max_variants, time_limit_s=config.time_limit_s)
+                             variants=config.max_variants, time_limit_s=config.time_limit_s,
+                             pool=suite.pool if suite else None)
         self.call_settings = CallSettings(config.max_output_tokens, config.reasoning)
         self.stop_reason: str | None = None
         self.evaluator = evaluator
@@ -93,7 +107,7 @@ class Search:
         self.started = time.time()
         self.round = 0
         self.parents: list[int] = []  # this round's parents
-        self.sched = Scheduler(config.llm_concurrency)
+        self.sched = Scheduler(config.llm_concurrency, suite.llm_limits if suite else None)
         self._last_progress: tuple | None = None
         self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
@@ -404,7 +418,7 @@ class Search:
             config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
                     "cost_estimated": self.cost.estimated,
                     "gpus": self.evaluator.gpus},  # a resume uses them again
-            sizes=self.sizes,
+            sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,
         )
         await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
         await self._publish_started()

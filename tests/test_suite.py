@@ -1,0 +1,122 @@
+"""`ktree suite`: a scripted cpu suite over three built-in problems (two with scripted answers,
+one without: recorded with its reason) is killed outright mid-run, resumed once without paying
+for any call twice, and its report's fast_p and geomean match a recomputation from the DB."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.search.suite import FAST_P_THRESHOLDS, ProblemResult, fast_p, geomean_speedup
+from tests.conftest import REPO, query, run_ktree
+
+SHAPE = ["--provider", "scripted", "--backend", "cpu", "--rounds", "1", "--ideas", "1", "--variants", "1"]
+
+
+def _calls(db: Path) -> list[tuple]:
+    return query(db, "SELECT id, session_id, node_id, purpose, status FROM llm_calls ORDER BY id")
+
+
+def test_suite_killed_resumed_and_scored(tmp_path: Path, build_cache: Path) -> None:
+    db = tmp_path / "suite.db"
+    # A second per call: time to kill the engine with replies recorded and others not yet asked.
+    env = {**os.environ, "KTREE_SCRIPTED_LATENCY": "1.5"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "suite", "softmax", "layernorm", "gelu", *SHAPE, "--headless",
+         "--db", str(db)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.2)
+            if db.exists() and len(_calls(db)) >= 2:  # both idea calls answered, code not yet
+                break
+        else:
+            pytest.fail("no LLM call recorded in time")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _calls(db)
+    assert query(db, "SELECT status FROM suites") == [("running",)]  # as the dead engine left it
+    # The problem with no scripted answers was recorded with its reason before any call.
+    [(status, reason)] = query(db, "SELECT status, stop_reason FROM sessions WHERE problem = 'gelu'")
+    assert status == "failed" and "no cpu answers for 'gelu'" in reason
+
+    resumed = run_ktree("suite", "--resume", "1", "--headless", "--db", str(db),
+                        env={"KTREE_SCRIPTED_LATENCY": "0"})
+    assert resumed.returncode == 0, resumed.stderr[-3000:] + resumed.stdout[-3000:]
+    after = _calls(db)
+    assert after[:len(before)] == before  # nothing recorded was lost or changed
+    asked = [(node, purpose) for _, _, node, purpose, status in after if status == "ok"]
+    assert len(asked) == len(set(asked)), "a call was paid for twice"
+    assert len(after) > len(before)  # the resume did the rest
+    assert query(db, "SELECT status FROM suites") == [("finished",)]
+    sessions = query(db, "SELECT id, problem, status FROM sessions WHERE suite_id = 1 ORDER BY id")
+    assert sorted(p for _, p, _ in sessions) == ["gelu", "layernorm", "softmax"]
+    assert {p: s for _, p, s in sessions} == {"gelu": "failed", "layernorm": "finished", "softmax": "finished"}
+
+    shown = run_ktree("show", "--suite", "1", "--json", "--markdown", str(tmp_path / "r.md"), "--db", str(db))
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert "fast_0.5" in (tmp_path / "r.md").read_text()
+
+    # By hand from the DB: per problem, the best speedup of a correct verdict; fast_p over all three.
+    best: dict[str, tuple[float | None, float | None]] = {}
+    for sid, problem, _ in sessions:
+        rows = query(db, "SELECT verdict FROM evaluations WHERE session_id = ? AND status = 'correct'", sid)
+        verdicts = [json.loads(v) for (v,) in rows]
+        eager = [v["speedup_eager"] for v in verdicts if v["speedup_eager"] is not None]
+        comp = [v["speedup_compile"] for v in verdicts if v["speedup_compile"] is not None]
+        best[problem] = (max(eager, default=None), max(comp, default=None)) if verdicts else (None, None)
+    correct = {p for p, (e, _) in best.items() if e is not None}
+    assert correct == {"softmax", "layernorm"}  # the scripted kernels are correct on cpu
+    sc = report["scores"]
+    assert sc["problems"] == 3 and sc["correct"] == 2 and sc["correctness_rate"] == pytest.approx(2 / 3)
+    for p in FAST_P_THRESHOLDS:
+        by_hand = sum(1 for e, _ in best.values() if e is not None and e > p) / 3
+        assert sc["fast_p_eager"][f"{p:g}"] == pytest.approx(by_hand)
+        by_hand_c = sum(1 for _, c in best.values() if c is not None and c > p) / 3
+        assert sc["fast_p_compile"][f"{p:g}"] == pytest.approx(by_hand_c)
+    speeds = [best[p][0] for p in correct]
+    assert sc["geomean_speedup_eager"] == pytest.approx(math.prod(speeds) ** (1 / len(speeds)))
+    tokens = query(db, "SELECT SUM(input_tokens + output_tokens + reasoning_tokens) FROM llm_calls")[0][0]
+    assert sc["tokens"] == tokens
+    rows = {p["problem"]: p for p in report["problems"]}
+    assert rows["gelu"]["reason"].startswith("not searched:")
+    assert rows["softmax"]["speedup_eager"] == pytest.approx(best["softmax"][0])
+
+
+def _result(correct: bool, eager: float | None, comp: float | None = None) -> ProblemResult:
+    return ProblemResult(1, "p", "finished", None, correct, eager, comp, 1, 0.0, 0)
+
+
+def test_fast_p_counts_every_problem_and_geomean_only_correct() -> None:
+    results = [_result(True, 2.0, 0.5), _result(True, 0.9), _result(False, None), _result(False, None)]
+    assert fast_p(results, 0.0) == 0.5  # fast_0: the correctness rate
+    assert fast_p(results, 1.0) == 0.25  # 2.0 > 1; 0.9 is not; the two failures count in n
+    assert fast_p(results, 2.0) == 0.0  # strictly more than p
+    assert fast_p(results, 0.0, "compile") == 0.25  # a correct kernel with no compile time is not fast
+    assert geomean_speedup(results) == pytest.approx(math.sqrt(2.0 * 0.9))
+    assert geomean_speedup([_result(False, None)]) is None
+    assert fast_p([], 1.0) == 0.0
+
+
+def test_suite_bad_input_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, words in ((["suite"], "needs problems"), (["suite", str(empty)], "no problem files"),
+                        (["suite", "no_such_problem"], "unknown problem"),
+                        (["suite", "--resume", "3"], "no suite 3"),
+                        (["show", "--suite", "4"], "no suite 4")):
+        proc = run_ktree(*args, "--db", str(tmp_path / "k.db"))
+        assert proc.returncode == 2, proc.stderr
+        assert words in proc.stderr and "Traceback" not in proc.stderr

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     best_speedup REAL,
     pid          INTEGER,                -- the engine process while it runs
     heartbeat_at REAL,                   -- last sign of life from that process
-    suite_id     INTEGER REFERENCES suites(id)  -- the suite it is a problem of (NULL: on its own)
+    suite_id     INTEGER                 -- suites.id of the suite it is a problem of (NULL: none)
 );
 CREATE TABLE IF NOT EXISTS suites (      -- `ktree suite`: many problems searched as one run
     id           INTEGER PRIMARY KEY,
@@ -186,7 +186,7 @@ CREATE TABLE IF NOT EXISTS suites (
     pid          INTEGER,
     heartbeat_at REAL
 );
-ALTER TABLE sessions ADD COLUMN suite_id INTEGER REFERENCES suites(id);
+ALTER TABLE sessions ADD COLUMN suite_id INTEGER;
 """,
 }
 

@@ -127,6 +127,7 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             " ALTER TABLE nodes DROP COLUMN pruned; ALTER TABLE sessions DROP COLUMN pid;"
             " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
             " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want;"
+            " DROP TABLE suites; ALTER TABLE sessions DROP COLUMN suite_id;"
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")

@@ -21,40 +21,103 @@ workers + total device time / devices.
 
 On the cpu backend a timing waits until running builds end (so no build skews it): that wait is
 device idle time while compiled variants wait, by design; the < 5 % target is for cuda.
+
+With `llm_latency` (`--llm-latency 40` or `lognormal:median=40,sigma=0.5`) every scripted call
+first waits as long as a model would (drawn per call, seeded), and with `suite` > 1 the bench runs
+a suite of that many problems (engine.search.suite: one LLM limit, one evaluator): the problems
+with scripted answers on the backend in turn, from the one given, each its own session with its
+own distinct sources. It then reports the devices' busy fraction of the wall and of the window in
+which every problem has variants in flight (from the moment the last problem's first variant has
+its code to the moment the first problem's search ends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from engine.domain import DEVICE_PHASES
 from engine.evaluate.base import Evaluator
 from engine.evaluate.evaluator import LocalEvaluator
-from engine.events import Event, NodeAdded, NodeUpdated, VerdictReady
-from engine.llm.scripted import ScriptedProvider
+from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
+from engine.llm.base import Completion, Message
+from engine.llm.scripted import ScriptedProvider, scripted_backends, scripted_problems
 from engine.search import Search, SearchConfig
 from engine.store import Store
 
 SAMPLE_S = 0.005
 
 
+def parse_latency(spec: str, seed: int = 0) -> tuple[Callable[[], float], str]:
+    """(a draw of one call's latency in seconds, the spec in words) for `--llm-latency`: a fixed
+    number of seconds, or `lognormal:median=M,sigma=S` (the log of the latency normal with mean
+    log M and deviation S: reasoning models' spread). ValueError, in words, for anything else."""
+    spec = spec.strip()
+    try:
+        fixed = float(spec)
+    except ValueError:
+        fixed = None
+    if fixed is not None:
+        if fixed < 0:
+            raise ValueError(f"{spec}: a latency cannot be negative")
+        return (lambda: fixed), f"{fixed:g} s a call"
+    kind, _, params = spec.partition(":")
+    if kind != "lognormal":
+        raise ValueError(f"{spec!r}: give seconds (e.g. 40) or lognormal:median=40,sigma=0.5")
+    try:
+        values = {k.strip(): float(v) for k, v in (p.split("=", 1) for p in params.split(",") if p.strip())}
+    except ValueError:
+        raise ValueError(f"{spec!r}: lognormal takes median=SECONDS,sigma=SPREAD") from None
+    if set(values) - {"median", "sigma"} or "median" not in values:
+        raise ValueError(f"{spec!r}: lognormal takes median=SECONDS,sigma=SPREAD")
+    median, sigma = values["median"], values.get("sigma", 0.5)
+    if median <= 0 or sigma < 0:
+        raise ValueError(f"{spec!r}: the median must be more than 0 and sigma not negative")
+    rng = random.Random(seed)
+    words = f"lognormal, median {median:g} s, sigma {sigma:g}"
+    return (lambda: rng.lognormvariate(math.log(median), sigma)), words
+
+
+class _Slow:
+    """A provider that waits as a model would before the scripted answer."""
+
+    def __init__(self, inner: ScriptedProvider, latency: Callable[[], float]):
+        self.inner, self.latency = inner, latency
+        self.name, self.scripted = inner.name, True
+
+    async def complete(self, messages: list[Message], model: str = "scripted", max_output_tokens: int = 0,
+                       reasoning: str | None = None) -> Completion:
+        started = time.perf_counter()
+        await asyncio.sleep(self.latency())
+        done = await self.inner.complete(messages, model, max_output_tokens, reasoning)
+        return Completion(done.text, done.usage, done.cost_usd, time.perf_counter() - started, done.model)
+
+
 async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds: int, ideas: int,
                          variants: int, top: int = 2, compile_workers: int | None = None,
                          cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
-                         repeat_sources: bool = False) -> dict[str, Any]:
+                         repeat_sources: bool = False, llm_latency: str | None = None, suite: int = 1,
+                         llm_concurrency: int = 8) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
-    `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests)."""
+    `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests).
+    `llm_latency`: each call's wait (parse_latency's spec); `suite`: that many problems at once."""
     from engine.events import EventBus
+    from engine.search.suite import Suite, SuiteEntry
 
     status: dict[int, str] = {}
+    first_code: dict[int, float] = {}  # session -> when its first variant had its code
+    ended: dict[int, float] = {}  # session -> when its search ended
     t0 = time.perf_counter()
+    latency, latency_words = parse_latency(llm_latency) if llm_latency else (None, "no LLM latency")
 
     def watch(event: Event) -> None:
         if isinstance(event, NodeAdded | NodeUpdated | VerdictReady):
@@ -63,6 +126,10 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 log.write(f"{time.perf_counter() - t0:8.2f}s node {node.id} {node.kind} {node.status}\n")
                 log.flush()
             status[node.id] = node.status
+            if node.kind == "variant" and node.source:
+                first_code.setdefault(node.session_id, time.perf_counter())
+        elif isinstance(event, SessionDone):
+            ended.setdefault(event.session_id, time.perf_counter())
 
     with tempfile.TemporaryDirectory(prefix="ktree-bench-") as tmp:
         store = await Store.open(Path(tmp) / "bench.db")
@@ -72,10 +139,23 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         if evaluator is None:
             evaluator = LocalEvaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
                                   devices=devices, **cache)
-        provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
-                                    stamp=None if repeat_sources else uuid.uuid4().hex[:12])
-        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
-        search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
+        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top,
+                              llm_concurrency=llm_concurrency)
+
+        def provider_for(p: Any) -> Any:
+            inner = ScriptedProvider(p.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
+                                     stamp=None if repeat_sources else uuid.uuid4().hex[:12])
+            return inner if latency is None else _Slow(inner, latency)
+
+        problems = suite_problems(problem, backend, suite)
+        runner: Any
+        if suite > 1:
+            entries = [SuiteEntry(f"{p.path}#{i}", p.name, p, [(provider_for(p), "scripted")], config)
+                       for i, p in enumerate(problems)]
+            runner = Suite(store, entries, evaluator, name=f"bench {suite}", record={}, bus_for=lambda e: bus)
+        else:
+            runner = Search(store, bus, [(provider_for(problem), "scripted")], evaluator, problem, config)
+        samples: list[tuple[float, float, int]] = []  # (time, dt, devices busy)
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
                   "idle_waiting_s": 0.0}
         per_device: dict[str, dict[str, float]] = {}  # by name, as devices appear (ray: as actors start)
@@ -99,6 +179,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 if not shown_waiting:
                     compiling -= max(0, busy - active)
                 totals["device_s"] += dt * busy
+                samples.append((now, dt, busy))
                 totals["device_active_s"] += dt if active else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
                 for name, is_busy in held.items():
@@ -114,26 +195,41 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         sampler = asyncio.create_task(sample())
         started = time.perf_counter()
         try:
-            summary = await search.run()
+            summary = await runner.run()
         finally:
             wall = time.perf_counter() - started
             done.set()
             await sampler
-            evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
-            sources = {n.source for n in await store.nodes(search.session_id)
-                       if n.kind == "variant" and n.source} if search.session_id else set()
+            sessions = [s["id"] for s in await store.sessions()]
+            evaluations = sum([len(await store.evaluations(sid)) for sid in sessions])
+            variant_nodes = [n for sid in sessions for n in await store.nodes(sid) if n.kind == "variant"]
+            sources = {n.source for n in variant_nodes if n.source}
+            by_status: dict[str, int] = {}
+            for n in variant_nodes:
+                by_status[n.status] = by_status.get(n.status, 0) + 1
             states = {d["name"]: d for d in evaluator.device_states()}
             await evaluator.close()
             await store.close()
     workers = evaluator.compile_workers
+    n_devices = max(1, len(per_device))
+    window = None
+    if len(first_code) == len(problems) and ended:
+        start, end = max(first_code.values()), min(ended.values())
+        if end > start:
+            held = sum(dt * busy for t, dt, busy in samples if start <= t <= end)
+            window = {"start_s": round(start - started, 2), "end_s": round(end - started, 2),
+                      "busy_fraction": round(held / ((end - start) * n_devices), 4)}
     ideal = totals["compile_slot_s"] / workers + totals["device_s"] / max(1, len(per_device))
     waited = totals["waiting_s"]
     return {
-        "problem": problem.name, "backend": backend, "status": summary["status"], "cold_cache": cold,
+        "problem": problem.name, "problems": [p.name for p in problems], "llm_latency": latency_words,
+        "llm_concurrency": llm_concurrency, "backend": backend, "status": summary["status"], "cold_cache": cold,
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
-        "compile_workers": workers, "variants": summary["variants"], "evaluations": evaluations,
+        "compile_workers": workers, "variants": len(variant_nodes), "evaluations": evaluations,
         "distinct_sources": len(sources), "repeat_sources": repeat_sources,
-        "by_status": summary["by_status"], "wall_s": round(wall, 3),
+        "by_status": by_status, "wall_s": round(wall, 3),
+        "busy_fraction_of_wall": round(totals["device_s"] / (wall * n_devices), 4) if wall else 0.0,
+        "busy_window": window,
         "compile_s": round(totals["compile_slot_s"], 3), "device_s": round(totals["device_s"], 3),
         "device_active_s": round(totals["device_active_s"], 3),
         "ideal_s": round(ideal, 3), "wall_over_ideal": round(wall / ideal, 3) if ideal else None,
@@ -152,12 +248,25 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     }
 
 
+def suite_problems(problem: Any, backend: str, n: int) -> list[Any]:
+    """`n` problems for a bench suite: the given one, then the others the scripted provider
+    answers on this backend, in turn (a problem comes back as often as needed)."""
+    from engine.problems import load_problem
+
+    others = [p for p in scripted_problems() if p != problem.name and backend in scripted_backends(p)]
+    pool = [problem] + [load_problem(name) for name in others[:max(0, n - 1)]]
+    return [pool[i % len(pool)] for i in range(n)]
+
+
 def format_pipeline(r: dict[str, Any]) -> str:
     s = r["shape"]
     pct = r["idle_fraction_while_waiting"] * 100
     ratio = r["wall_over_ideal"]
+    n = len(r["problems"])
+    what = r["problem"] if n == 1 else f"a suite of {n} ({', '.join(r['problems'])})"
+    window = r["busy_window"]
     lines = [
-        f"Pipeline bench: {r['problem']} on {r['backend']}, scripted provider (no LLM latency),"
+        f"Pipeline bench: {what} on {r['backend']}, scripted provider ({r['llm_latency']}),"
         f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
         f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"
         f" {r['status']}",
@@ -176,6 +285,10 @@ def format_pipeline(r: dict[str, Any]) -> str:
         f"| time compiled variants waited for the device | {r['waiting_s']:.2f} s | |",
         f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",
         f"| variants evaluated per minute | {r['variants_per_minute']:.2f} | |",
+        f"| devices busy, of the wall | {r['busy_fraction_of_wall'] * 100:.1f} % | |",
+        "| devices busy once every problem has variants in flight | "
+        + (f"{window['busy_fraction'] * 100:.1f} % ({window['start_s']:.1f}-{window['end_s']:.1f} s) |"
+           if window else "- |") + " >= 60 % (suite) |",
     ]
     if len(r["devices"]) > 1:
         lines += ["", "| device | evaluations | busy | idle (of wall) | idle while variants waited |",

@@ -230,6 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--repeat-sources", action="store_true",
                     help="the scripted library's files as they are: identical sources hit the build cache"
                          " and its ideas run out (default: every variant a distinct source, K ideas a call)")
+    bp.add_argument("--llm-latency", metavar="SPEC",
+                    help="each scripted call waits as a model would: seconds (e.g. 40) or"
+                         " lognormal:median=40,sigma=0.5 (default: no wait)")
+    bp.add_argument("--suite", type=_positive, default=1, metavar="N",
+                    help="a suite of N problems at once (the scripted ones in turn), one LLM limit and"
+                         " one evaluator shared; reports device busy fractions")
+    bp.add_argument("--llm-concurrency", type=_positive, default=8,
+                    help="concurrent LLM calls (shared by a suite's problems; default 8)")
     bp.add_argument("--json", action="store_true")
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
@@ -699,9 +707,14 @@ def _export(args: argparse.Namespace, db: Path) -> int:
 
 
 def _bench_pipeline(args: argparse.Namespace) -> int:
-    from engine.bench import format_pipeline, pipeline_bench
+    from engine.bench import format_pipeline, parse_latency, pipeline_bench
 
     problem = checked_problem(args.problem)
+    if args.llm_latency is not None:
+        try:
+            parse_latency(args.llm_latency)
+        except ValueError as exc:
+            raise UsageError(f"--llm-latency: {exc}") from None
     evaluator, arch = None, None  # local: the bench makes its own (with an empty cache if --cold)
     if args.executor == "ray":
         if args.cold:
@@ -719,7 +732,8 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
         top=args.top, compile_workers=args.compile_workers, cold=args.cold,
         log=sys.stderr if args.log else None, evaluator=evaluator,
         gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
-        repeat_sources=args.repeat_sources,
+        repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
+        llm_concurrency=args.llm_concurrency,
     ))
     print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
     return 0 if result["status"] == "finished" else 1

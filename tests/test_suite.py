@@ -120,3 +120,16 @@ def test_suite_bad_input_is_one_line(tmp_path: Path) -> None:
         proc = run_ktree(*args, "--db", str(tmp_path / "k.db"))
         assert proc.returncode == 2, proc.stderr
         assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_llm_latency_specs() -> None:
+    from engine.bench import parse_latency
+
+    draw, words = parse_latency("40")
+    assert draw() == 40.0 and "40 s" in words
+    draw, words = parse_latency("lognormal:median=40,sigma=0.5", seed=1)
+    samples = sorted(draw() for _ in range(2001))
+    assert 36 < samples[1000] < 44 and samples[0] < 20 < 80 < samples[-1]  # median 40, spread e^0.5
+    for bad in ("-1", "gamma:k=2", "lognormal:mean=3", "lognormal:median=0"):
+        with pytest.raises(ValueError):
+            parse_latency(bad)

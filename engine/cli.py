@@ -389,7 +389,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.estimate:
         from engine.estimate import format_estimate
 
-        result = estimate_run(run_request(args))
+        result = estimate_run(run_request(args), reasoning_history=_reasoning_history(db))
         print(json.dumps(result, indent=2) if args.json else format_estimate(result))
         return 0
     prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
@@ -541,7 +541,34 @@ def _show_suite(args: argparse.Namespace, db: Path) -> int:
 
 
 def _suite_estimate(args: argparse.Namespace, request: Any) -> int:
-    raise UsageError("--estimate for a suite is not available yet")
+    from engine.estimate import format_estimate
+    from engine.launch import estimate_suite
+
+    result = estimate_suite(request, _reasoning_history(_db_path(args)))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    cap = f", suite cap ${result['suite_budget_usd']:g}" if result["suite_budget_usd"] else ""
+    print(f"Suite of {result['problems']} problems (sums){cap}:")
+    print(format_estimate(result))
+    for spec, why in result["skipped"].items():
+        print(f"  not estimated: {spec}: {why}")
+    return 0
+
+
+def _reasoning_history(db: Path) -> dict[str, list[int]] | None:
+    """Reasoning tokens per call by model from the DB's sessions, if there is a DB."""
+    if not db.exists():
+        return None
+
+    async def go() -> dict[str, list[int]]:
+        store = await _open_store(db)
+        try:
+            return await store.reasoning_by_model()
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
 
 
 def _solution_files(given: list[str]) -> list[tuple[Path, str]]:

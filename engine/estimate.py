@@ -2,13 +2,15 @@
 
 Calls follow from the shape; input tokens from the real prompts (built for this problem, 4
 characters a token); output tokens from stated assumptions (a JSON list of ideas; a full
-solution file with some prose). Reasoning tokens are not counted: with a reasoning model they
-are billed as output and can be several times the visible reply.
+solution file with some prose). Reasoning tokens (billed as output, often several times the
+visible reply) are estimated per model as a range: from the session history in the DB where that
+model has answered calls (10th, mean and 90th percentile of its reasoning tokens per call), else
+from `REASONING_DEFAULTS`, reasoning tokens per visible output token by model family.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine import prompts
@@ -21,13 +23,42 @@ CODE_OUT_FACTOR = 3.0  # a solution file is about 3x the reference (kernel sourc
 CODE_OUT_MIN = 1200
 LOG_TOKENS = 1000  # compiler log in a fix prompt (the prompt keeps its last 4000 characters)
 
+# Reasoning tokens per visible output token (low, expected, high), by model-name prefix: the
+# documented defaults where the DB has no history for the model. Reasoning models ("o1/o3/o4",
+# "gpt-5", Gemini 2.5 thinking, DeepSeek R1) think for a few times their reply (the method's
+# published runs: about 3 M input and 4 M output tokens, most of the output reasoning); other
+# models none.
+REASONING_DEFAULTS: tuple[tuple[str, tuple[float, float, float]], ...] = (
+    ("o1", (1.0, 3.0, 6.0)), ("o3", (1.0, 3.0, 6.0)), ("o4", (1.0, 3.0, 6.0)),
+    ("gpt-5", (1.0, 3.0, 6.0)), ("gemini-2.5", (0.5, 2.0, 4.0)), ("gemini-3", (0.5, 2.0, 4.0)),
+    ("deepseek-r1", (1.0, 3.0, 6.0)), ("deepseek-reasoner", (1.0, 3.0, 6.0)),
+)
+
+
+def reasoning_rate(model: str, history: Mapping[str, Sequence[int]] | None, output_per_call: float
+                   ) -> tuple[tuple[float, float, float], str]:
+    """(low, expected, high) reasoning tokens per call for `model`, and where they come from."""
+    calls = sorted((history or {}).get(model) or [])
+    if calls:
+        n = len(calls)
+        return ((calls[int(0.1 * (n - 1))], sum(calls) / n, calls[int(0.9 * (n - 1))]),
+                f"history: {n} calls in the DB")
+    name = model.split("/")[-1].lower()
+    for prefix, ratios in REASONING_DEFAULTS:
+        if name.startswith(prefix):
+            lo, mid, hi = ratios
+            return ((lo * output_per_call, mid * output_per_call, hi * output_per_call),
+                    f"default for {prefix}*: {lo:g}-{hi:g}x the visible output")
+    return (0.0, 0.0, 0.0), "no reasoning (not a reasoning model family)"
+
 
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
 def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: str,
-             price_overrides: Mapping[str, Mapping] | None = None) -> dict[str, Any]:
+             price_overrides: Mapping[str, Mapping] | None = None,
+             reasoning_history: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Calls, tokens and dollars: `expected` assumes every variant compiles, `most` that every
     one needs all its fix attempts."""
     k, m, r, t = config.ideas, config.variants, config.rounds, config.top
@@ -67,7 +98,25 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
         return sum(share * (row["input_tokens"] * p.input_per_mtok + row["output_tokens"] * p.output_per_mtok)
                    / 1e6 for p in per_model if p is not None)
 
+    # Reasoning: the expected calls, shared round-robin by the models, each at its own rate.
+    calls = expected["calls"]
+    out_per_call = expected["output_tokens"] / max(1, calls)
+    reasoning = {"per_model": {}, "tokens": [0.0, 0.0, 0.0], "cost_usd": [0.0, 0.0, 0.0]}
+    for (prov, mdl), price in zip(named, per_model, strict=True):
+        rates, source = reasoning_rate(mdl, reasoning_history, out_per_call) if prov != "scripted" else (
+            (0.0, 0.0, 0.0), "scripted: none")
+        share = calls / len(named)
+        reasoning["per_model"][f"{prov}:{mdl}"] = {"per_call": [round(r) for r in rates], "source": source}
+        for i, rate in enumerate(rates):
+            reasoning["tokens"][i] += share * rate
+            if price is not None:
+                reasoning["cost_usd"][i] += share * rate * price.output_per_mtok / 1e6
+    reasoning["tokens"] = [round(t) for t in reasoning["tokens"]]
+    reasoning["cost_usd"] = [round(c, 4) for c in reasoning["cost_usd"]]
+    base = dollars(expected)
     return {
+        "reasoning": reasoning,
+        "with_reasoning_usd": [round(base + c, 4) for c in reasoning["cost_usd"]],
         "strategy": config.strategy, "shape": {"rounds": r, "ideas": k, "variants": m, "top": t,
                                                "fixes": config.fixes},
         "models": [f"{p}:{mdl}" for p, mdl in named], "unpriced_models": unpriced,
@@ -76,7 +125,7 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
         "at_most": {**most, "cost_usd": round(dollars(most), 4)},
         "assumptions": (f"input tokens from the prompts built for {problem.name} (4 characters a token);"
                         f" output {IDEA_OUT_TOKENS} tokens an idea, {code_out} a solution file;"
-                        " reasoning tokens not included (billed as output)"),
+                        " reasoning tokens (billed as output) as a range per model, beside"),
     }
 
 
@@ -92,6 +141,14 @@ def format_estimate(e: dict[str, Any]) -> str:
         row = e[key]
         lines.append(f"  {label}: {row['calls']} calls, {row['input_tokens']:,} in / {row['output_tokens']:,}"
                      f" out tokens, ${row['cost_usd']:.4f}")
+    r = e.get("reasoning")
+    if r:
+        lo, mid, hi = r["tokens"]
+        cl, cm, ch = e["with_reasoning_usd"]
+        lines.append(f"  reasoning tokens: {lo:,} - {hi:,} (expected {mid:,}); with them the expected run"
+                     f" costs ${cl:.4f} - ${ch:.4f} (expected ${cm:.4f})")
+        for model, m in r["per_model"].items():
+            lines.append(f"    {model}: {m['per_call'][0]:,}-{m['per_call'][2]:,} a call ({m['source']})")
     if e["unpriced_models"]:
         lines.append(f"  no price known for {', '.join(e['unpriced_models'])}: counted as $0"
                      " (add [prices.\"MODEL\"] to the config)")

@@ -245,7 +245,8 @@ def job_cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, flo
 
 # --- new searches, estimates, resumes -------------------------------------------------------------
 
-def estimate_run(request: RunRequest, backend: str | None = None) -> dict[str, Any]:
+def estimate_run(request: RunRequest, backend: str | None = None,
+                 reasoning_history: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """What the search would ask of the LLMs (engine.estimate's dict), before anything runs:
     no key is needed and no provider or evaluator is made. `backend` is the one to build the
     prompts for; by default the request's, resolved here."""
@@ -267,7 +268,36 @@ def estimate_run(request: RunRequest, backend: str | None = None) -> dict[str, A
         backend, _ = resolve_backend(request.backend)
     if any(p == "scripted" for p, _ in models):
         _check_scripted(problem.name, backend)
-    return estimate(problem, config, models, backend, settings.prices)
+    return estimate(problem, config, models, backend, settings.prices, reasoning_history)
+
+
+def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]] | None = None
+                   ) -> dict[str, Any]:
+    """The suite's estimate: each problem's (engine.estimate) summed; problems that cannot be
+    estimated (they do not load) are listed with their reason."""
+    from dataclasses import replace
+
+    backend, _ = resolve_backend(request.run.backend)
+    per: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    for spec in suite_files(request.problems):
+        try:
+            per.append(estimate_run(replace(request.run, problem=spec), backend, reasoning_history))
+        except UsageError as exc:
+            skipped[spec] = str(exc)
+    if not per:
+        raise UsageError("no problem of the suite can be estimated: " + "; ".join(skipped.values()))
+    total = dict(per[0])
+    for key in ("expected", "at_most"):
+        total[key] = {k: round(sum(e[key][k] for e in per), 4) for k in per[0][key]}
+    total["calls"] = {k: sum(e["calls"][k] for e in per) for k in per[0]["calls"]}
+    total["reasoning"] = dict(per[0]["reasoning"])
+    for key in ("tokens", "cost_usd"):
+        total["reasoning"][key] = [round(sum(e["reasoning"][key][i] for e in per), 4) for i in range(3)]
+    total["with_reasoning_usd"] = [round(sum(e["with_reasoning_usd"][i] for e in per), 4) for i in range(3)]
+    total["problems"], total["skipped"] = len(per), skipped
+    total["suite_budget_usd"] = request.suite_budget_usd
+    return total
 
 
 def _check_scripted(problem: str, backend: str) -> None:

@@ -601,6 +601,15 @@ class Store:
                 (node_id, session_id))
         return dict(rows[0])
 
+    async def reasoning_by_model(self) -> dict[str, list[int]]:
+        """Reasoning tokens of every answered call, by model: an estimate's history."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT model, reasoning_tokens FROM llm_calls WHERE status = 'ok' AND provider != 'scripted'")
+        out: dict[str, list[int]] = {}
+        for r in rows:
+            out.setdefault(r["model"], []).append(int(r["reasoning_tokens"]))
+        return out
+
     async def commands(self, session_id: int, pending_only: bool = False) -> list[dict[str, Any]]:
         """Steering commands in the order given: id, kind, args (JSON text), created/applied."""
         where = " AND applied_at IS NULL" if pending_only else ""

@@ -133,3 +133,33 @@ def test_llm_latency_specs() -> None:
     for bad in ("-1", "gamma:k=2", "lognormal:mean=3", "lognormal:median=0"):
         with pytest.raises(ValueError):
             parse_latency(bad)
+
+
+def test_estimate_counts_reasoning_from_history_else_family_default() -> None:
+    from engine.estimate import estimate, reasoning_rate
+    from engine.problems import load_problem
+    from engine.search import SearchConfig
+
+    (lo, mid, hi), source = reasoning_rate("o3", {"o3": [100, 200, 300, 400, 1000]}, 1000)
+    assert (lo, mid, hi) == (100, 400, 400) and "5 calls" in source
+    (lo, mid, hi), source = reasoning_rate("o3", None, 1000)
+    assert (lo, mid, hi) == (1000, 3000, 6000) and "default" in source
+    assert reasoning_rate("gpt-4o", None, 1000)[0] == (0.0, 0.0, 0.0)
+    problem, config = load_problem("softmax"), SearchConfig()
+    plain = estimate(problem, config, [("openai", "gpt-4o")], "cpu")
+    assert plain["reasoning"]["tokens"] == [0, 0, 0]
+    e = estimate(problem, config, [("openai", "o3")], "cpu", reasoning_history={"o3": [500] * 10})
+    calls = e["expected"]["calls"]
+    assert e["reasoning"]["tokens"] == [500 * calls] * 3
+    assert e["with_reasoning_usd"][1] > e["expected"]["cost_usd"]  # billed at the output price
+
+
+def test_suite_estimate_sums_the_problems(tmp_path: Path) -> None:
+    one = run_ktree("run", "softmax", "--estimate", "--json", "--provider", "openai", "--model", "o3",
+                    "--backend", "cpu", "--db", str(tmp_path / "none.db"))
+    both = run_ktree("suite", "softmax", "softmax", "layernorm", "--estimate", "--json", "--provider", "openai",
+                     "--model", "o3", "--backend", "cpu", "--db", str(tmp_path / "none.db"))
+    assert one.returncode == 0 and both.returncode == 0, one.stderr + both.stderr
+    a, b = json.loads(one.stdout), json.loads(both.stdout)
+    assert b["problems"] == 2 and b["expected"]["calls"] == 2 * a["expected"]["calls"]
+    assert b["reasoning"]["tokens"][2] > a["reasoning"]["tokens"][2] > 0

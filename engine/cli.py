@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--top", type=_positive, default=2, help="parents kept per round (T)")
     run.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
     run.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
+    run.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None,
+                     help="cast floating inputs and the weights of both models to this, as KernelBench"
+                          " does (default: the problem's own dtypes); tolerance default 1e-2 for each"
+                          " (fp16/bf16: KernelBench's; fp32: the method's, KernelBench uses 1e-4)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--compile-workers", type=_positive, default=None)
     run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
@@ -348,6 +352,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         llm_concurrency=args.llm_concurrency, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
         max_variants=args.max_variants, time_limit=args.time_limit, fixes=args.fixes, rounds=args.rounds,
         ideas=args.ideas, variants=args.variants, top=args.top, atol=args.atol, rtol=args.rtol,
+        precision=args.precision,
         seed=args.seed, backend=args.backend, compile_workers=args.compile_workers,
         gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
         executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,

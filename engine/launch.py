@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from engine.store import Store
 
 
+# `--precision`: inputs and weights cast as KernelBench casts them, and the default tolerance
+# (atol = rtol). KernelBench (`get_tolerance_for_precision`) uses 1e-2 for fp16 and bf16, and 1e-4 for
+# fp32; the fp32 default here stays the method's own 1e-2.
+PRECISION_TOLERANCES = {"fp32": 1e-2, "fp16": 1e-2, "bf16": 1e-2}
+
+
 class UsageError(Exception):
     """Bad input from the user: one line (the CLI prints it and exits 2; the TUI shows it)."""
 
@@ -54,8 +60,9 @@ class RunRequest:
     ideas: int = 3
     variants: int = 2
     top: int = 2
-    atol: float | None = None  # None: the problem's own, else 1e-2
+    atol: float | None = None  # None: the problem's own (or the precision's), else 1e-2
     rtol: float | None = None
+    precision: str | None = None  # PRECISION_TOLERANCES; None: the problem's own dtypes
     seed: int = 0
     backend: str = "auto"  # BACKEND_CHOICES
     compile_workers: int | None = None
@@ -373,8 +380,14 @@ def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
     for name in ("rounds", "ideas", "variants", "top", "llm_concurrency"):
         if getattr(request, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: {getattr(request, name)} must be at least 1")
+    if request.precision is not None and request.precision not in PRECISION_TOLERANCES:
+        raise UsageError(f"--precision: invalid choice: {request.precision!r} (choose from fp32, fp16, bf16)")
     atol, rtol = tolerances(problem, request.atol, request.rtol)
-    return SearchConfig(
+    if request.precision is not None:
+        tol = PRECISION_TOLERANCES[request.precision]
+        atol = tol if request.atol is None else atol
+        rtol = tol if request.rtol is None else rtol
+    return SearchConfig(precision=request.precision,
         rounds=request.rounds, ideas=request.ideas, variants=request.variants, top=request.top,
         atol=atol, rtol=rtol, seed=request.seed, reasoning=request.reasoning, strategy=request.strategy,
         fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,

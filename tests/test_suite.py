@@ -163,3 +163,39 @@ def test_suite_estimate_sums_the_problems(tmp_path: Path) -> None:
     a, b = json.loads(one.stdout), json.loads(both.stdout)
     assert b["problems"] == 2 and b["expected"]["calls"] == 2 * a["expected"]["calls"]
     assert b["reasoning"]["tokens"][2] > a["reasoning"]["tokens"][2] > 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_precision_casts_inputs_and_weights(tmp_path: Path, precision: str) -> None:
+    """--precision: the reference runs at the cast dtype, so a candidate that answers in float32
+    is wrong about its dtype, and one that computes at the precision passes the check."""
+    from engine.evaluate.child import run_evaluate
+    from engine.evaluate.jobs import make_job
+    from engine.problems import load_problem
+
+    problem = load_problem("softmax")
+    sizes = problem.sizes_for("cpu")
+
+    def verdict(body: str) -> object:
+        source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self, *a):\n"
+                  "        super().__init__()\n    def forward(self, x):\n        " + body + "\n")
+        job = make_job(problem.path, source, sizes, backend="cpu", cache_dir=str(tmp_path), flops=None,
+                       bytes=None, precision=precision, trials=1, time_budget_s=0.05, max_reps=3)
+        return run_evaluate(job)
+
+    same = verdict("return torch.softmax(x, dim=-1)")
+    assert same.status != "incorrect", same.log
+    wide = verdict("return torch.softmax(x.float(), dim=-1)")
+    assert wide.status == "incorrect" and "dtype" in wide.log
+
+
+def test_precision_sets_the_tolerance_and_is_recorded() -> None:
+    from engine.launch import RunRequest, UsageError, _search_config
+    from engine.problems import load_problem
+
+    problem = load_problem("softmax")
+    config = _search_config(RunRequest("softmax", precision="bf16"), problem)
+    assert (config.precision, config.atol, config.rtol) == ("bf16", 1e-2, 1e-2)
+    assert _search_config(RunRequest("softmax", precision="fp16", atol=0.5), problem).atol == 0.5
+    with pytest.raises(UsageError):
+        _search_config(RunRequest("softmax", precision="fp8"), problem)

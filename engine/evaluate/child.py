@@ -194,7 +194,21 @@ def _to(obj: Any, device: str, dtype: Any = None) -> Any:
     return obj
 
 
-def _inputs(problem: Any, device: str) -> Any:
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _cast(job: EvalJob) -> Any:
+    """The dtype `job.precision` casts to (None: the problem's own)."""
+    import torch
+
+    return getattr(torch, PRECISIONS[job.precision]) if job.precision else None
+
+
+def _model_to(model: Any, device: str, dtype: Any) -> Any:
+    return model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+
+
+def _inputs(problem: Any, device: str, dtype: Any = None) -> Any:
     """The problem's inputs, made on the device itself. A KernelBench get_inputs() builds them
     with factory calls (torch.randn, ...) that would otherwise run on the host: seconds per call
     for a 1 GiB input, four calls per evaluation. Seeded by the caller as before (manual_seed
@@ -202,7 +216,7 @@ def _inputs(problem: Any, device: str) -> Any:
     import torch
 
     with torch.device(device):
-        return _to(problem.get_inputs(), device)
+        return _to(problem.get_inputs(), device, dtype)
 
 
 def _sync_state(ref: Any, new: Any) -> None:
@@ -247,6 +261,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     load_s = time.perf_counter() - t0
 
     init_inputs = problem.get_init_inputs()
+    cast = _cast(job)
     torch.manual_seed(job.seed)
     ref = problem.Model(*init_inputs)
     try:
@@ -254,10 +269,10 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         new = solution.ModelNew(*init_inputs)
         if isinstance(new, torch.nn.Module) and isinstance(ref, torch.nn.Module):
             _sync_state(ref, new)
-            new = new.to(device).eval()
+            new = _model_to(new, device, cast).eval()
     except Exception as exc:
         return Verdict(status="runtime_error", log=_format_exc(exc), **base)
-    ref = ref.to(device).eval()
+    ref = _model_to(ref, device, cast).eval()
     ref64 = copy.deepcopy(ref).double()
 
     errs: dict[str, float] = {}
@@ -269,7 +284,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     with torch.no_grad():
         for trial in range(job.trials):
             torch.manual_seed(job.seed + 1000 + trial)
-            inputs = _inputs(problem, device)
+            inputs = _inputs(problem, device, cast)
             before = integrity.snapshot(inputs)
             # The reference in the problem's own precision: the dtypes to match, its own error
             # against fp64 for the log. Its freed output is then overwritten with NaN (as is
@@ -312,7 +327,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             del out, expected, before
 
         torch.manual_seed(job.seed + 2000)
-        inputs = _inputs(problem, device)
+        inputs = _inputs(problem, device, cast)
         phase("timing")
         try:
             stats = timing.time_pair(
@@ -340,7 +355,9 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     status = "flagged" if flags else "correct"
     if speedup is not None and speedup > REVIEW_SPEEDUP:
         flags.append(f"review: speedup {speedup:.1f}x is over {REVIEW_SPEEDUP:g}x")
-    summary = (f"{job.trials} trials passed (atol={job.atol:g}, rtol={job.rtol:g}); {stats.reps} timed reps;"
+    at = f" at {job.precision} (inputs and weights cast)" if job.precision else ""
+    summary = (f"{job.trials} trials passed{at} (atol={job.atol:g}, rtol={job.rtol:g});"
+               f" {stats.reps} timed reps;"
                f" the reference in {dtypes[0] if dtypes else '?'} itself errs by"
                f" {native_errs.get('max_abs_err', 0):.3g} (max abs) against fp64")
     if status == "flagged":
@@ -375,9 +392,9 @@ def _reference_on_inputs(job: EvalJob) -> tuple[str, Any, Any]:
     device = "cuda" if job.backend == "cuda" else "cpu"
     problem = load_module_from_path(job.problem_path, job.sizes)
     torch.manual_seed(job.seed)
-    model = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    model = _model_to(problem.Model(*problem.get_init_inputs()), device, _cast(job)).eval()
     torch.manual_seed(job.seed + 2000)
-    return device, model, _inputs(problem, device)
+    return device, model, _inputs(problem, device, _cast(job))
 
 
 def run_reference(job: EvalJob) -> dict[str, Any]:

@@ -195,11 +195,13 @@ class LocalEvaluator:
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir=self.cache_dir,
                         flops=flops, bytes=bytes, **options)
 
-    def _reference_job(self, problem_path: str, sizes: dict[str, int], mode: str) -> EvalJob:
+    def _reference_job(self, problem_path: str, sizes: dict[str, int], mode: str,
+                       precision: str | None = None) -> EvalJob:
         """A timing of the problem's reference alone (no candidate: no speed-of-light floor)."""
-        return self.job(problem_path, "", sizes, flops=None, bytes=None, mode=mode)
+        return self.job(problem_path, "", sizes, flops=None, bytes=None, mode=mode, precision=precision)
 
-    def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device) -> Path:
+    def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device,
+                        precision: str | None = None) -> Path:
         import hashlib
         import json
 
@@ -208,10 +210,11 @@ class LocalEvaluator:
         key = hashlib.sha256(json.dumps([
             Path(problem_path).read_text(), sorted(sizes.items()), self.backend, torch.__version__,
             platform.node(), device.env.get("CUDA_VISIBLE_DEVICES", ""),
-        ]).encode()).hexdigest()[:24]
+        ] + ([precision] if precision else [])).encode()).hexdigest()[:24]
         return Path(self.cache_dir) / "reference" / f"{key}.json"
 
-    async def reference(self, problem_path: str, sizes: dict[str, int], device: Device) -> dict:
+    async def reference(self, problem_path: str, sizes: dict[str, int], device: Device,
+                        precision: str | None = None) -> dict:
         """The problem's eager and torch.compile times on `device` (held by the caller), measured
         once per problem file + sizes + torch version + host + GPU and kept in the build cache
         (torch.compile takes tens of seconds to warm: `_warm` first). {"error": ...} when the
@@ -219,12 +222,12 @@ class LocalEvaluator:
         import json
 
         path = str(Path(problem_path).resolve())
-        file = self._reference_file(path, sizes, device)
+        file = self._reference_file(path, sizes, device, precision)
         if file.exists():
             return json.loads(file.read_text())
         if file in self._reference_failed:  # tried once in this run: not again on every variant
             return self._reference_failed[file]
-        result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference"))
+        result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference", precision))
         if "error" in result:
             self._reference_failed[file] = result
             return result
@@ -234,18 +237,18 @@ class LocalEvaluator:
         os.replace(tmp, file)
         return result
 
-    async def _warm(self, problem_path: str, sizes: dict[str, int]) -> None:
+    async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
         first chosen GPU), unless every device has its reference times already."""
         path = str(Path(problem_path).resolve())
-        if all(self._reference_file(path, sizes, d).exists() for d in self.devices):
+        if all(self._reference_file(path, sizes, d, precision).exists() for d in self.devices):
             return
-        key = repr((path, sorted(sizes.items())))
+        key = repr((path, sorted(sizes.items()), precision))
         async with self._warm_locks.setdefault(key, asyncio.Lock()):
             if key in self._warmed:
                 return
             async with self._slot("compile"):
-                await run_child(self._reference_job(path, sizes, "warm"), self.compile_timeout_s,
+                await run_child(self._reference_job(path, sizes, "warm", precision), self.compile_timeout_s,
                                 self.devices[0].env, self.sandbox)
             self._warmed.add(key)
 
@@ -272,14 +275,14 @@ class LocalEvaluator:
         # now, then time it on the device this variant gets, while holding it (once per GPU).
         baseline = self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate"
         if baseline:
-            await self._warm(job.problem_path, job.sizes)
+            await self._warm(job.problem_path, job.sizes, job.precision)
 
         await phase("waiting")
         while True:
             async with self._device(gate) as device:
                 run = job
                 if baseline:
-                    ref = await self.reference(job.problem_path, job.sizes, device)
+                    ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
                 if device.worker is not None:

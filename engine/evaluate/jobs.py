@@ -32,6 +32,9 @@ class EvalJob:
     flops: float | None = None  # the problem's work at these sizes: the speed-of-light floor
     bytes: float | None = None
     ref_compile_ms: float | None = None  # torch.compile reference time, measured once per problem
+    # "fp32" | "fp16" | "bf16": floating inputs and both models' weights cast to it, as KernelBench
+    # does; None: the problem's own dtypes
+    precision: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

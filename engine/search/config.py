@@ -28,6 +28,7 @@ class SearchConfig:
     seed: int = 0
     strategy: str = "tree"
     llm_concurrency: int = 8  # concurrent calls per provider
+    precision: str | None = None  # fp32 | fp16 | bf16: inputs and weights cast (None: the problem's own)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchConfig:

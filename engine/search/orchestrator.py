@@ -304,7 +304,7 @@ class Search:
             job = self.evaluator.job(
                 str(self.problem.path), node.source, self.sizes, flops=self.cost.flops or None,
                 bytes=self.cost.bytes or None, atol=cfg.atol, rtol=cfg.rtol, trials=cfg.trials,
-                seed=cfg.seed,
+                seed=cfg.seed, **({"precision": cfg.precision} if cfg.precision else {}),
             )
 
             async def on_phase(phase: str) -> None:

@@ -199,3 +199,56 @@ def test_precision_sets_the_tolerance_and_is_recorded() -> None:
     assert _search_config(RunRequest("softmax", precision="fp16", atol=0.5), problem).atol == 0.5
     with pytest.raises(UsageError):
         _search_config(RunRequest("softmax", precision="fp8"), problem)
+
+
+async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp_path: Path) -> None:
+    """The sessions screen: a suite's row with its fast_p line, its problems under it; p pauses
+    every running problem (commands the engine applies), x prunes one; Enter opens a problem."""
+    from textual.widgets import DataTable
+
+    from engine.store import Store
+    from tui.app import KtreeApp
+    from tui.screens.search import SearchScreen
+    from tui.screens.sessions import SessionsScreen
+
+    db = tmp_path / "k.db"
+    store = await Store.open(db)
+    alone = await store.create_session(problem="gelu", problem_path="/g.py", backend="cpu", strategy="tree",
+                                       provider="scripted", models=[], config={}, sizes={})
+    await store.update_session(alone, status="finished")
+    suite = await store.create_suite(name="level1", problems=["/a.py", "/b.py", "/c.py"], config={})
+    made = []
+    for name in ("a", "b"):
+        sid = await store.create_session(problem=name, problem_path=f"/{name}.py", backend="cpu",
+                                         strategy="tree", provider="scripted", models=[], config={},
+                                         sizes={}, suite_id=suite)
+        await store.update_session(sid, pid=os.getpid(), heartbeat_at=time.time() + 3600)
+        made.append(sid)
+    await store.create_session(problem="c", problem_path="/c.py", backend="cpu", strategy="-", provider="-",
+                               models=[], config={}, sizes={}, suite_id=suite, status="failed",
+                               stop_reason="not searched: no answers")
+    await store.close()
+
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, SessionsScreen)
+        table = screen.query_one("#sessions", DataTable)
+        keys = [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+        assert keys[0] == f"suite-{suite}" and keys[1:4] == [str(made[0]), str(made[1]), str(made[1] + 1)]
+        assert str(alone) in keys
+        head = str(table.get_row(f"suite-{suite}")[1])
+        assert "0/3 correct" in head and "fast_1 0.00" in head
+        table.move_cursor(row=0)
+        await pilot.press("p")  # pause the suite: a pause for each running problem
+        await pilot.pause()
+        table.move_cursor(row=2)
+        await pilot.press("x")  # prune problem b
+        await pilot.pause()
+        rows = query(db, "SELECT session_id, kind FROM commands ORDER BY id")
+        assert sorted(rows[:2]) == [(made[0], "pause"), (made[1], "pause")] and rows[2] == (made[1], "stop")
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SearchScreen)

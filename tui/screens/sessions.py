@@ -36,12 +36,15 @@ class SessionsScreen(Screen):
         Binding("c", "compare", "Compare", id="sessions.compare"),
         Binding("delete,D", "delete", "Delete", id="sessions.delete"),
         Binding("r", "reload", "Reload", id="sessions.reload"),
+        Binding("p", "pause_suite", "Pause/resume suite", id="sessions.pause_suite"),
+        Binding("x", "prune_problem", "Prune problem from suite", id="sessions.prune_problem"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.marked: list[int] = []
         self.rows: dict[int, dict[str, Any]] = {}
+        self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -61,7 +64,7 @@ class SessionsScreen(Screen):
         await self.action_reload()
 
     async def _refresh_running(self) -> None:
-        if not any(r["status"] == "running" for r in self.rows.values()):
+        if not any(r["status"] == "running" for r in [*self.rows.values(), *self.suites.values()]):
             return
         try:
             await self.action_reload()
@@ -73,20 +76,47 @@ class SessionsScreen(Screen):
     async def action_reload(self) -> None:
         table = self.query_one("#sessions", DataTable)
         cursor = table.cursor_row
-        rows = await self.app.store.sessions()  # type: ignore[attr-defined]
+        store = self.app.store  # type: ignore[attr-defined]
+        rows = await store.sessions()
         self.rows = {s["id"]: s for s in rows}
+        self.suites = {}
+        for suite in await store.suites():  # each with its running fast_p line
+            suite["line"] = await suite_line(store, suite["id"])
+            self.suites[suite["id"]] = suite
         self.marked = [m for m in self.marked if m in self.rows]
         with self.app.batch_update():
             table.clear()
-            for s in rows:
-                table.add_row(*self._cells(s), key=str(s["id"]))
-            if rows:
-                table.move_cursor(row=min(cursor, len(rows) - 1))
+            shown: set[int] = set()
+            for s in rows:  # newest first; a suite's sessions under it, where its newest one is
+                suite_id = s.get("suite_id")
+                if suite_id is None or suite_id not in self.suites:
+                    table.add_row(*self._cells(s), key=str(s["id"]))
+                elif suite_id not in shown:
+                    shown.add(suite_id)
+                    table.add_row(*self._suite_cells(self.suites[suite_id]), key=f"suite-{suite_id}")
+                    members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
+                    for member in members:
+                        table.add_row(*self._cells(member, indent=True), key=str(member["id"]))
+            if table.row_count:
+                table.move_cursor(row=min(cursor, table.row_count - 1))
         if not rows:
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
 
-    def _cells(self, s: dict[str, Any]) -> list[Any]:
+    def _suite_cells(self, suite: dict[str, Any]) -> list[Any]:
+        members = [r for r in self.rows.values() if r.get("suite_id") == suite["id"]]
+        cells = {
+            "id": Text(f"S{suite['id']}", style="bold cyan"),
+            "problem": Text(f"suite {suite['name'][:24]} — {suite['line']}", style="bold"),
+            "status": Text(suite["status"], style=STATUS_STYLES.get(suite["status"], "")),
+            "best": "", "variants": str(sum(r["variants"] for r in members)),
+            "cost": f"${sum(r['cost_usd'] for r in members):.2f}",
+            "started": datetime.fromtimestamp(suite["created_at"]).strftime("%Y-%m-%d %H:%M"),
+            "duration": "-", "strategy": "", "models": f"{len(suite['problems'])} problems",
+        }
+        return [cells[key] for key, _ in COLUMNS]
+
+    def _cells(self, s: dict[str, Any], indent: bool = False) -> list[Any]:
         status = session_status(s)
         end = s["finished_at"] or (time.time() if status == "running" else s.get("heartbeat_at"))
         duration = _duration(end - s["created_at"]) if end else "-"
@@ -95,7 +125,8 @@ class SessionsScreen(Screen):
             models = f"SCRIPTED {models}"
         mark = "▶ " if s["id"] in self.marked else ""
         cells = {
-            "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""), "problem": s["problem"],
+            "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""),
+            "problem": f"  └ {s['problem']}" if indent else s["problem"],
             "status": Text(status, style=STATUS_STYLES.get(status, "")),
             "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
             "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
@@ -109,12 +140,63 @@ class SessionsScreen(Screen):
         if not table.row_count:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return self.rows.get(int(key)) if key is not None else None
+        return self.rows.get(int(key)) if key is not None and key.isdigit() else None
+
+    def _current_suite(self) -> dict[str, Any] | None:
+        """The suite under the cursor: its own row, or one of its problems."""
+        table = self.query_one("#sessions", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or ""
+        if key.startswith("suite-"):
+            return self.suites.get(int(key.removeprefix("suite-")))
+        row = self._current()
+        return self.suites.get(row.get("suite_id")) if row is not None else None  # type: ignore[arg-type]
+
+    async def action_pause_suite(self) -> None:
+        """Pause every running problem of the suite (or resume them all, if paused), through the
+        commands table: the engine running the suite applies them."""
+        from engine import control
+
+        suite = self._current_suite()
+        if suite is None:
+            self.notify("not a suite: p pauses the suite under the cursor", severity="warning")
+            return
+        store = self.app.store  # type: ignore[attr-defined]
+        running = [r for r in self.rows.values()
+                   if r.get("suite_id") == suite["id"] and session_status(r) == "running"]
+        if not running:
+            self.notify(f"suite {suite['id']} has no running problem", severity="warning")
+            return
+        paused = await _paused(store, running[0]["id"])
+        command = control.Resume() if paused else control.Pause()
+        for r in running:
+            await store.add_command(r["id"], *control.encode(command))
+        self.notify(f"suite {suite['id']}: {'resume' if paused else 'pause'} sent to {len(running)} problems")
+
+    async def action_prune_problem(self) -> None:
+        """Stop one problem of a running suite (its in-flight work is cancelled); the others go on."""
+        from engine import control
+
+        row = self._current()
+        if row is None or row.get("suite_id") is None:
+            self.notify("not a suite's problem: x prunes the problem under the cursor", severity="warning")
+            return
+        if session_status(row) != "running":
+            self.notify(f"{row['problem']} is {session_status(row)}: nothing to prune", severity="warning")
+            return
+        await self.app.store.add_command(row["id"], *control.encode(control.Stop()))  # type: ignore[attr-defined]
+        self.notify(f"pruned {row['problem']} from suite {row['suite_id']}")
 
     @on(DataTable.RowSelected, "#sessions")
     async def _selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            await self._open(int(event.row_key.value))
+        key = event.row_key.value
+        if key is not None and key.isdigit():
+            await self._open(int(key))
+        elif key is not None and key.startswith("suite-"):
+            suite = self.suites.get(int(key.removeprefix("suite-")))
+            if suite is not None:
+                self.notify(f"suite {suite['id']}: {suite['line']} (Enter on a problem opens its search)")
 
     async def action_open(self) -> None:
         row = self._current()
@@ -197,8 +279,27 @@ class SessionsScreen(Screen):
             ("mark", "Mark session", "mark the selected session for compare"),
             ("compare", "Compare sessions", "compare the two marked sessions"),
             ("delete", "Delete session", "delete the selected session (asks first)"),
+            ("pause_suite", "Pause/resume suite", "pause (or resume) every running problem of the suite"),
+            ("prune_problem", "Prune problem", "stop the selected problem of a running suite"),
         ]:
             yield SystemCommand(title, help_text, partial(self.run_action, action))
+
+
+async def suite_line(store: Any, suite_id: int) -> str:
+    """The suite's running fast_p line (KernelBench's, over all its problems so far)."""
+    from engine.search.suite import scores, suite_results
+
+    sc = scores(await suite_results(store, suite_id))
+    fp = sc["fast_p_eager"]
+    geo = sc["geomean_speedup_eager"]
+    return (f"{sc['correct']}/{sc['problems']} correct · fast_1 {fp['1']:.2f} · fast_1.5 {fp['1.5']:.2f}"
+            f" · fast_2 {fp['2']:.2f} · geomean {'-' if geo is None else f'{geo:.2f}x'}")
+
+
+async def _paused(store: Any, session_id: int) -> bool:
+    """As the last pause / resume command given to the session left it."""
+    kinds = [c["kind"] for c in await store.commands(session_id) if c["kind"] in ("pause", "resume")]
+    return bool(kinds) and kinds[-1] == "pause"
 
 
 def session_status(row: dict[str, Any]) -> str:

@@ -785,6 +785,12 @@ async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[
         kill_tree(proc.pid)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        keep = os.environ.get("KTREE_PROFILE_LOGS")  # a dir: keep each tool's log (debugging)
+        if keep and (log or out_path.exists()):
+            os.makedirs(keep, exist_ok=True)
+            stem = os.path.join(keep, f"{action}-{time.time():.3f}")
+            with open(f"{stem}.log", "w") as fh:
+                fh.write(log + "\n--- output ---\n" + _read_tail(out_path))
         return result, _read_tail(out_path), log
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

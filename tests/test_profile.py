@@ -93,6 +93,20 @@ def test_parse_ncu_csv_orders_kernels_and_derives_limits():
     assert parse_ncu_csv("==PROF== nothing profiled\n") == []
 
 
+def test_recorded_h100_ncu_output_of_the_split_layernorm_is_memory_bound():
+    """ncu 2025.3 on an H100, the scripted layernorm split_1 (three kernels), as ktree ran it."""
+    kernels = parse_ncu_csv((DATA / "ncu_h100_split.csv").read_text())
+    assert [k["name"].split("<")[0].split("(")[0] for k in kernels] == [
+        "void ln_apply_kernel", "void ln_partial_kernel", "ln_finalize_kernel"]
+    apply = kernels[0]
+    assert apply["time_us"] == pytest.approx(196.192) and apply["dram_pct"] == pytest.approx(83.58)
+    assert apply["registers"] == 39 and apply["block_size"] == 256 and apply["theoretical_occupancy_pct"] == 75
+    assert apply["stalls"][0][0] == "long_scoreboard"
+    d = diagnose({"tool": "ncu", "kernels": kernels, "kernels_per_call": 3,
+                  "device_us_per_call": sum(k["time_us"] for k in kernels)})
+    assert d["bound"] == "memory" and d["evidence"] == "DRAM throughput 83% of peak (SM 15%)"
+
+
 def test_parse_trace_kernels_per_call_with_launch_configs():
     trace = {"traceEvents": [
         {"cat": "kernel", "name": "ln_apply_kernel", "dur": 30.0,
@@ -123,6 +137,9 @@ def test_parse_sanitizer_keeps_kernel_access_thread_and_line():
     assert parse_sanitizer("========= ERROR SUMMARY: 0 errors\n") == ""
     assert wants_sanitizer("RuntimeError: CUDA error: an illegal memory access was encountered")
     assert wants_sanitizer("CUDA error: misaligned address") and not wants_sanitizer("incorrect: trial 1")
+    # What sampleloop_1's out-of-bounds store raised on an H100.
+    assert wants_sanitizer("torch.AcceleratorError: CUDA error: operation not supported on global/shared"
+                           " address space")
 
 
 def test_prompts_carry_the_diagnosis_and_the_sanitizer_report():

@@ -321,7 +321,8 @@ class LocalEvaluator:
         if verdict.ok:
             if on_phase is not None:
                 await on_phase("evaluating")  # profiling: still device work
-            profile = await self.profiler.profile(runner, job, verdict.time_ms, {}, key)
+            profile = await self.profiler.profile(runner, job, verdict.time_ms, {}, key,
+                                                  ref_ms=verdict.ref_eager_ms)
             return dataclasses.replace(verdict, profile=profile)
         if verdict.status == "runtime_error" and self.backend == "cuda" and wants_sanitizer(verdict.log):
             if on_phase is not None:

@@ -462,8 +462,9 @@ class Profiler:
         return answer
 
     async def profile(self, runner: Any, job: EvalJob, time_ms: float | None, env: dict[str, str],
-                      device: str) -> dict[str, Any]:
-        """The profile of a correct variant (and its diagnosis); {} when off."""
+                      device: str, ref_ms: float | None = None) -> dict[str, Any]:
+        """The profile of a correct variant (and its diagnosis; with the reference's, whose
+        achieved rates come from `ref_ms`, its eager time); {} when off."""
         if self.mode == "off":
             return {}
         started = time.perf_counter()
@@ -477,7 +478,7 @@ class Profiler:
             if why:
                 result["why"] = why
             if job.solution_source:
-                ref = await self.reference(runner, job, env, device, tool)
+                ref = await self.reference(runner, job, env, device, tool, ref_ms)
                 if ref:
                     result["reference"] = ref
         result["seconds"] = round(time.perf_counter() - started, 3)
@@ -492,12 +493,12 @@ class Profiler:
         return ("ncu", "") if ok else ("torch", f"auto: {why}; torch.profiler instead")
 
     async def reference(self, runner: Any, job: EvalJob, env: dict[str, str], device: str,
-                        tool: str) -> dict[str, Any]:
+                        tool: str, ref_ms: float | None = None) -> dict[str, Any]:
         """The reference's profile (compact), once per problem, sizes, device and tool."""
         ref_job = job.replace(solution_source="")
         key = cache_key(ref_job, tool, device)
         if key not in self._reference:
-            full = await self._cached(runner, ref_job, None, env, device, tool)
+            full = await self._cached(runner, ref_job, ref_ms, env, device, tool)
             self._reference[key] = {k: full[k] for k in ("tool", "diagnosis", "kernels", "error")
                                     if k in full}
             if "kernels" in self._reference[key]:
@@ -548,7 +549,7 @@ class Profiler:
         if "kernels_per_call" not in profile:
             profile["kernels_per_call"] = sum(k.get("calls", 1) for k in kernels)
             profile["device_us_per_call"] = sum(k.get("time_us") or 0.0 for k in kernels)
-        if job.solution_source and time_ms:
+        if time_ms:
             profile["achieved"] = achieved(job.flops, job.bytes, time_ms, result.get("peaks"),
                                            bool(result.get("half")))
         profile["diagnosis"] = diagnose(profile)

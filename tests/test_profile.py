@@ -20,7 +20,7 @@ from engine.evaluate.profile import (
     wants_sanitizer,
 )
 from engine.evaluate.verdict import Verdict
-from tests.conftest import query
+from tests.conftest import query, run_ktree
 
 DATA = Path(__file__).parent / "data" / "profile"  # recorded tool output
 
@@ -209,3 +209,19 @@ async def test_screen_shows_the_diagnosis_and_the_bound_column(recorded_search: 
         await pilot.pause()
         pane = str(screen.query_one("#verdict", Static).render())
         assert f"profile (cpu): {v.bound}" in pane and v.profile["diagnosis"]["evidence"] in pane
+
+
+def test_eval_profile_prints_the_diagnosis(build_cache: Path):
+    """`ktree eval --profile auto` on the cpu backend: the verdict, then which profiler ran and the
+    diagnosis; --json carries the profile."""
+    from engine.llm.scripted import load_ideas
+
+    [idea] = [i for i in load_ideas("softmax", "cpu") if i.key == "online"]
+    solution = next(v for v in idea.variants if "Intended outcome: correct" in v.read_text())
+    proc = run_ktree("eval", "softmax", str(solution), "--backend", "cpu", "--profile", "auto")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "correct" in proc.stdout and "diagnosis (cpu): " in proc.stdout, proc.stdout
+    proc = run_ktree("eval", "softmax", str(solution), "--backend", "cpu", "--json", "--profile", "auto")
+    profile = json.loads(proc.stdout)["profile"]
+    assert profile["tool"] == "cpu" and profile["diagnosis"]["bound"] in ("memory", "compute", "latency")
+    assert profile["diagnosis"]["evidence"] in "\n".join(summary_lines(profile))

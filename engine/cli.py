@@ -537,7 +537,10 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                                  "ref_eager_ms": v and v.ref_eager_ms,
                                  "speedup_eager": v and v.speedup_eager,
                                  "max_abs_err": v and v.max_abs_err, "device": v and v.device,
-                                 "slot": (v.gpu or {}).get("slot") if v else None})
+                                 "slot": (v.gpu or {}).get("slot") if v else None,
+                                 "bound": (v.bound or None) if v else None,
+                                 "profile": (v.profile or None) if v else None,
+                                 "sanitizer": (v.sanitizer or None) if v else None})
                 out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:

@@ -185,6 +185,12 @@ def test_recorded_cpu_search_feeds_the_diagnosis_to_idea_prompts(recorded_search
         tried = prompt.split(prompts.TRIED_HEADER, 1)[1].split("\n## ", 1)[0]
         assert "→ best" in tried and "x vs eager" in tried  # the parent's own idea, with its outcome
 
+    proc = run_ktree("show", "--json", "--db", str(db))  # the profile is in the session's JSON
+    assert proc.returncode == 0, proc.stderr
+    shown = {r["node"]: r for r in json.loads(proc.stdout)[0]["variants"]}
+    for node, v in correct.items():
+        assert shown[node]["bound"] == v.bound and shown[node]["profile"]["diagnosis"] == v.profile["diagnosis"]
+
 
 async def test_screen_shows_the_diagnosis_and_the_bound_column(recorded_search: dict):
     from textual.widgets import DataTable, Static

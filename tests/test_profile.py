@@ -231,3 +231,18 @@ def test_eval_profile_prints_the_diagnosis(build_cache: Path):
     profile = json.loads(proc.stdout)["profile"]
     assert profile["tool"] == "cpu" and profile["diagnosis"]["bound"] in ("memory", "compute", "latency")
     assert profile["diagnosis"]["evidence"] in "\n".join(summary_lines(profile))
+
+
+def test_resume_asks_for_the_fix_of_a_sanitized_runtime_error():
+    """A run-time error with a compute-sanitizer report gets a fix child like a compile error,
+    after a resume too; one without a report (no illegal access) does not."""
+    from engine.domain import Node
+    from engine.search.resume import FIX, recovery
+
+    def n(id: int, parent: int | None, kind: str, status: str) -> Node:
+        return Node(id, 1, parent, kind, 1, "", "", "", status, "llm", None, None)
+
+    nodes = {x.id: x for x in [n(1, None, "root", "reference"), n(2, 1, "idea", "ok"),
+                               n(3, 2, "variant", "runtime_error"), n(4, 2, "variant", "runtime_error")]}
+    assert [(s, node.id) for s, node in recovery(nodes, 1, busy=set(), sanitized={3})] == [(FIX, 3)]
+    assert recovery(nodes, 1, busy=set()) == []

@@ -430,7 +430,8 @@ class Search:
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
-        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes()):
+        sanitized = {nid for nid, v in self.verdicts.items() if v.status == "runtime_error" and v.sanitizer}
+        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes(), sanitized):
             if step == FIX:
                 await self._maybe_fix(node)
             elif step == CANCEL:

@@ -246,3 +246,69 @@ def test_resume_asks_for_the_fix_of_a_sanitized_runtime_error():
                                n(3, 2, "variant", "runtime_error"), n(4, 2, "variant", "runtime_error")]}
     assert [(s, node.id) for s, node in recovery(nodes, 1, busy=set(), sanitized={3})] == [(FIX, 3)]
     assert recovery(nodes, 1, busy=set()) == []
+
+
+class SanitizingEvaluator:
+    """An evaluator (no GPU needed) that gives the scripted layernorm's out-of-bounds variant what
+    the real one gives on an H100 (a run-time error with compute-sanitizer's report) and every
+    other variant a correct verdict with an ncu-style profile."""
+
+    backend = "cuda"
+    gpus = None
+    session = None
+    waiting = {"compile": 0, "device": 0}
+    compile_workers = 1
+
+    def device_states(self) -> list[dict]:
+        return []
+
+    def job(self, problem_path, source, sizes, *, flops, bytes, **options):
+        from engine.evaluate.jobs import make_job
+
+        return make_job(problem_path, source, sizes, backend="cuda", cache_dir="", flops=flops,
+                        bytes=bytes, **options)
+
+    async def evaluate(self, job, on_phase=None, gate=None) -> Verdict:
+        if "y[i * M + n]" in job.solution_source:
+            report = parse_sanitizer(SANITIZER)
+            return Verdict(status="runtime_error", backend="cuda", sanitizer=report,
+                           log="torch.AcceleratorError: CUDA error: operation not supported on global/shared"
+                               f" address space\n\ncompute-sanitizer (memcheck) on a re-run:\n{report}")
+        profile = {"tool": "ncu", "kernels": [STREAMING], "kernels_per_call": 1, "device_us_per_call": 410}
+        profile["diagnosis"] = diagnose(profile)
+        return Verdict(status="correct", backend="cuda", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0,
+                       trials=3, profile=profile)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: Path):
+    """Acceptance 3 (the search's side): the out-of-bounds variant's fix prompt holds the report
+    naming the kernel and the invalid access, and the scripted fix answers it."""
+    from engine.events import EventBus
+    from engine.llm.scripted import DATA, ScriptedProvider
+    from engine.problems import load_problem
+    from engine.search import Search, SearchConfig
+    from engine.store import Store
+
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        search = Search(store, EventBus(), [(ScriptedProvider("layernorm", "cuda", seed=0), "scripted")],
+                        SanitizingEvaluator(), load_problem("layernorm"),
+                        SearchConfig(rounds=1, ideas=4, variants=2, top=1))
+        await search.run()
+    finally:
+        await store.close()
+    db = tmp_path / "k.db"
+    [(failed, fix_prompt, fix_node)] = query(
+        db, "SELECT n.parent_id, c.prompt, n.id FROM llm_calls c JOIN nodes n ON c.node_id = n.id"
+            " WHERE c.purpose = 'fix' AND n.parent_id IN (SELECT node_id FROM evaluations"
+            " WHERE status = 'runtime_error')")
+    assert "crashed at run time with an illegal memory access" in fix_prompt
+    assert "Invalid __global__ write of size 4 bytes" in fix_prompt and "ln_apply_kernel" in fix_prompt
+    assert "by thread (32,0,0) in block (1,0,0)" in fix_prompt and "cuda.cu:64" in fix_prompt
+    [(source,)] = query(db, "SELECT source FROM nodes WHERE id = ?", fix_node)
+    assert source.strip() == (DATA / "layernorm/cuda/fixes/sampleloop_1.py").read_text().strip()
+    [(log,)] = query(db, "SELECT verdict FROM evaluations WHERE node_id = ?", failed)
+    assert "Invalid __global__ write" in json.loads(log)["log"]  # the verdict log has it too

@@ -312,3 +312,46 @@ async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: 
     assert source.strip() == (DATA / "layernorm/cuda/fixes/sampleloop_1.py").read_text().strip()
     [(log,)] = query(db, "SELECT verdict FROM evaluations WHERE node_id = ?", failed)
     assert "Invalid __global__ write" in json.loads(log)["log"]  # the verdict log has it too
+
+
+def _evaluate_cuda(name: str, profile: str) -> Verdict:
+    import asyncio
+    import os
+
+    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.llm.scripted import DATA
+    from engine.problems import load_problem
+
+    problem = load_problem("layernorm")
+
+    async def go() -> Verdict:
+        evaluator = LocalEvaluator("cuda", cuda_arch=os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0",
+                                   profile=profile)
+        cost = problem.cost("cuda")
+        job = evaluator.job(problem.path, (DATA / "layernorm/cuda" / name).read_text(),
+                            problem.sizes_for("cuda"), flops=cost.flops, bytes=cost.bytes)
+        try:
+            return await evaluator.evaluate(job)
+        finally:
+            await evaluator.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_bounds_write_gets_compute_sanitizers_report():
+    v = _evaluate_cuda("sampleloop_1.py", "auto")
+    assert v.status == "runtime_error", v.log[-1500:]
+    assert "Invalid __global__ write" in v.sanitizer and "ln_apply_kernel" in v.sanitizer, v.log[-3000:]
+    assert "by thread" in v.sanitizer and v.sanitizer in v.log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["auto", "torch"])
+def test_gpu_split_layernorm_profile(mode: str):
+    v = _evaluate_cuda("split_1.py", mode)
+    assert v.status == "correct", v.log[-1500:]
+    assert v.profile["tool"] in (("ncu", "torch") if mode == "auto" else ("torch",)), v.profile
+    assert v.profile["kernels"] and v.profile["kernels"][0]["time_us"] > 0
+    assert v.bound in ("memory", "compute", "latency", "launch")
+    assert v.profile["reference"]["diagnosis"]["bound"]

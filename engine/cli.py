@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.evaluate.profile import PROFILE_MODES
 from engine.launch import (
     Prepared,
     ResumeRequest,
@@ -39,6 +40,10 @@ from engine.launch import (
 USAGE_ERROR = 2
 
 
+PROFILE_HELP = ("how correct variants are profiled after their verdict, holding the GPU: ncu (Nsight"
+                " Compute counters), torch (torch.profiler kernel table; diagnosis from speed-of-light),"
+                " auto (ncu where it can read counters, else torch; cpu: achieved rates against"
+                " measured peaks) or off")
 ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment, own dir, limits) or"
                   " strict (also bubblewrap: read-only view of system dirs only, no network);"
                   " auto (default): strict where bubblewrap works, else basic with a notice")
@@ -159,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
     run.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                      help=ISOLATION_HELP)
+    run.add_argument("--profile", default="auto", choices=PROFILE_MODES, help=PROFILE_HELP)
     _executor_flags(run)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
@@ -190,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the GPUs it may run on (default: every visible GPU)")
     ev.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                     help=ISOLATION_HELP)
+    ev.add_argument("--profile", default="off", choices=PROFILE_MODES,
+                    help="profile each correct solution and print its diagnosis (default off); " + PROFILE_HELP)
 
     command("sessions", help="list past sessions in the database")
     show = command("show", help="a session's tree with statuses and speedups")
@@ -356,6 +364,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         seed=args.seed, backend=args.backend, compile_workers=args.compile_workers,
         gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
         executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
+        profile=args.profile,
     )
 
 
@@ -367,6 +376,7 @@ def resume_request(args: argparse.Namespace) -> ResumeRequest:
         gpus=None if args.gpus is None else tuple(args.gpus), compile_workers=args.compile_workers,
         isolation=args.isolation, executor=args.executor, ray_address=args.ray_address,
         ray_workers=args.ray_workers, base_url=args.base_url, llm_timeout=args.llm_timeout, seed=args.seed,
+        profile=args.profile,
     )
 
 
@@ -609,7 +619,7 @@ def _eval(args: argparse.Namespace) -> int:
     isolation = _isolation_note(args.isolation)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
-    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation)
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
 
     async def go() -> list[Any]:
         jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
@@ -694,7 +704,10 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                                  "ref_eager_ms": v and v.ref_eager_ms,
                                  "speedup_eager": v and v.speedup_eager,
                                  "max_abs_err": v and v.max_abs_err, "device": v and v.device,
-                                 "slot": (v.gpu or {}).get("slot") if v else None})
+                                 "slot": (v.gpu or {}).get("slot") if v else None,
+                                 "bound": (v.bound or None) if v else None,
+                                 "profile": (v.profile or None) if v else None,
+                                 "sanitizer": (v.sanitizer or None) if v else None})
                 out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
             return out
         finally:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.evaluate.profile import PROFILE_MODES
 
 if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
@@ -71,6 +72,7 @@ class RunRequest:
     executor: str = "local"  # EXECUTORS
     ray_address: str | None = None
     ray_workers: int | None = None
+    profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile)
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience; kept as tuples so a request stays immutable.
@@ -98,6 +100,7 @@ class ResumeRequest:
     base_url: str | None = None
     llm_timeout: float = 600.0
     seed: int = 0
+    profile: str = "auto"  # PROFILE_MODES
 
     def __post_init__(self) -> None:
         if self.gpus is not None:
@@ -193,12 +196,14 @@ def check_local_flags(ray_address: str | None, ray_workers: int | None) -> None:
 def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Sequence[int] | None = None,
                    recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
                    isolation: str = "auto", ray_address: str | None = None,
-                   ray_workers: int | None = None) -> tuple[str, Evaluator]:
+                   ray_workers: int | None = None, profile: str = "off") -> tuple[str, Evaluator]:
     """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
     resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
     joined or started here; `auto` is then the cluster's backend, and each node resolves the
-    isolation level for itself)."""
+    isolation level for itself). `profile` (auto | ncu | torch | off): the local executor's
+    profiles of correct variants; the Ray executor takes none."""
     _choice("executor", executor, EXECUTORS)
+    _choice("profile", profile, PROFILE_MODES)
     if executor != "ray":
         check_local_flags(ray_address, ray_workers)
         backend, arch = resolve_backend(requested_backend)
@@ -210,7 +215,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                                  f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
         level, _ = resolve_isolation(isolation)
         return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
-                                        isolation=level)
+                                        isolation=level, profile=profile)
     if gpus is not None:
         raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.executors import ray_executor
@@ -327,7 +332,7 @@ def prepare_run(request: RunRequest) -> Prepared:
     backend, evaluator = make_evaluator(
         request.backend, executor=request.executor, gpus=request.gpus,
         compile_workers=request.compile_workers, isolation=request.isolation,
-        ray_address=request.ray_address, ray_workers=request.ray_workers)
+        ray_address=request.ray_address, ray_workers=request.ray_workers, profile=request.profile)
     models = _build_models(list(request.models), request.provider, problem, backend, seed=request.seed,
                            base_url=request.base_url, timeout_s=request.llm_timeout)
     return Prepared(problem, models, evaluator, config)
@@ -362,7 +367,8 @@ def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepare
     backend, evaluator = make_evaluator(
         session["backend"], executor=request.executor, gpus=request.gpus,
         recorded_gpus=session["config"].get("gpus"), compile_workers=request.compile_workers,
-        isolation=request.isolation, ray_address=request.ray_address, ray_workers=request.ray_workers)
+        isolation=request.isolation, ray_address=request.ray_address, ray_workers=request.ray_workers,
+        profile=request.profile)
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
     models = _build_models(specs, provider, problem, backend, seed=request.seed, base_url=request.base_url,

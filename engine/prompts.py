@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from engine.evaluate.profile import BOUND_LABELS, summary_lines
 from engine.evaluate.verdict import Verdict
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -57,9 +58,27 @@ def describe_verdict(verdict: Verdict | None, ref_ms: float | None = None) -> st
         lines.append(f"- max abs error vs fp64 reference: {v.max_abs_err:.3g}")
     if v.sol_fraction is not None:
         lines.append(f"- fraction of speed-of-light: {v.sol_fraction:.1%}")
+    lines += describe_profile(v)
     if v.status != "correct" and v.log:
         lines.append("- log tail:\n" + v.log[-1500:])
     return "\n".join(lines)
+
+
+def describe_profile(verdict: Verdict) -> list[str]:
+    """Why the parent is slow, in a few lines: its diagnosis, its top kernels, the reference's."""
+    profile = verdict.profile or {}
+    lines = summary_lines(profile)
+    if not lines:
+        return []
+    out = [f"- {lines[0]}"]
+    if len(lines) > 1:
+        out.append("- top kernels:")
+        out += lines[1:]
+    ref = (profile.get("reference") or {}).get("diagnosis")
+    if ref:
+        label = BOUND_LABELS.get(ref.get("bound"), ref.get("bound"))
+        out.append(f"- the PyTorch reference, same profiler: {label} — {ref.get('evidence', '')}")
+    return out
 
 
 def idea_prompt(
@@ -94,12 +113,23 @@ def implement_prompt(
 
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
-               tol: float) -> str:
+               tol: float, sanitizer: str = "") -> str:
+    """The fix prompt for a build failure, or (with `sanitizer`: compute-sanitizer's report) for
+    a run that hit an illegal or misaligned memory access."""
     contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+    if sanitizer:
+        failure = "crashed at run time with an illegal memory access"
+        heading = "Run-time error and compute-sanitizer (memcheck) report"
+        error = log.split("\n\ncompute-sanitizer", 1)[0].strip()[-2000:]
+        log = f"{error}\n\n{sanitizer.strip()}"
+    else:
+        failure, heading = "failed to build", "Compiler output (tail)"
     return _template("fix.txt").substitute(
         problem_source=problem_source.strip(),
         idea_title=idea_title,
         source=source.strip(),
+        failure=failure,
+        log_heading=heading,
         log=log.strip()[-4000:],
         contract=contract.strip(),
     )

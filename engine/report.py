@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.evaluate.profile import summary_lines
+
 if TYPE_CHECKING:
     from engine.evaluate.verdict import Verdict
 
@@ -36,21 +38,32 @@ def format_verdict(v: Verdict) -> str:
     for flag in v.flags or ():
         line += f"\n    flag: {flag[:200]}"
     if v.status not in ("correct", "flagged") and v.log:
-        first = next((ln for ln in reversed(v.log.strip().splitlines()) if ln.strip()), "")
+        error = v.log.split("\n\ncompute-sanitizer", 1)[0]
+        first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
         line += f"\n    {first[:200]}"
+    if v.sanitizer:
+        report = "\n".join(f"      {ln}" for ln in v.sanitizer.splitlines())
+        line += f"\n    compute-sanitizer (memcheck):\n{report}"
+    profile = v.profile or {}
+    if profile.get("tool") == "off":
+        line += f"\n    profile: off ({profile.get('why', '')})"
+    for text in summary_lines(profile):
+        line += f"\n    {text}"
+    if profile.get("why") and profile.get("tool") != "off":
+        line += f"\n    ({profile['why']})"
     return line
 
 
 def eval_table(rows: list[tuple[str, Verdict]]) -> str:
     """`ktree eval` of several solutions: one row per solution (file, status, time, speedup vs
     eager, max abs error, flags), aligned columns."""
-    head = ("file", "status", "ms", "speedup", "max abs err", "flags")
+    head = ("file", "status", "ms", "speedup", "max abs err", "bound", "flags")
     body = []
     for file, v in rows:
         err, ms = v.max_abs_err, v.time_ms
         flags = "; ".join(f.split(":")[0] for f in v.flags)
         body.append((file, v.status, "-" if ms is None else f"{ms:.4g}", fmt_x(v.speedup_eager),
-                     "-" if err is None else f"{err:.3g}", flags or "-"))
+                     "-" if err is None else f"{err:.3g}", v.bound or "-", flags or "-"))
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in [head, *body])

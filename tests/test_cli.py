@@ -283,6 +283,6 @@ def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
                      "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "flags"]
+    assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "bound", "flags"]
     assert "a_identity.py" in lines[1] and "incorrect" in lines[1]
     assert "b_torch.py" in lines[2] and "flagged" in lines[2] and "torch-ops" in lines[2]

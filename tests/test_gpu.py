@@ -17,11 +17,12 @@ from engine.problems import load_problem
 
 pytestmark = pytest.mark.gpu
 
-INTENDED = {"correct": "correct", "incorrect": "incorrect", "compile error": "compile_error"}
+INTENDED = {"correct": "correct", "incorrect": "incorrect", "compile error": "compile_error",
+            "runtime error": "runtime_error"}
 
 
 def intended_status(source: str) -> str:
-    m = re.search(r"Intended outcome:\s*(correct|incorrect|compile error)", source, re.IGNORECASE)
+    m = re.search(r"Intended outcome:\s*(correct|incorrect|compile error|runtime error)", source, re.IGNORECASE)
     assert m, "every scripted variant declares its intended outcome"
     return INTENDED[m.group(1).lower()]
 

@@ -24,6 +24,7 @@ from typing import Any
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
@@ -116,12 +117,18 @@ class LocalEvaluator:
         gpus: list[int] | None = None,
         devices: int = 1,
         host_lock: bool = True,
+        profile: str = "off",
+        profile_budget_s: float = DEFAULT_BUDGET_S,
     ):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
         (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
         host lock). host_lock: hold each device's host-wide lock (engine.evaluate.hostlock) while
-        checking and timing on it, so that ktree processes on one host queue for a device."""
+        checking and timing on it, so that ktree processes on one host queue for a device.
+        profile: auto | ncu | torch | off (engine.evaluate.profile): profile each correct variant
+        after its verdict, still holding its device, within `profile_budget_s`; a runtime error
+        from an illegal or misaligned access is re-run once under compute-sanitizer (any mode
+        but off)."""
         self.backend = backend
         self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
         self.cache_dir = str(cache_dir or default_cache_dir())
@@ -140,6 +147,7 @@ class LocalEvaluator:
             env["TORCH_CUDA_ARCH_LIST"] = ""
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
+        self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
@@ -299,7 +307,35 @@ class LocalEvaluator:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
                 device.info = verdict.gpu or device.info
-                return verdict
+                return await self._after(verdict, run, device, on_phase)
+
+    async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
+                     on_phase: PhaseCallback | None) -> Verdict:
+        """Still holding the device, outside the timed window: profile a correct variant; re-run
+        one that hit an illegal or misaligned access under compute-sanitizer."""
+        if self.profiler.mode == "off" or job.mode != "evaluate":
+            return verdict
+        key = device.lock_key or device.name
+
+        async def runner(prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
+                         timeout_s: float) -> tuple[dict | None, str, str]:
+            return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
+
+        if verdict.ok:
+            if on_phase is not None:
+                await on_phase("evaluating")  # profiling: still device work
+            profile = await self.profiler.profile(runner, job, verdict.time_ms, {}, key,
+                                                  ref_ms=verdict.ref_eager_ms)
+            return dataclasses.replace(verdict, profile=profile)
+        if verdict.status == "runtime_error" and self.backend == "cuda" and wants_sanitizer(verdict.log):
+            if on_phase is not None:
+                await on_phase("evaluating")  # under compute-sanitizer
+            report = await self.profiler.sanitize(runner, job, {})
+            if report:
+                return dataclasses.replace(
+                    verdict, sanitizer=report,
+                    log=f"{verdict.log}\n\ncompute-sanitizer (memcheck) on a re-run:\n{report}")
+        return verdict
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,

@@ -58,6 +58,11 @@ class Verdict:
     # Which device measured it: slot ("gpu1", "cpu0"), physical index, name, uuid, driver, torch
     # and CUDA versions, host (timing.device_info).
     gpu: dict[str, Any] = field(default_factory=dict)
+    # Why it is slow (correct verdicts, engine.evaluate.profile): tool ("ncu" | "torch" | "cpu" |
+    # "off"), per-kernel metrics, diagnosis {bound, evidence, numbers}, the reference's profile.
+    profile: dict[str, Any] = field(default_factory=dict)
+    # compute-sanitizer memcheck's report of an illegal or misaligned access (runtime errors).
+    sanitizer: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -66,6 +71,11 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == "correct"
+
+    @property
+    def bound(self) -> str:
+        """The diagnosis' bound ("memory", "compute", "latency", "launch"), "" without a profile."""
+        return str(((self.profile or {}).get("diagnosis") or {}).get("bound") or "")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -267,7 +267,7 @@ class Search:
                 return
             await self.update(node.id, source=source, status="queued")
         verdict = await self._evaluate(self.nodes[node.id])
-        if verdict.status == "compile_error":
+        if verdict.status == "compile_error" or (verdict.status == "runtime_error" and verdict.sanitizer):
             await self._maybe_fix(self.nodes[node.id])
 
     async def _maybe_fix(self, failed: Node) -> None:
@@ -289,7 +289,8 @@ class Search:
         if node.origin == "fix":
             verdict = self.verdicts.get(parent.id)
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
-                                      verdict.log if verdict else "", self.backend, self.config.rtol)
+                                      verdict.log if verdict else "", self.backend, self.config.rtol,
+                                      sanitizer=verdict.sanitizer if verdict else "")
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
@@ -443,7 +444,8 @@ class Search:
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
-        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes()):
+        sanitized = {nid for nid, v in self.verdicts.items() if v.status == "runtime_error" and v.sanitizer}
+        for step, node in recovery(self.nodes, self.round, self.sched.busy_nodes(), sanitized):
             if step == FIX:
                 await self._maybe_fix(node)
             elif step == CANCEL:
@@ -479,16 +481,50 @@ class Search:
         await self.bus.publish(NodeAdded(node))
 
     def _tried(self, parent: Node) -> list[str]:
-        """Idea titles on the path from the root to `parent`, and those already under it."""
-        titles: list[str] = []
+        """Idea titles on the path from the root to `parent`, and those already under it, each
+        with its outcome (the best speedup of its variants, or why they failed)."""
+        ideas: list[Node] = []
         node: Node | None = parent
         while node is not None:
             if node.kind == "idea":
-                titles.append(node.title)
+                ideas.append(node)
             node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
-        titles += [n.title for n in self.nodes.values()
-                   if n.parent_id == parent.id and n.kind == "idea" and n.status == "ok"]
-        return list(dict.fromkeys(reversed(titles)))
+        ideas.reverse()
+        ideas += [n for n in self.nodes.values()
+                  if n.parent_id == parent.id and n.kind == "idea" and n.status == "ok"]
+        seen: dict[str, str] = {}
+        for idea in ideas:
+            if idea.title not in seen:
+                seen[idea.title] = self._outcome(idea)
+        return [f"{title} → {outcome}" if outcome else title for title, outcome in seen.items()]
+
+    def _outcome(self, idea: Node) -> str:
+        """What an idea's variants (and their fixes) came to, in a few words."""
+        variants: list[Node] = []
+        frontier = [idea.id]
+        while frontier:
+            pid = frontier.pop()
+            for n in self.nodes.values():
+                if n.parent_id == pid and n.kind == "variant":
+                    variants.append(n)
+                    frontier.append(n.id)
+        done = [v for v in variants if v.id in self.verdicts]
+        if not done:
+            return "not evaluated yet" if variants else ""
+        correct = [self.verdicts[v.id] for v in done if self.verdicts[v.id].ok]
+        if correct:
+            best = max(correct, key=lambda v: v.speedup_eager or 0.0)
+            text = f"best {best.speedup_eager:.2f}x vs eager" if best.speedup_eager else "correct"
+            if best.bound:
+                text += f" ({best.bound}-bound)"
+            return text
+        reasons: dict[str, int] = {}
+        for v in done:
+            verdict = self.verdicts[v.id]
+            line = next((ln.strip() for ln in verdict.log.splitlines() if ln.strip()), "")
+            why = verdict.status + (f": {line[:80]}" if line and verdict.status != "compile_error" else "")
+            reasons[why] = reasons.get(why, 0) + 1
+        return "failed: " + "; ".join(f"{why} (x{n})" if n > 1 else why for why, n in reasons.items())
 
     def _describe(self, parent: Node) -> str:
         ref_ms = next((v.ref_eager_ms for v in self.verdicts.values() if v.ref_eager_ms), None)

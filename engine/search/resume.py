@@ -10,7 +10,7 @@ again, and the rest is redone once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from engine.domain import DONE_STATUSES, Node, excluded
@@ -67,15 +67,19 @@ async def load_session(store: Store, session_id: int) -> Saved:
 FIX, CANCEL, IDEAS, VARIANT = "fix", "cancel", "ideas", "variant"
 
 
-def recovery(nodes: Mapping[int, Node], round: int, busy: set[int]) -> list[tuple[str, Node]]:
+def recovery(nodes: Mapping[int, Node], round: int, busy: set[int],
+             sanitized: Set[int] = frozenset()) -> list[tuple[str, Node]]:
     """The steps that finish the work the engine was doing when it died, in node order; none
-    for a node whose work is done or running (`busy`)."""
+    for a node whose work is done or running (`busy`). `sanitized`: runtime errors with a
+    compute-sanitizer report, which get a fix child like compile errors."""
     steps: list[tuple[str, Node]] = []
     for node in sorted(nodes.values(), key=lambda n: n.id):
         if node.id in busy:
             continue
         if node.status in DONE_STATUSES:
-            if (node.kind == "variant" and node.status == "compile_error" and node.round == round
+            fixable = node.status == "compile_error" or (
+                node.status == "runtime_error" and node.id in sanitized)
+            if (node.kind == "variant" and fixable and node.round == round
                     and not any(c.parent_id == node.id for c in nodes.values())):
                 steps.append((FIX, node))  # killed before its fix child was recorded
             continue

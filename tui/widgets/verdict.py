@@ -6,11 +6,71 @@ from rich.text import Text
 from textual.widgets import Static
 
 from engine.domain import Node
+from engine.evaluate.profile import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label
 from tui.widgets.code import fmt_num
 from tui.widgets.status import glyph, style
 
 LOG_LINES = 8  # the tail of the evaluation log shown under the numbers
+BAR = 10  # cells in a metric bar (100% of peak fills it)
+BARS = (("dram_pct", "DRAM"), ("l2_pct", "L2"), ("sm_pct", "SM"), ("fma_pct", "FMA"),
+        ("tensor_pct", "TC"), ("occupancy_pct", "occ"))
+
+
+def bar(pct: float) -> str:
+    """A compact bar against 100% of peak: filled cells, then empty ones."""
+    filled = max(0, min(BAR, round(pct / 100 * BAR)))
+    return "█" * filled + "░" * (BAR - filled)
+
+
+def profile_text(verdict: Verdict) -> Text:
+    """Which profiler ran, the diagnosis with its numbers, and per kernel (top three by time) its
+    share of device time and its metrics as bars against their peaks."""
+    out = Text()
+    profile = verdict.profile or {}
+    tool = profile.get("tool")
+    if not tool:
+        return out
+    if tool == "off":
+        out.append(f"\nprofile: off ({profile.get('why', '')})", style="dim")
+        return out
+    if profile.get("error"):
+        out.append(f"\nprofile ({tool}): not taken: {profile['error'][:200]}", style="yellow")
+        return out
+    d = profile.get("diagnosis") or {}
+    out.append(f"\nprofile ({tool}): ", style="bold")
+    out.append(BOUND_LABELS.get(d.get("bound"), str(d.get("bound"))), style="bold cyan")
+    out.append(f" — {d.get('evidence', '')}")
+    if profile.get("why"):
+        out.append(f"\n  {profile['why']}", style="dim")
+    for k in (profile.get("kernels") or [])[:TOP_KERNELS]:
+        name = str(k.get("name", "?")).split("(")[0].removeprefix("void ")[:32]
+        out.append(f"\n  {name} ", style="bold")
+        out.append(f"{100 * (k.get('share') or 0):.0f}% · {k.get('time_us') or 0:.1f} us", style="dim")
+        metrics = [(label, k[key]) for key, label in BARS if k.get(key) is not None]
+        for label, pct in metrics:
+            out.append(f"\n    {label:<4} {bar(pct)} {pct:3.0f}%")
+            if label == "occ" and k.get("theoretical_occupancy_pct") is not None:
+                out.append(f" of {k['theoretical_occupancy_pct']:.0f}%", style="dim")
+        launch = []
+        if k.get("block") or k.get("block_size"):
+            b = k.get("block") or k.get("block_size")
+            launch.append("block " + ("x".join(map(str, b)) if isinstance(b, list) else f"{b:g}"))
+        if k.get("registers") is not None:
+            launch.append(f"{k['registers']:g} regs")
+        if k.get("smem_bytes"):
+            launch.append(f"{k['smem_bytes']:g} B smem")
+        if k.get("occupancy_limiter"):
+            launch.append(f"limited by {k['occupancy_limiter']}")
+        if k.get("stalls"):
+            launch.append("stalls " + ", ".join(str(s[0]) for s in k["stalls"][:2]))
+        if launch:
+            out.append("\n    " + " · ".join(launch), style="dim")
+    ref = (profile.get("reference") or {}).get("diagnosis")
+    if ref:
+        out.append(f"\n  reference: {BOUND_LABELS.get(ref.get('bound'), ref.get('bound'))}"
+                   f" — {ref.get('evidence', '')}", style="dim")
+    return out
 
 
 def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) -> Text:
@@ -41,6 +101,7 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) ->
     out.append(f" · SOL {'-' if sol is None else f'{100 * sol:.1f}%'}")
     for flag in v.flags or ():
         out.append(f"\nflag: {flag}", style="magenta")
+    out.append_text(profile_text(v))
     log = (v.log or "").rstrip()
     if log:
         out.append("\n" + "\n".join(log.splitlines()[-LOG_LINES:]), style="dim")

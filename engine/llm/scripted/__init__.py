@@ -189,6 +189,6 @@ class ScriptedProvider:
             for path in idea.variants:
                 fixed = path.parent / "fixes" / path.name
                 if path.read_text().strip() == failing.strip() and fixed.exists():
-                    return (f"The build failed; here is the corrected {path.name}.\n\n"
+                    return (f"Here is the corrected {path.name}.\n\n"
                             f"```python\n{self._stamped(fixed.read_text().rstrip())}\n```\n")
         return "I cannot tell what is wrong with this build from the log."

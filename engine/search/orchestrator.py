@@ -197,16 +197,17 @@ class Search:
         self.sched.spawn(self._guard(node.id, work), node.id)
 
     async def _guard(self, node_id: int, work: Coroutine[Any, Any, None]) -> None:
-        """Run one node's work; a cancelled (pruned, stopped) or skipped node says why."""
+        """Run one node's work; a cancelled (pruned, stopped) or skipped node is recorded as
+        cancelled, not failed (nothing went wrong with it), and says why."""
         try:
             await work
         except _Skipped as exc:
-            await self.update(node_id, status="failed", text=f"not started: {exc}")
+            await self.update(node_id, status="cancelled", text=f"not started: {exc}")
         except asyncio.CancelledError:
             reason = self.sched.cancelled.pop(node_id, None)
             if reason is None:
                 raise  # the whole search is being cancelled: the node stays in flight, for resume
-            await asyncio.shield(self.update(node_id, status="failed", text=f"cancelled: {reason}"))
+            await asyncio.shield(self.update(node_id, status="cancelled", text=f"cancelled: {reason}"))
 
     async def _ideas(self, node: Node) -> None:
         """An idea node that is still generating: ask for its ideas, then make the first idea
@@ -433,7 +434,7 @@ class Search:
             if step == FIX:
                 await self._maybe_fix(node)
             elif step == CANCEL:
-                await self.update(node.id, status="failed", text="cancelled: pruned")
+                await self.update(node.id, status="cancelled", text="cancelled: pruned")
             else:
                 self._spawn(node)
 

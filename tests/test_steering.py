@@ -120,7 +120,7 @@ async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: P
     assert pending(db) == 0
     assert any(isinstance(e, NodeUpdated) and e.node.id == first and e.node.pruned for e in s.events)
     shown = run_ktree("--db", str(db), "show").stdout
-    assert f"#{first} variant r1: failed [pruned]" in shown and f"#{second} variant r1: correct" in shown
+    assert f"#{first} variant r1: cancelled [pruned]" in shown and f"#{second} variant r1: correct" in shown
 
 
 async def test_expand_ideas_from_a_variant_now(tmp_path: Path):

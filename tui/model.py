@@ -352,11 +352,11 @@ class ScreenModel:
         if state != self.info.get("status"):
             self.info.update(status=state, finished_at=rows.session.get("finished_at"),
                              stop_reason=rows.session.get("stop_reason"))
-        if rows.session.get("run_s") is not None:  # the engine's count, across resumes
-            self.info["run_s"] = rows.session["run_s"]
             reason = f" ({rows.session['stop_reason']})" if rows.session.get("stop_reason") else ""
             self._say(f"{state}{reason}", changes)
             changes.panes.add("header")
+        if rows.session.get("run_s") is not None:  # the engine's count, across resumes
+            self.info["run_s"] = rows.session["run_s"]
 
     # -- the pieces -------------------------------------------------------------------------
 

@@ -46,3 +46,13 @@ def test_scripted_cpu_variants_get_their_intended_verdicts(problem: str):
             assert v.backend == "cpu" and v.sizes == load_problem(problem).sizes_for("cpu")
     # Every kind of outcome the demo is meant to show is there.
     assert {"correct", "incorrect", "compile_error"} <= set(statuses.values()), statuses
+
+
+@pytest.mark.parametrize(("problem", "name"), [("softmax", "rowblock_3.py"), ("layernorm", "onepass_3.py")])
+def test_the_ctypes_cpu_kernels_of_softmax_and_layernorm_get_their_intended_verdicts(problem: str, name: str):
+    """The two libraries' newest CPU kernels (the ones meant to beat eager) are in the ctypes
+    structure too; the rest of those libraries are torch-extension builds (~25 s each)."""
+    [path] = [f for idea in load_ideas(problem, "cpu") for f in idea.variants if f.name == name]
+    source = path.read_text()
+    [v] = evaluate_cpu(problem, [source])
+    assert v.status == intended_status(source) == "correct", f"{v.status} {v.flags}\n{v.log[-2000:]}"

@@ -17,50 +17,70 @@ cpp_source = r"""
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
-// Vectorized over output channels: the weights transposed to [ic][ky][kx][oc] so 48 output
-// channels are three 16-float vectors; a tile of 4 neighbouring output pixels x 48 channels is
-// held in 12 vector registers while all the taps are summed (per tap: 3 weight loads, 4
-// broadcasts of the input, 12 FMAs).
+// Vectorized over output channels: the weights transposed to [ic][ky][kx][oc] so 32 output
+// channels are two 16-float vectors; a tile of 13 neighbouring output pixels x 32 channels is
+// held in 26 vector registers while all the taps are summed (per tap: 2 weight loads, 13
+// broadcasts of the input, 26 FMAs). 13 divides this problem's 39 output columns, so no tile
+// computes padding pixels; other widths get a short last tile.
 typedef float v16 __attribute__((vector_size(64)));
-constexpr long long CB = 48, PX = 4;
+constexpr long long CB = 32, PX = 13, NV = CB / 16;
 
-static float* padded(const float* x, long long n, long long c, long long h, long long wd, long long p,
-                     long long hp, long long wp) {
-    float* xp = static_cast<float*>(std::calloc(n * c * hp * wp, sizeof(float)));
+static inline v16 load(const float* p) { v16 v; std::memcpy(&v, p, sizeof(v)); return v; }
+
+// A padded copy of the input (so no tap needs a bounds test), in a buffer reused across calls;
+// each padded row is written once (zeros and the copied row), in parallel.
+static const float* padded(const float* x, long long n, long long c, long long h, long long wd, long long p,
+                           long long hp, long long wp) {
+    static thread_local std::vector<float> buf;
+    if ((long long)buf.size() < n * c * hp * wp) buf.resize(n * c * hp * wp);
+    float* xp = buf.data();
     #pragma omp parallel for collapse(2)
     for (long long i = 0; i < n * c; ++i)
-        for (long long r = 0; r < h; ++r)
-            std::memcpy(xp + (i * hp + r + p) * wp + p, x + (i * h + r) * wd, sizeof(float) * wd);
+        for (long long r = 0; r < hp; ++r) {
+            float* dst = xp + (i * hp + r) * wp;
+            if (r < p || r >= h + p) {
+                std::memset(dst, 0, sizeof(float) * wp);
+                continue;
+            }
+            std::memset(dst, 0, sizeof(float) * p);
+            std::memcpy(dst + p, x + (i * h + r - p) * wd, sizeof(float) * wd);
+            std::memset(dst + p + wd, 0, sizeof(float) * (wp - p - wd));
+        }
     return xp;
 }
 
-static float* transposed(const float* w, long long co, long long c, long long k, long long cop) {
-    float* wt = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * c * k * k * cop));
+static const float* transposed(const float* w, long long co, long long c, long long k, long long cop) {
+    static thread_local std::vector<float> buf;
+    if ((long long)buf.size() < c * k * k * cop) buf.resize(c * k * k * cop);
+    float* wt = buf.data();
+    #pragma omp parallel for
     for (long long t = 0; t < c * k * k; ++t)
         for (long long oc = 0; oc < cop; ++oc) wt[t * cop + oc] = oc < co ? w[oc * c * k * k + t] : 0.0f;
     return wt;
 }
 
-// out[q][v*16 + l]: the conv (bias included) of pixel ox0 + q of row oy, channels cb*48 + ...
+// out[q][j]: the conv (bias included) of pixel ox0 + q of row oy, channel cb * CB + j.
 static inline void conv_tile(const float* xp, const float* wt, const float* bias, long long c, long long k,
                              long long s, long long hp, long long wp, long long cop, long long co, long long oy,
                              long long ox0, long long npx, long long cb, float out[PX][CB]) {
-    v16 acc[PX][3];
-    for (int q = 0; q < PX; ++q) acc[q][0] = acc[q][1] = acc[q][2] = v16{};
+    v16 acc[PX][NV];
+    for (int q = 0; q < PX; ++q)
+        for (int v = 0; v < NV; ++v) acc[q][v] = v16{};
+    long long col[PX];  // each pixel's first input column (a short tile repeats its last pixel)
+    for (int q = 0; q < PX; ++q) col[q] = std::min<long long>(ox0 + q, ox0 + npx - 1) * s;
     for (long long ic = 0; ic < c; ++ic)
         for (long long ky = 0; ky < k; ++ky) {
             const float* row = xp + (ic * hp + oy * s + ky) * wp;
             const float* wr = wt + ((ic * k + ky) * k) * cop + cb * CB;
             for (long long kx = 0; kx < k; ++kx) {
-                const v16 w0 = *(const v16*)(wr + kx * cop);
-                const v16 w1 = *(const v16*)(wr + kx * cop + 16);
-                const v16 w2 = *(const v16*)(wr + kx * cop + 32);
+                v16 wv[NV];
+                for (int v = 0; v < NV; ++v) wv[v] = load(wr + kx * cop + 16 * v);
+                #pragma GCC unroll 16
                 for (int q = 0; q < PX; ++q) {
-                    const float v = row[std::min<long long>(ox0 + q, ox0 + npx - 1) * s + kx];
-                    acc[q][0] += v * w0;
-                    acc[q][1] += v * w1;
-                    acc[q][2] += v * w2;
+                    const float xv = row[col[q] + kx];
+                    for (int v = 0; v < NV; ++v) acc[q][v] += xv * wv[v];
                 }
             }
         }
@@ -70,15 +90,15 @@ static inline void conv_tile(const float* xp, const float* wt, const float* bias
     }
 }
 
-// Conv + ReLU + max pool in one pass: each task computes one image's conv planes for 48
-// channels into a thread-local [oy][ox][48] buffer (ReLU applied as it is written), then pools
+// Conv + ReLU + max pool in one pass: each task computes one image's conv planes for 32
+// channels into a thread-local [oy][ox][32] buffer (ReLU applied as it is written), then pools
 // from it; the conv output never exists as a tensor.
 extern "C" void conv_relu_pool(const float* x, const float* w, const float* bias, float* y, long long n, long long c, long long h, long long wd, long long co, long long k, long long s, long long p, long long pk, long long ps) {
     const long long ho = (h + 2 * p - k) / s + 1, wo = (wd + 2 * p - k) / s + 1;
     const long long ph = (ho - pk) / ps + 1, pw = (wo - pk) / ps + 1;
     const long long hp = h + 2 * p, wp = wd + 2 * p, cop = (co + CB - 1) / CB * CB, blocks = cop / CB;
-    float* xp = padded(x, n, c, h, wd, p, hp, wp);
-    float* wt = transposed(w, co, c, k, cop);
+    const float* xp = padded(x, n, c, h, wd, p, hp, wp);
+    const float* wt = transposed(w, co, c, k, cop);
     #pragma omp parallel
     {
         float* plane = static_cast<float*>(std::malloc(sizeof(float) * ho * wo * CB));
@@ -109,8 +129,6 @@ extern "C" void conv_relu_pool(const float* x, const float* w, const float* bias
             }
         std::free(plane);
     }
-    std::free(wt);
-    std::free(xp);
 }
 """
 

@@ -38,15 +38,15 @@ NODE_KINDS = ("root", "idea", "variant")
 ORIGINS = ("llm", "human", "fix", "edit")
 
 # The statuses a node can show. A variant moves generating -> queued -> compiling -> (waiting) ->
-# checking / timing / evaluating -> one verdict status (or failed: no code came back, or its
-# work was cancelled by a prune or a stop; the node's text says which).
+# checking / timing / evaluating -> one verdict status, or failed (no code came back) or cancelled
+# (its work was cut short or never started: a prune, a stop, a spent budget; the text says which).
 WORK_STATUSES = ("generating", "queued", "compiling", "waiting", "checking", "timing", "evaluating")
-VARIANT_STATUSES = (*WORK_STATUSES, *VERDICT_STATUSES, "failed")
-IDEA_STATUSES = ("generating", "ok", "failed")
+VARIANT_STATUSES = (*WORK_STATUSES, *VERDICT_STATUSES, "failed", "cancelled")
+IDEA_STATUSES = ("generating", "ok", "failed", "cancelled")
 ROOT_STATUSES = ("reference",)
 NODE_STATUSES = tuple(dict.fromkeys(VARIANT_STATUSES + IDEA_STATUSES + ROOT_STATUSES))
 # Statuses after which a node's work is over (a verdict, or no code to evaluate).
-DONE_STATUSES = frozenset({*VERDICT_STATUSES, "failed", "ok", "reference"})
+DONE_STATUSES = frozenset({*VERDICT_STATUSES, "failed", "cancelled", "ok", "reference"})
 # Phases in which a variant holds an evaluation device.
 DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
 

@@ -25,6 +25,7 @@ class SessionStarted:
     config: dict[str, Any] = field(default_factory=dict)
     cost: str = ""  # FLOPs and bytes at these sizes, "(estimated)" when counted, not declared
     resumed: bool = False  # a `--resume`: the tree so far is in the DB
+    elapsed_s: float = 0.0  # seconds the session ran before this start (a resume's clock goes on from it)
 
 
 @dataclass(frozen=True)

@@ -553,8 +553,25 @@ class Store:
         return out
 
     async def session(self, session_id: int) -> dict[str, Any] | None:
+        """The session's row, with "run_s": the seconds its engine has run (None: not recorded)."""
         rows = await self.conn.execute_fetchall("SELECT * FROM sessions WHERE id = ?", (session_id,))
-        return _session_dict(rows[0]) if rows else None
+        if not rows:
+            return None
+        return {**_session_dict(rows[0]), "run_s": await self.run_s(session_id)}
+
+    # How long a session's engine has run, over all its runs (a resume continues the count; the
+    # time between a stop and a resume is not in it). Kept in `meta`, so no schema change.
+
+    async def run_s(self, session_id: int) -> float | None:
+        rows = await self.conn.execute_fetchall(
+            "SELECT value FROM meta WHERE key = ?", (f"session_run_s:{session_id}",))
+        return float(rows[0][0]) if rows else None
+
+    @_writes
+    async def set_run_s(self, session_id: int, seconds: float) -> None:
+        await self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                                (f"session_run_s:{session_id}", repr(round(seconds, 3))))
+        await self.conn.commit()
 
     async def nodes(self, session_id: int) -> list[Node]:
         rows = await self.conn.execute_fetchall(

@@ -45,7 +45,7 @@ def evaluate_all(problem_name: str, sources: list[str]) -> list[Verdict]:
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("problem", ["softmax", "layernorm"])
+@pytest.mark.parametrize("problem", ["softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool"])
 def test_scripted_cuda_variants_get_their_intended_verdicts(problem: str):
     files = [f for idea in load_ideas(problem, "cuda") for f in idea.variants]
     files += sorted(files[0].parent.glob("fixes/*.py"))  # the fix-prompt answers

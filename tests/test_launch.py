@@ -120,13 +120,13 @@ def test_the_estimate_needs_no_key(no_keys: None):
 
 def test_the_estimate_refuses_a_scripted_search_it_could_not_start(no_keys: None):
     """Said up front (the estimate, and the new-search form through it), not when Start fails."""
-    for request in (RunRequest("matmul", provider="scripted"), RunRequest("matmul")):  # auto: no key
-        with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'matmul'") as caught:
+    for request in (RunRequest("gemv", provider="scripted"), RunRequest("gemv")):  # auto: no key
+        with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'gemv'") as caught:
             estimate_run(request, backend="cpu")
         assert "softmax" in str(caught.value) and "\n" not in str(caught.value)
-    assert estimate_run(RunRequest("matmul", provider="openai"), backend="cpu")["calls"]["idea"] == 3
-    with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'matmul'"):
-        estimate_run(form_request({**FORM, "problem": "matmul", "provider": "scripted"}), backend="cpu")
+    assert estimate_run(RunRequest("gemv", provider="openai"), backend="cpu")["calls"]["idea"] == 3
+    with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'gemv'"):
+        estimate_run(form_request({**FORM, "problem": "gemv", "provider": "scripted"}), backend="cpu")
 
 
 def test_job_cost_is_the_problems_cost_at_those_sizes():

@@ -11,7 +11,10 @@ def ask(provider: ScriptedProvider, text: str) -> str:
     return asyncio.run(provider.complete([Message("user", text)])).text
 
 
-@pytest.mark.parametrize("problem", ["softmax", "layernorm"])
+SEEDS = ["softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool"]
+
+
+@pytest.mark.parametrize("problem", SEEDS)
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
 def test_scripted_library_has_three_ideas_with_two_variants(problem: str, backend: str):
     ideas = load_ideas(problem, backend)
@@ -79,7 +82,7 @@ def test_a_stand_in_that_fails_to_compile_still_gets_its_fix():
 
 
 def test_problem_without_scripted_answers_is_refused():
-    assert {"softmax", "layernorm"} <= set(scripted_problems())
+    assert set(SEEDS) <= set(scripted_problems())
     with pytest.raises(LLMError, match="no answers for problem 'gemm'"):
         ScriptedProvider("gemm", "cpu")
 

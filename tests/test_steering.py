@@ -110,7 +110,7 @@ async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: P
     assert query(db, "SELECT id, pruned FROM nodes WHERE id IN (?, ?) ORDER BY id", first, second) == [
         (first, 1), (second, 1)]
     [(status, text)] = query(db, "SELECT status, text FROM nodes WHERE id = ?", first)
-    assert (status, text) == ("failed", "cancelled: pruned")
+    assert (status, text) == ("cancelled", "cancelled: pruned")
     assert query(db, "SELECT COUNT(*) FROM evaluations WHERE node_id = ?", first) == [(0,)]
     assert query(db, "SELECT status FROM evaluations WHERE node_id = ?", second) == [("correct",)]
     # Neither is a parent: the round kept the reference (nothing correct and unpruned).
@@ -120,7 +120,7 @@ async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: P
     assert pending(db) == 0
     assert any(isinstance(e, NodeUpdated) and e.node.id == first and e.node.pruned for e in s.events)
     shown = run_ktree("--db", str(db), "show").stdout
-    assert f"#{first} variant r1: failed [pruned]" in shown and f"#{second} variant r1: correct" in shown
+    assert f"#{first} variant r1: cancelled [pruned]" in shown and f"#{second} variant r1: correct" in shown
 
 
 async def test_expand_ideas_from_a_variant_now(tmp_path: Path):
@@ -261,9 +261,9 @@ async def test_stop_ends_the_search_and_cancels_work_in_flight(tmp_path: Path):
     assert applied(s) == [("stop", ())]
     # Nothing was left in flight, nothing started after the stop, and round 2 never began.
     statuses = query(db, "SELECT status, text FROM nodes WHERE kind = 'variant'")
-    assert statuses and all(st == "failed" and tx.startswith("cancelled: stopped by the user")
+    assert statuses and all(st == "cancelled" and tx.startswith("cancelled: stopped by the user")
                             or st in ("correct", "incorrect", "compile_error") for st, tx in statuses)
-    assert any(st == "failed" for st, _ in statuses)
+    assert any(st == "cancelled" for st, _ in statuses)
     assert query(db, "SELECT MAX(round) FROM rounds") == [(1,)]
 
 
@@ -336,7 +336,7 @@ def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path)
     # The idea call never completed: it was cancelled, so nothing was recorded for it.
     assert query(db, "SELECT COUNT(*) FROM llm_calls") == [(0,)]
     assert query(db, "SELECT status, text FROM nodes WHERE kind = 'idea'") == [
-        ("failed", "cancelled: stopped by the user")]
+        ("cancelled", "cancelled: stopped by the user")]
 
 
 async def test_a_session_recorded_before_rounds_were_recorded_resumes_in_its_round(tmp_path: Path):

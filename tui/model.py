@@ -207,7 +207,8 @@ class ScreenModel:
         self.session_id = event.session_id
         self._header({"problem": event.problem, "backend": event.backend, "provider": event.provider,
                       "sizes": event.sizes, "status": "running", "config": event.config,
-                      "created_at": self.clock(), "finished_at": None}, event.scripted, changes)
+                      "created_at": self.clock(), "finished_at": None, "run_before_s": event.elapsed_s},
+                     event.scripted, changes)
         changes.reload = event.resumed  # the tree so far is in the DB
         changes.panes.add("progress")
 
@@ -354,6 +355,8 @@ class ScreenModel:
             reason = f" ({rows.session['stop_reason']})" if rows.session.get("stop_reason") else ""
             self._say(f"{state}{reason}", changes)
             changes.panes.add("header")
+        if rows.session.get("run_s") is not None:  # the engine's count, across resumes
+            self.info["run_s"] = rows.session["run_s"]
 
     # -- the pieces -------------------------------------------------------------------------
 

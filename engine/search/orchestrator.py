@@ -105,6 +105,7 @@ class Search:
         self.verdicts: dict[int, Verdict] = {}
         self.replies: dict[tuple[int, str], LLMResult] = {}  # (node, purpose) -> how its call ended
         self.started = time.time()
+        self.run_before_s = 0.0  # seconds the session ran before this start (a resume's earlier runs)
         self.round = 0
         self.parents: list[int] = []  # this round's parents
         self.sched = Scheduler(config.llm_concurrency, suite.llm_limits if suite else None)
@@ -211,16 +212,17 @@ class Search:
         self.sched.spawn(self._guard(node.id, work), node.id)
 
     async def _guard(self, node_id: int, work: Coroutine[Any, Any, None]) -> None:
-        """Run one node's work; a cancelled (pruned, stopped) or skipped node says why."""
+        """Run one node's work; a cancelled (pruned, stopped) or skipped node is recorded as
+        cancelled, not failed (nothing went wrong with it), and says why."""
         try:
             await work
         except _Skipped as exc:
-            await self.update(node_id, status="failed", text=f"not started: {exc}")
+            await self.update(node_id, status="cancelled", text=f"not started: {exc}")
         except asyncio.CancelledError:
             reason = self.sched.cancelled.pop(node_id, None)
             if reason is None:
                 raise  # the whole search is being cancelled: the node stays in flight, for resume
-            await asyncio.shield(self.update(node_id, status="failed", text=f"cancelled: {reason}"))
+            await asyncio.shield(self.update(node_id, status="cancelled", text=f"cancelled: {reason}"))
 
     async def _ideas(self, node: Node) -> None:
         """An idea node that is still generating: ask for its ideas, then make the first idea
@@ -381,6 +383,7 @@ class Search:
             try:
                 if now - last_beat >= HEARTBEAT_S:
                     await self.store.update_session(self._sid, heartbeat_at=now)
+                    await self.store.set_run_s(self._sid, self.elapsed_s())
                     last_beat = now
                 await self.publish_progress()
             except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
@@ -406,7 +409,7 @@ class Search:
             round=self.round, rounds=rounds, compile_queue=state[2], gpu_queue=state[3],
             llm_running=state[4], tokens=spent.spent_tokens, cost_usd=spent.spent_usd,
             budget_usd=cfg.budget_usd, budget_tokens=cfg.budget_tokens,
-            elapsed_s=round(time.time() - self.started, 2), paused=self.sched.paused, devices=devices,
+            elapsed_s=round(self.elapsed_s(), 2), paused=self.sched.paused, devices=devices,
         ))
 
     # -- starting and resuming ----------------------------------------------------------------
@@ -429,6 +432,7 @@ class Search:
     async def _load(self) -> None:
         """Take the session's state from the DB: nodes, verdicts, replies, rounds, spending."""
         sid = self._sid
+        self.run_before_s = await self._ran_before(sid)
         await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
                                         pid=os.getpid(), heartbeat_at=time.time())
         await self._publish_started()
@@ -442,6 +446,20 @@ class Search:
             [root] = await self.store.add_nodes(sid, [root_row(self.problem.title, self.problem.source)])
             self.nodes[root.id] = root
 
+    async def _ran_before(self, sid: int) -> float:
+        """How long the session ran before this resume: as its engine recorded it, else (a DB
+        from before that record) from its start to its last sign of life."""
+        recorded = await self.store.run_s(sid)
+        if recorded is not None:
+            return recorded
+        row = await self.store.session(sid) or {}
+        end = row.get("finished_at") or row.get("heartbeat_at") or row.get("created_at") or 0.0
+        return max(0.0, end - (row.get("created_at") or end))
+
+    def elapsed_s(self) -> float:
+        """Seconds the session has run: its earlier runs, then this one."""
+        return self.run_before_s + time.time() - self.started
+
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
         sanitized = {nid for nid, v in self.verdicts.items() if v.status == "runtime_error" and v.sanitizer}
@@ -449,7 +467,7 @@ class Search:
             if step == FIX:
                 await self._maybe_fix(node)
             elif step == CANCEL:
-                await self.update(node.id, status="failed", text="cancelled: pruned")
+                await self.update(node.id, status="cancelled", text="cancelled: pruned")
             else:
                 self._spawn(node)
 
@@ -459,6 +477,7 @@ class Search:
         await self.bus.publish(SessionStarted(
             self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
             dict(self.sizes), asdict(self.config), self.cost.describe(), resumed=self.resuming,
+            elapsed_s=round(self.run_before_s, 2),
         ))
 
     # -- helpers ----------------------------------------------------------------------------
@@ -575,7 +594,7 @@ class Search:
                 "time_ms": best.time_ms,
                 "ref_eager_ms": best_verdict.ref_eager_ms if best_verdict else None,
             },
-            "elapsed_s": round(time.time() - self.started, 2),
+            "elapsed_s": round(self.elapsed_s(), 2),
         }
 
     async def _finish(self, status: str) -> dict[str, Any]:
@@ -585,6 +604,7 @@ class Search:
         summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
         best = self.best()
         # Shielded: an interrupted search still records how it ended.
+        await asyncio.shield(self.store.set_run_s(self._sid, self.elapsed_s()))
         await asyncio.shield(self.store.update_session(
             self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
             best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,

@@ -34,11 +34,18 @@ def si(value: float | None) -> str:
 
 
 def elapsed_s(model: ScreenModel, now: float) -> float:
-    """Seconds the search has run: the engine's own count while it runs, else until it finished."""
+    """Seconds the search has run, over all its runs (a resumed session's clock goes on from
+    where it stopped): the engine's own count when it sends one, else the count it recorded
+    (a session read from the DB), else from this run's start plus the runs before it."""
     info = model.info
+    if "elapsed_s" in model.progress:
+        return model.progress["elapsed_s"]
+    if info.get("run_s") is not None:
+        return info["run_s"]
+    before = info.get("run_before_s") or 0.0
     if model.status == "running":
-        return model.progress.get("elapsed_s", now - info.get("created_at", now))
-    return (info.get("finished_at") or now) - info.get("created_at", now)
+        return before + now - info.get("created_at", now)
+    return before + (info.get("finished_at") or now) - info.get("created_at", now)
 
 
 def progress_text(model: ScreenModel, now: float | None = None, compact: bool = False) -> tuple[Text, int]:

@@ -6,12 +6,13 @@ GLYPHS = {
     "reference": "◆", "ok": "◇", "generating": "…", "queued": "·", "compiling": "⚙", "waiting": "◌",
     "checking": "≟", "timing": "⏱", "evaluating": "⏱", "correct": "✔", "incorrect": "✘", "flagged": "⚑",
     "compile_error": "⚠", "runtime_error": "!", "timeout": "⌛", "crashed": "☠", "failed": "✗",
+    "cancelled": "⊘",
 }
 NEUTRAL = "•"  # a status this build does not know (a DB written by a newer ktree)
 STYLES = {
     "correct": "green", "incorrect": "red", "compile_error": "yellow", "runtime_error": "red",
     "timeout": "magenta", "crashed": "red", "failed": "red", "flagged": "magenta",
-    "reference": "cyan", "ok": "blue", "generating": "dim", "queued": "dim",
+    "reference": "cyan", "ok": "blue", "generating": "dim", "queued": "dim", "cancelled": "dim",
 }
 
 

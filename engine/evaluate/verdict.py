@@ -43,9 +43,14 @@ class Verdict:
     time_p10_ms: float | None = None
     time_p90_ms: float | None = None
     ref_eager_ms: float | None = None
+    ref_p10_ms: float | None = None
+    ref_p90_ms: float | None = None
     ref_compile_ms: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    # The eager speedup's interval, from the ~95 % intervals of the two medians (noise.py).
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
     sol_fraction: float | None = None
     reps: int = 0
     compile_s: float | None = None
@@ -58,6 +63,10 @@ class Verdict:
     # Which device measured it: slot ("gpu1", "cpu0"), physical index, name, uuid, driver, torch
     # and CUDA versions, host (timing.device_info).
     gpu: dict[str, Any] = field(default_factory=dict)
+    # How it was timed (engine.evaluate.noise.summary): passes, the medians' intervals
+    # (time_ci_ms, ref_ci_ms), the CPU timer's wait for a core, what the GPU probe saw, the
+    # intra-op thread count and the cores, and the build's arch retargeting where one happened.
+    timing: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -66,6 +75,12 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == "correct"
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        if self.speedup_lo is None or self.speedup_hi is None:
+            return None
+        return self.speedup_lo, self.speedup_hi
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -39,9 +39,10 @@ class EvalFailure(Exception):
         self.status = status
 
 
-def build_key(job: EvalJob) -> str:
+def build_key(job: EvalJob, env: dict[str, str] | None = None) -> str:
     """The build dir's name. (Levers and flags are not in it: ninja rebuilds whatever a changed
-    command line touches, so a build dir is always consistent with the last build.)"""
+    command line touches, so a build dir is always consistent with the last build.) `env`: the
+    environment the build runs in, where it is not this process's (the engine asking)."""
     import torch
 
     parts = [
@@ -49,7 +50,7 @@ def build_key(job: EvalJob) -> str:
         job.backend,
         torch.__version__,
         platform.python_version(),
-        os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+        (os.environ if env is None else env).get("TORCH_CUDA_ARCH_LIST", ""),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
@@ -62,11 +63,20 @@ def _build_dir_lock(build_dir: str) -> Iterator[None]:
     import fcntl
     from pathlib import Path
 
-    fd = os.open(os.path.join(build_dir, ".ktree-build.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    path = os.path.join(build_dir, ".ktree-build.lock")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:  # an evaluation, which sees the build dirs read-only: it only loads
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            yield
+            return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         for stale in Path(build_dir).glob("*/lock"):
-            stale.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                stale.unlink(missing_ok=True)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -81,6 +91,9 @@ def load_solution(job: EvalJob) -> Any:
     os.makedirs(build_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
+    # An evaluation loads what the compile pool built (it may not write the build dirs).
+    fastbuild.PREBUILT["on"] = job.mode == "evaluate"
+    fastbuild.PREBUILT["seen"] = {}
     failed = os.path.join(build_dir, "ktree-compile-error.json")
     levers = list(fastbuild.levers_from_env())
     fastbuild.RETARGETED.clear()
@@ -249,7 +262,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     device = "cuda" if job.backend == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
-    threads = timing.fix_threads()
+    num_threads = timing.fix_threads()
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes)}
 
@@ -370,7 +383,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     retarget = _retarget_note(job)
     if retarget:
         summary += "\n" + retarget["note"]
-    timing_record = noise.summary(settled, threads, noise.timer_cores())
+    timing_record = noise.summary(settled, num_threads, noise.timer_cores())
     if retarget:
         timing_record["arch_retarget"] = retarget
 

@@ -43,6 +43,11 @@ ALL_LEVERS = ("pch", "slim")
 # The arch rewrites done by load_inline in this process since the last clear (the build of one
 # solution): {"original": [...], "flags": [...], "why": ...}; the verdict's log and record say so.
 RETARGETED: list[dict[str, Any]] = []
+# In an evaluation ("on"), load_inline imports the module the compile pool built for this
+# source and these flags (torch's own load would take a lock file and run ninja in the build
+# dir, which the evaluation sees read-only); "seen": name -> the call hashes so far, numbered
+# as torch's versioner numbers them (name, name_v1, ...).
+PREBUILT: dict[str, Any] = {"on": False, "seen": {}}
 # The lowest real arch each nvcc major version still builds, where `nvcc --list-gpu-arch` can't say.
 NVCC_MIN_ARCH = {10: 30, 11: 35, 12: 50, 13: 75}
 _ARCH = re.compile(r"\b(sm|compute|lto)_(\d+)([af]?)\b")
@@ -347,6 +352,9 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
         cuda = _as_list(call.get("cuda_sources"))
         if cuda:
             _retarget(call)
+        prebuilt = _prebuilt(call, record_dir, name) if PREBUILT["on"] else None
+        if prebuilt is not None:
+            return prebuilt
 
         if "pch" in levers and not call.get("use_pch") and (
             not call.get("no_implicit_headers") or _starts_with_extension_header(cpp)
@@ -383,6 +391,23 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
 
     load_inline._ktree_levers = levers  # type: ignore[attr-defined]
     ce.load_inline = load_inline
+
+
+def _prebuilt(call: dict[str, Any], extensions_dir: str, name: str) -> Any:
+    """The module the compile pool built for this call, imported without building; None where
+    there is none (then the usual load builds it, where the build dir may be written)."""
+    import torch.utils.cpp_extension as ce
+
+    key = hashlib.sha256(json.dumps([str(call.get(k)) for k in sorted(call)]).encode()).hexdigest()
+    seen = PREBUILT["seen"].setdefault(name, [])
+    if key not in seen:
+        seen.append(key)
+    version = seen.index(key)
+    full = name if version == 0 else f"{name}_v{version}"
+    directory = call.get("build_directory") or os.path.join(extensions_dir, name)
+    if not os.path.exists(os.path.join(directory, f"{full}.so")):
+        return None
+    return ce._import_module_from_library(full, directory, call.get("is_python_module", True))
 
 
 def _write_record(path: Path, used: dict[str, Any]) -> None:

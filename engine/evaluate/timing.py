@@ -130,7 +130,7 @@ def time_pass(ref: Callable[[], object], new: Callable[[], object], device: str,
     stats = time_pair(ref, new, device, budget_s, max_reps)
     wall = time.perf_counter() - t0
     cpu_wait = None
-    if waited is not None:
+    if waited is not None and wall >= noise.MIN_WAIT_WALL_S:  # (a millisecond's wait is no signal)
         after = noise.cpu_waited_s()
         cpu_wait = (after - waited) / wall if after is not None and wall > 0 else None
     contention, note = probe.finish(window) if probe is not None else (None, "")
@@ -217,7 +217,8 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
 
     name = torch.cuda.get_device_name(0)
     key = f"peaks-{name}-torch{torch.__version__}".replace(" ", "_").replace("/", "_")
-    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
+    # (The one dir of the cache an evaluation may write: sandbox.WRITABLE_IN_CACHE.)
+    path = os.path.join(cache_dir, "peaks", f"{key}.json") if cache_dir else None
     if path and os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -238,10 +239,12 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     if path:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(peaks, f)
-        os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # not kept: measured again next time
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(peaks, f)
+            os.replace(tmp, path)
     return peaks
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 NOISE_REL = 0.10  # a median's 95 % interval wider than this fraction of it: noisy
 CPU_WAIT_MAX = 0.10  # the CPU timer waited for a core longer than this fraction of its wall time
-MIN_WAIT_WALL_S = 0.25  # shorter passes are not judged by their wait (one time slice is most of it)
+MIN_WAIT_WALL_S = 0.02  # shorter passes are not judged by their wait (one time slice is most of it)
 MAX_RETIMES = 2  # re-timing passes after the first, at most
 Z95 = 1.96
 

@@ -77,7 +77,7 @@ def test_contention_is_retimed_and_marked_if_it_stays():
 
 
 def test_a_cpu_pass_reports_its_intervals_and_wait():
-    p = timing.time_pass(lambda: sum(range(2000)), lambda: sum(range(1000)), "cpu", budget_s=0.05)
+    p = timing.time_pass(lambda: sum(range(200_000)), lambda: sum(range(100_000)), "cpu", budget_s=0.1)
     s = p.stats
     assert s.new.lo <= s.new.median <= s.new.hi and s.ref.lo <= s.ref.median <= s.ref.hi
     assert p.contention is None

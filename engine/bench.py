@@ -34,12 +34,13 @@ its code to the moment the first problem's search ends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -297,3 +298,56 @@ def format_pipeline(r: dict[str, Any]) -> str:
                   f" | {d['idle_fraction_of_wall'] * 100:.1f} % | {d['idle_while_waiting_s']:.3f} s"
                   f" ({d['idle_fraction_while_waiting'] * 100:.1f} %) |" for d in r["devices"]]
     return "\n".join(lines)
+
+
+# -- `ktree bench timing --load`: the host loaded while references are timed -------------------
+
+_SCRIPTED = Path(__file__).resolve().parent / "llm" / "scripted" / "data" / "softmax"
+
+
+@contextlib.asynccontextmanager
+async def host_load(kind: str, evaluator: LocalEvaluator, cores: int | None = None) -> AsyncIterator[str]:
+    """Load the host while the body runs; yields what the load is, in words. `cores`: that many
+    busy-loop processes (default: one per core). `compile`: ktree's own compile pool kept full
+    (every slot builds a distinct softmax solution of the backend, again and again)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    if kind == "cores":
+        n = cores or os.cpu_count() or 1
+        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+        try:
+            yield f"{n} busy loops"
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+        return
+    from engine.evaluate.runner import run_child
+    from engine.problems import load_problem
+
+    problem = load_problem("softmax")
+    source = (_SCRIPTED / evaluator.backend / "naive_1.py").read_text()
+    stop = asyncio.Event()
+    built = [0]
+
+    async def builder(slot: int) -> None:
+        while not stop.is_set():
+            unique = f"# load {uuid.uuid4().hex}\n{source}"  # a new build dir every time
+            job = evaluator.job(problem.path, unique, problem.sizes_for(evaluator.backend), flops=None,
+                                bytes=None, mode="compile")
+            async with evaluator._slot("compile"):
+                await run_child(job, evaluator.compile_timeout_s, evaluator._compile_env, evaluator.sandbox)
+            built[0] += 1
+
+    tasks = [asyncio.create_task(builder(i)) for i in range(evaluator.compile_workers)]
+    await asyncio.sleep(5.0)  # let the builds get going
+    try:
+        yield f"compile pool busy ({evaluator.compile_workers} builds at once)"
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

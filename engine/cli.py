@@ -226,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
     bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bt.add_argument("--json", action="store_true")
+    bt.add_argument("--load", choices=["cores", "compile"], default=None,
+                    help="then time every reference again with the host loaded: `cores` runs --load-cores"
+                         " busy loops, `compile` keeps ktree's own compile pool building; reports idle vs"
+                         " loaded")
+    bt.add_argument("--load-cores", type=_positive, default=None, metavar="N",
+                    help="busy loops for --load cores (default: one per core)")
     bp = bench_command("pipeline", help="a scripted search with no LLM latency: how busy the"
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
@@ -827,7 +833,7 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
 
 def _bench_timing(args: argparse.Namespace, db: Path) -> int:
     from engine.evaluate.evaluator import LocalEvaluator
-    from engine.report import reference_table
+    from engine.report import load_table, reference_table
 
     problems = _problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
@@ -854,8 +860,31 @@ def _bench_timing(args: argparse.Namespace, db: Path) -> int:
             await store.close()
         return list(rows)
 
+    async def loaded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from engine.bench import host_load
+
+        evaluator = LocalEvaluator(backend, cuda_arch=arch)
+        try:  # (torch.compile's on-disk caches are warm from the idle pass)
+            async with host_load(args.load, evaluator, args.load_cores) as described:
+                print(f"loaded: {described}", file=sys.stderr, flush=True)
+                again = [await one(evaluator, p) for p in problems]
+        finally:
+            await evaluator.close()
+        for row, under in zip(rows, again, strict=True):
+            row["loaded"] = {"load": described, "eager_ms": under.get("eager_ms"),
+                             "compile_ms": under.get("compile_ms"), "error": under.get("error")}
+        return rows
+
     rows = asyncio.run(go())
-    print(json.dumps(rows, indent=2) if args.json else reference_table(rows))
+    if args.load:
+        rows = asyncio.run(loaded(rows))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(reference_table(rows))
+        if args.load:
+            print()
+            print(load_table(rows))
     return 0 if all("error" not in r for r in rows) else 1
 
 

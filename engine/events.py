@@ -72,6 +72,9 @@ class RoundDone:
     round: int
     parent_ids: tuple[int, ...]
     best_speedup: float | None
+    # The choices of parents that were ties within timing noise, one line each
+    # (engine.search.strategies.ties_within_noise).
+    ties: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -49,13 +49,17 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         value = getattr(verdict, key) if verdict is not None else None
         return "-" if value is None else f"{value:.2f}x"
 
+    span = verdict.speedup_interval if verdict is not None else None
+    marks = [f for f in (verdict.flags if verdict is not None else ()) if f in ("noisy", "contended")]
+    noise = (f" (95% interval {span[0]:.2f}-{span[1]:.2f}x)" if span else "") + (
+        f" [{', '.join(marks)}: see the verdict's log]" if marks else "")
     measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
     err = verdict.max_abs_err if verdict is not None else None
     lines = [
         f"# ktree solution for {session['problem']} ({session['problem_path']})",
         f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
         f"# verdict: {node.status}; max abs error {'-' if err is None else f'{err:.3g}'}",
-        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')},"
+        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')}{noise},"
         f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
         f"# measured on {(verdict and verdict.device) or session['backend']} ({session['backend']}) at {sizes},"
         f" search started {measured}",

@@ -58,6 +58,8 @@ class HeadlessPrinter:
         elif isinstance(event, RoundDone):
             self._line(f"round {event.round} done: best {fmt_x(event.best_speedup)},"
                        f" next parents {list(event.parent_ids)}")
+            for tie in event.ties:
+                self._line(f"round {event.round} {tie}")
         elif isinstance(event, BudgetReached):
             self._line(f"{event.reason}: no new work starts, work in flight finishes")
         elif isinstance(event, CommandApplied):

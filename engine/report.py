@@ -130,6 +130,23 @@ def reference_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def load_table(rows: list[dict[str, Any]]) -> str:
+    """`ktree bench timing --load`: each reference idle vs with the host loaded."""
+    lines = ["| problem | load | eager ms idle | eager ms loaded | change | compile ms idle |"
+             " compile ms loaded | change |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def change(idle: float | None, under: float | None) -> str:
+        return f"{100 * (under / idle - 1):+.1f}%" if idle and under else "-"
+
+    for r in rows:
+        u = r.get("loaded") or {}
+        lines.append(f"| {r['name']} | {u.get('load', '-')} | {_num(r.get('eager_ms'))} |"
+                     f" {_num(u.get('eager_ms'))} | {change(r.get('eager_ms'), u.get('eager_ms'))} |"
+                     f" {_num(r.get('compile_ms'))} | {_num(u.get('compile_ms'))} |"
+                     f" {change(r.get('compile_ms'), u.get('compile_ms'))} |")
+    return "\n".join(lines)
+
+
 def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 

@@ -241,7 +241,9 @@ class ScreenModel:
     @_reduce.register
     def _(self, event: RoundDone, changes: Changes) -> None:
         best = "-" if event.best_speedup is None else f"{event.best_speedup:.2f}x"
-        self._say(f"round {event.round} done, best {best}", changes)
+        ties = (f" ({len(event.ties)} parent choice(s) a tie within noise: {event.ties[0]})"
+                if event.ties else "")
+        self._say(f"round {event.round} done, best {best}{ties}", changes)
         changes.panes.add("progress")
 
     @_reduce.register

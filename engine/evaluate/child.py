@@ -39,9 +39,10 @@ class EvalFailure(Exception):
         self.status = status
 
 
-def build_key(job: EvalJob) -> str:
+def build_key(job: EvalJob, env: dict[str, str] | None = None) -> str:
     """The build dir's name. (Levers and flags are not in it: ninja rebuilds whatever a changed
-    command line touches, so a build dir is always consistent with the last build.)"""
+    command line touches, so a build dir is always consistent with the last build.) `env`: the
+    environment the build runs in, where it is not this process's (the engine asking)."""
     import torch
 
     parts = [
@@ -49,7 +50,7 @@ def build_key(job: EvalJob) -> str:
         job.backend,
         torch.__version__,
         platform.python_version(),
-        os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+        (os.environ if env is None else env).get("TORCH_CUDA_ARCH_LIST", ""),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
@@ -62,11 +63,20 @@ def _build_dir_lock(build_dir: str) -> Iterator[None]:
     import fcntl
     from pathlib import Path
 
-    fd = os.open(os.path.join(build_dir, ".ktree-build.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    path = os.path.join(build_dir, ".ktree-build.lock")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:  # an evaluation, which sees the build dirs read-only: it only loads
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            yield
+            return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         for stale in Path(build_dir).glob("*/lock"):
-            stale.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                stale.unlink(missing_ok=True)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -81,8 +91,12 @@ def load_solution(job: EvalJob) -> Any:
     os.makedirs(build_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
+    # An evaluation loads what the compile pool built (it may not write the build dirs).
+    fastbuild.PREBUILT["on"] = job.mode == "evaluate"
+    fastbuild.PREBUILT["seen"] = {}
     failed = os.path.join(build_dir, "ktree-compile-error.json")
     levers = list(fastbuild.levers_from_env())
+    fastbuild.RETARGETED.clear()
     try:
         with _build_dir_lock(build_dir):
             earlier = _read_json(failed)
@@ -107,6 +121,18 @@ def load_solution(job: EvalJob) -> Any:
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
     return module
+
+
+def _retarget_note(job: EvalJob) -> dict[str, Any] | None:
+    """The arch flags the last solution build rewrote (engine.evaluate.fastbuild.retarget_flags):
+    original and new flags and a line for the log; None where none was."""
+    from engine.evaluate import fastbuild
+
+    if not fastbuild.RETARGETED:
+        return None
+    last = fastbuild.RETARGETED[-1]
+    return {**last, "note": f"arch retargeted: {' '.join(last['original'])} -> {' '.join(last['flags'])}"
+                            f" ({last['why']})"}
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -235,19 +261,22 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
     try:
         load_solution(job)
     except EvalFailure as exc:
-        return {"status": exc.status, "log": str(exc), "compile_s": time.perf_counter() - t0}
+        note = _retarget_note(job)
+        log = f"{note['note']}\n{exc}" if note else str(exc)
+        return {"status": exc.status, "log": log, "compile_s": time.perf_counter() - t0}
     return {"status": "compiled", "log": "", "compile_s": time.perf_counter() - t0}
 
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
-    from engine.evaluate import integrity, timing
+    from engine.evaluate import gpuload, integrity, noise, timing
 
     started = time.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
+    num_threads = timing.fix_threads()
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes)}
 
@@ -330,10 +359,11 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         inputs = _inputs(problem, device, cast)
         phase("timing")
         try:
-            stats = timing.time_pair(
+            probe = gpuload.probe_for(base["gpu"]) if device == "cuda" else None
+            settled = noise.settle(lambda: timing.time_pass(
                 lambda: ref(*inputs), lambda: new(*inputs), device,
-                budget_s=job.time_budget_s, max_reps=job.max_reps,
-            )
+                budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe))
+            stats = settled.kept.stats
             if device == "cuda":
                 flags += timing.check_escaping_work(lambda: new(*inputs), stats.new.median)
             # The timed inputs were fresh: the answer on them must be right too (no cross-call cache).
@@ -352,16 +382,27 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
                      f" for this problem's FLOPs and bytes on this device")
     flags = list(dict.fromkeys(flags))
     speedup = stats.ref.median / stats.new.median if stats.new.median > 0 else None
+    interval = noise.speedup_interval((stats.ref.lo, stats.ref.hi), (stats.new.lo, stats.new.hi))
     status = "flagged" if flags else "correct"
     if speedup is not None and speedup > REVIEW_SPEEDUP:
         flags.append(f"review: speedup {speedup:.1f}x is over {REVIEW_SPEEDUP:g}x")
+    flags += settled.flags  # noisy / contended: marked, still correct
     at = f" at {job.precision} (inputs and weights cast)" if job.precision else ""
     summary = (f"{job.trials} trials passed{at} (atol={job.atol:g}, rtol={job.rtol:g});"
                f" {stats.reps} timed reps;"
                f" the reference in {dtypes[0] if dtypes else '?'} itself errs by"
                f" {native_errs.get('max_abs_err', 0):.3g} (max abs) against fp64")
     if status == "flagged":
-        summary = "integrity check failed: " + "; ".join(f for f in flags if not f.startswith("review"))
+        summary = "integrity check failed: " + "; ".join(
+            f for f in flags if not f.startswith("review") and f not in settled.flags)
+    if settled.log:
+        summary += "\n" + settled.log
+    retarget = _retarget_note(job)
+    if retarget:
+        summary += "\n" + retarget["note"]
+    timing_record = noise.summary(settled, num_threads, noise.timer_cores())
+    if retarget:
+        timing_record["arch_retarget"] = retarget
 
     return Verdict(
         status=status,
@@ -371,10 +412,15 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         time_p10_ms=stats.new.p10,
         time_p90_ms=stats.new.p90,
         ref_eager_ms=stats.ref.median,
+        ref_p10_ms=stats.ref.p10,
+        ref_p90_ms=stats.ref.p90,
         ref_compile_ms=job.ref_compile_ms,
         speedup_eager=speedup,
         speedup_compile=job.ref_compile_ms / stats.new.median
         if job.ref_compile_ms and stats.new.median > 0 else None,
+        speedup_lo=interval[0] if interval else None,
+        speedup_hi=interval[1] if interval else None,
+        timing=timing_record,
         sol_fraction=sol_fraction,
         reps=stats.reps,
         compile_s=load_s,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import inspect
 import json
@@ -39,6 +40,17 @@ from pathlib import Path
 from typing import Any
 
 ALL_LEVERS = ("pch", "slim")
+# The arch rewrites done by load_inline in this process since the last clear (the build of one
+# solution): {"original": [...], "flags": [...], "why": ...}; the verdict's log and record say so.
+RETARGETED: list[dict[str, Any]] = []
+# In an evaluation ("on"), load_inline imports the module the compile pool built for this
+# source and these flags (torch's own load would take a lock file and run ninja in the build
+# dir, which the evaluation sees read-only); "seen": name -> the call hashes so far, numbered
+# as torch's versioner numbers them (name, name_v1, ...).
+PREBUILT: dict[str, Any] = {"on": False, "seen": {}}
+# The lowest real arch each nvcc major version still builds, where `nvcc --list-gpu-arch` can't say.
+NVCC_MIN_ARCH = {10: 30, 11: 35, 12: 50, 13: 75}
+_ARCH = re.compile(r"\b(sm|compute|lto)_(\d+)([af]?)\b")
 _EXTENSION_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.M)
 
 
@@ -133,6 +145,86 @@ def ensure_pch(cache_dir: str, extra_cflags: list[str], extra_include_paths: lis
             return None
         os.replace(tmp, gch)
     return str(root)
+
+
+@functools.cache
+def nvcc_archs() -> frozenset[int] | None:
+    """The archs (75, 80, ...) the local nvcc can build, from `nvcc --list-gpu-arch`, else from
+    its version and NVCC_MIN_ARCH (everything from the minimum up); None without an nvcc."""
+    import shutil
+
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        return None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60)
+        found = {int(m.group(2)) for m in _ARCH.finditer(out.stdout)}
+        if out.returncode == 0 and found:
+            return frozenset(found)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+        m = re.search(r"release (\d+)\.", out.stdout)
+        if m and int(m.group(1)) in NVCC_MIN_ARCH:
+            low = NVCC_MIN_ARCH[int(m.group(1))]
+            return frozenset(range(low, 130))
+    return None
+
+
+def target_arch() -> int | None:
+    """The arch this build is for: the highest in TORCH_CUDA_ARCH_LIST (what the engine gives
+    both the compile pool and the GPU worker, so both rewrite alike), else the visible GPU's."""
+    listed = [m.group(1) + m.group(2) for m in
+              re.finditer(r"(\d+)\.(\d+)", os.environ.get("TORCH_CUDA_ARCH_LIST", ""))]
+    if listed:
+        return max(int(a) for a in listed)
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return major * 10 + minor
+    return None
+
+
+def retarget_flags(flags: list[str], supported: frozenset[int] | set[int], target: int) -> list[str]:
+    """`flags` with every sm_/compute_/lto_ NN the toolchain cannot build (not in `supported`)
+    replaced by `target` (the device's own arch); repeated flags after the rewrite kept once.
+    ("-arch=sm_70" -> "-arch=sm_90"; "-gencode arch=compute_70,code=sm_70" -> ..._90.)"""
+    def one(flag: str) -> str:
+        return _ARCH.sub(lambda m: m.group(0) if int(m.group(2)) in supported
+                         else f"{m.group(1)}_{target}", flag)
+
+    out: list[str] = []
+    for i, flag in enumerate(flags):
+        new = one(flag)
+        prev = flags[i - 1] if i else ""
+        pair = prev in ("-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code",
+                        "--gpu-code")
+        if not pair and new != flag and new in out:
+            continue  # the same flag once
+        out.append(new)
+    return out
+
+
+def _retarget(call: dict[str, Any]) -> None:
+    """Rewrite the call's extra_cuda_cflags for this toolchain and device where they name an arch
+    it cannot build; record and say so."""
+    flags = list(call.get("extra_cuda_cflags") or [])
+    if not flags or not any(_ARCH.search(f) for f in flags):
+        return
+    supported, target = nvcc_archs(), target_arch()
+    if supported is None or target is None:
+        return
+    new = retarget_flags(flags, supported, target)
+    if new == flags:
+        return
+    low = min(supported)
+    why = (f"this nvcc builds sm_{low} and up; the device is sm_{target}")
+    RETARGETED.append({"original": flags, "flags": new, "why": why})
+    call["extra_cuda_cflags"] = new
+    print(f"ktree: arch flags retargeted: {' '.join(flags)} -> {' '.join(new)} ({why})", file=sys.stderr)
 
 
 def _as_list(sources: Any) -> list[str]:
@@ -258,6 +350,11 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
         used: dict[str, Any] = json.loads(record.read_text()) if record.exists() else {}
         cpp = _as_list(call["cpp_sources"])
         cuda = _as_list(call.get("cuda_sources"))
+        if cuda:
+            _retarget(call)
+        prebuilt = _prebuilt(call, record_dir, name) if PREBUILT["on"] else None
+        if prebuilt is not None:
+            return prebuilt
 
         if "pch" in levers and not call.get("use_pch") and (
             not call.get("no_implicit_headers") or _starts_with_extension_header(cpp)
@@ -294,6 +391,23 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
 
     load_inline._ktree_levers = levers  # type: ignore[attr-defined]
     ce.load_inline = load_inline
+
+
+def _prebuilt(call: dict[str, Any], extensions_dir: str, name: str) -> Any:
+    """The module the compile pool built for this call, imported without building; None where
+    there is none (then the usual load builds it, where the build dir may be written)."""
+    import torch.utils.cpp_extension as ce
+
+    key = hashlib.sha256(json.dumps([str(call.get(k)) for k in sorted(call)]).encode()).hexdigest()
+    seen = PREBUILT["seen"].setdefault(name, [])
+    if key not in seen:
+        seen.append(key)
+    version = seen.index(key)
+    full = name if version == 0 else f"{name}_v{version}"
+    directory = call.get("build_directory") or os.path.join(extensions_dir, name)
+    if not os.path.exists(os.path.join(directory, f"{full}.so")):
+        return None
+    return ce._import_module_from_library(full, directory, call.get("is_python_module", True))
 
 
 def _write_record(path: Path, used: dict[str, Any]) -> None:

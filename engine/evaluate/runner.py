@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.sandbox import Sandbox, kill_tree, make_workdir, scrubbed_env, watch
+from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
 
 __all__ = ["default_cache_dir", "failed_verdict", "run_child", "scrubbed_env"]  # scrubbed_env: moved
@@ -46,10 +46,19 @@ async def run_child(
     workdir = make_workdir(job.mode)
     job_path, result_path, log_path = workdir / "job.json", workdir / "result.json", workdir / "log.txt"
     job_path.write_text(json.dumps(job.to_dict()))
+    read_only, writable = [job.problem_path] if job.problem_path else [], [job.cache_dir]
+    if job.mode == "evaluate":  # runs the candidate: no build dir writable (sandbox.evaluation_binds)
+        cache_ro, writable = evaluation_binds(job.cache_dir)
+        read_only += cache_ro
+    elif job.mode == "compile":  # runs the candidate's module code too: its own build dir only
+        from engine.evaluate.child import build_key
+
+        env = sandbox.env(extra_env, workdir=workdir)
+        own = os.path.join(job.cache_dir, build_key(job, env))
+        read_only, writable = [*read_only, job.cache_dir], [own, os.path.join(job.cache_dir, "pch")]
     argv = sandbox.command(
         [sys.executable, "-m", "engine.evaluate.child", str(job_path), str(result_path)],
-        workdir=workdir, read_only=[job.problem_path] if job.problem_path else [],
-        writable=[job.cache_dir], timeout_s=timeout_s,
+        workdir=workdir, read_only=read_only, writable=writable, timeout_s=timeout_s,
     )
     try:
         with open(log_path, "wb") as log:

@@ -145,6 +145,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# -- what an evaluation may write -------------------------------------------------------------
+
+WRITABLE_IN_CACHE = "peaks"  # the one dir of the build cache an evaluation writes (measured peaks)
+
+
+def evaluation_binds(cache_dir: str) -> tuple[list[str], list[str]]:
+    """(read-only, writable) paths of the build cache for a process that evaluates candidates
+    (the GPU worker, an evaluation child): every build dir read-only — a candidate must not
+    replace another variant's compiled module before it is judged — and only the measured-peaks
+    dir writable. Under strict these are the mounts; under basic nothing is enforced."""
+    if not cache_dir:
+        return [], []
+    return [cache_dir], [os.path.join(cache_dir, WRITABLE_IN_CACHE)]
+
+
 # -- strict: bubblewrap -----------------------------------------------------------------------
 
 

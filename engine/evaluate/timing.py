@@ -15,20 +15,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.evaluate import noise
+
 
 @dataclass(frozen=True)
 class Stats:
+    """Median, p10, p90 and the median's ~95 % interval (lo, hi: engine.evaluate.noise)."""
+
     median: float
     p10: float
     p90: float
+    lo: float = 0.0
+    hi: float = 0.0
 
     @classmethod
     def of(cls, samples_ms: list[float]) -> Stats:
         s = sorted(samples_ms)
         if len(s) == 1:
-            return cls(s[0], s[0], s[0])
+            return cls(s[0], s[0], s[0], s[0], s[0])
         q = statistics.quantiles(s, n=10, method="inclusive")
-        return cls(statistics.median(s), q[0], q[-1])
+        lo, hi = noise.median_ci(s)
+        return cls(statistics.median(s), q[0], q[-1], lo, hi)
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,39 @@ def time_pair(
     return _time_cpu(ref, new, budget_s, max_reps)
 
 
+def time_pass(ref: Callable[[], object], new: Callable[[], object], device: str, budget_s: float = 2.0,
+              max_reps: int = 100, probe: Any = None) -> noise.Pass:
+    """One timing pass as engine.evaluate.noise judges it: the pair's stats, on the CPU the
+    fraction of the wall time the timer's threads waited for a core, on a GPU what `probe`
+    (engine.evaluate.gpuload.Probe, or None) saw other processes do while it timed."""
+    window = probe.start() if probe is not None else None
+    waited = noise.cpu_waited_s() if device != "cuda" else None
+    t0 = time.perf_counter()
+    stats = time_pair(ref, new, device, budget_s, max_reps)
+    wall = time.perf_counter() - t0
+    cpu_wait = None
+    if waited is not None and wall >= noise.MIN_WAIT_WALL_S:  # (a millisecond's wait is no signal)
+        after = noise.cpu_waited_s()
+        cpu_wait = (after - waited) / wall if after is not None and wall > 0 else None
+    contention, note = probe.finish(window) if probe is not None else (None, "")
+    return noise.Pass(stats, cpu_wait, contention, note)
+
+
+def fix_threads() -> int:
+    """Fix this process's intra-op thread count (KTREE_THREADS, else one per core it may run
+    on) so that every timing on this host uses the same; returns it, for the verdict."""
+    import torch
+
+    try:
+        threads = int(os.environ.get("KTREE_THREADS") or 0)
+    except ValueError:
+        threads = 0
+    threads = threads if threads > 0 else len(noise.timer_cores())
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
 def _reps_for(one_pair_s: float, budget_s: float, max_reps: int) -> int:
     if one_pair_s <= 0:
         return max_reps
@@ -177,7 +217,8 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
 
     name = torch.cuda.get_device_name(0)
     key = f"peaks-{name}-torch{torch.__version__}".replace(" ", "_").replace("/", "_")
-    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
+    # (The one dir of the cache an evaluation may write: sandbox.WRITABLE_IN_CACHE.)
+    path = os.path.join(cache_dir, "peaks", f"{key}.json") if cache_dir else None
     if path and os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -198,10 +239,12 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     if path:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(peaks, f)
-        os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # not kept: measured again next time
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(peaks, f)
+            os.replace(tmp, path)
     return peaks
 
 

@@ -43,9 +43,14 @@ class Verdict:
     time_p10_ms: float | None = None
     time_p90_ms: float | None = None
     ref_eager_ms: float | None = None
+    ref_p10_ms: float | None = None
+    ref_p90_ms: float | None = None
     ref_compile_ms: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    # The eager speedup's interval, from the ~95 % intervals of the two medians (noise.py).
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
     sol_fraction: float | None = None
     reps: int = 0
     compile_s: float | None = None
@@ -63,6 +68,10 @@ class Verdict:
     profile: dict[str, Any] = field(default_factory=dict)
     # compute-sanitizer memcheck's report of an illegal or misaligned access (runtime errors).
     sanitizer: str = ""
+    # How it was timed (engine.evaluate.noise.summary): passes, the medians' intervals
+    # (time_ci_ms, ref_ci_ms), the CPU timer's wait for a core, what the GPU probe saw, the
+    # intra-op thread count and the cores, and the build's arch retargeting where one happened.
+    timing: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -76,6 +85,10 @@ class Verdict:
     def bound(self) -> str:
         """The diagnosis' bound ("memory", "compute", "latency", "launch"), "" without a profile."""
         return str(((self.profile or {}).get("diagnosis") or {}).get("bound") or "")
+    def speedup_interval(self) -> tuple[float, float] | None:
+        if self.speedup_lo is None or self.speedup_hi is None:
+            return None
+        return self.speedup_lo, self.speedup_hi
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

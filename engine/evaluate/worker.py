@@ -28,7 +28,7 @@ from typing import Any
 from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import _read_tail
-from engine.evaluate.sandbox import Sandbox, kill_tree, make_workdir, watch
+from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, watch
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
 START_TIMEOUT_S = 300.0
@@ -69,9 +69,10 @@ class Worker:
     async def _start(self, problems: tuple[str, ...]) -> str | None:
         """Start the process; None when ready, else why it could not start."""
         stderr_path = self._dir / "worker-stderr.txt"
+        cache_ro, cache_rw = evaluation_binds(self.cache_dir)
         argv = self.sandbox.command(
             [sys.executable, "-m", "engine.evaluate.worker_process"], workdir=self._dir,
-            read_only=list(problems), writable=[self.cache_dir] if self.cache_dir else [])
+            read_only=[*problems, *cache_ro], writable=cache_rw)
         with open(stderr_path, "wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=self._dir, env=self.sandbox.env(self.extra_env, workdir=self._dir),

@@ -44,7 +44,7 @@ from engine.search.config import SearchConfig
 from engine.search.resume import CANCEL, FIX, load_session, recovery
 from engine.search.rows import asking_row, idea_row, root_row, variant_row
 from engine.search.steering import Steering
-from engine.search.strategies import strategy_for
+from engine.search.strategies import strategy_for, ties_within_noise
 from engine.store import Store
 
 HEARTBEAT_S = 2.0
@@ -155,7 +155,9 @@ class Search:
                 continue
             last = self.stop_reason is not None or self.round >= self.strategy.total_rounds()
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
-            await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup()))
+            intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
+            ties = ties_within_noise(parents, self.nodes, self.round, intervals)
+            await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties)))
             if last:
                 return
             if not parents:

@@ -137,3 +137,31 @@ def again(nodes: Mapping[int, Node], parents: Sequence[int], pinned: list[int]) 
     """This round's parents once more (nothing better came of them), less the pinned (kept
     anyway) and the pruned."""
     return [p for p in dict.fromkeys(parents) if p not in pinned and not excluded(nodes[p], nodes)]
+
+
+def ties_within_noise(chosen: Sequence[int], nodes: Mapping[int, Node], round: int,
+                      intervals: Mapping[int, tuple[float, float]]) -> list[str]:
+    """What the choice of parents cannot claim: for each correct variant of the round that was
+    passed over while its speedup's interval (the verdict's speedup_lo..speedup_hi) overlaps a
+    chosen one's, a line saying the choice between them is a tie within noise. Empty when every
+    choice is clear (or no intervals are known)."""
+    picked = [nodes[i] for i in chosen if i in nodes and nodes[i].kind == "variant" and i in intervals]
+    passed = [n for n in nodes.values()
+              if n.kind == "variant" and n.status == "correct" and n.round == round
+              and n.id not in chosen and n.id in intervals and not excluded(n, nodes)]
+    lines = []
+    for other in sorted(passed, key=lambda n: n.speedup or 0.0, reverse=True):
+        ties = [p for p in picked if _overlap(intervals[p.id], intervals[other.id])]
+        if ties:
+            kept = ", ".join(f"#{p.id} {_x(p, intervals)}" for p in ties)
+            lines.append(f"tie within noise: kept {kept} over #{other.id} {_x(other, intervals)}")
+    return lines
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _x(node: Node, intervals: Mapping[int, tuple[float, float]]) -> str:
+    lo, hi = intervals[node.id]
+    return f"{node.speedup or 0:.2f}x [{lo:.2f}-{hi:.2f}]"

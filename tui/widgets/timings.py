@@ -16,8 +16,8 @@ from tui.widgets.status import style
 # (key, label, width): fixed widths, so adding thousands of rows measures no cell.
 COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
            ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
-           ("speedup", "vs eager", 8), ("speedup_compile", "vs compile", 10), ("sol", "% SOL", 6),
-           ("bound", "bound", 8)]
+           ("speedup", "vs eager", 8), ("interval", "95% CI", 11), ("speedup_compile", "vs compile", 10),
+           ("sol", "% SOL", 6), ("bound", "bound", 8)]
 COLUMN_LABELS = {key: label for key, label, _ in COLUMNS}
 SORTS = [("speedup", True), ("round", False), ("time_ms", False)]  # what the sort key cycles through
 DESCENDING = ("speedup", "speedup_compile", "sol")  # bigger is better: a header click sorts these down
@@ -36,10 +36,22 @@ def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
         "time_ms": num("time_ms"), "p10": num("time_p10_ms"),
         "p90": num("time_p90_ms"), "ref_ms": num("ref_eager_ms"),
         "speedup": num("speedup_eager", ".3g", "x"),
+        "interval": interval_text(verdict),
         "speedup_compile": num("speedup_compile", ".3g", "x"),
         "sol": "-" if sol is None else f"{100 * sol:.1f}",
         "bound": (verdict.bound if verdict is not None else "") or "-",
     }
+
+
+def interval_text(verdict: Verdict | None) -> str | Text:
+    """The eager speedup's ~95 % interval ("1.41-1.63"), marked when the verdict is noisy or
+    contended; "-" where there is none."""
+    span = None if verdict is None else verdict.speedup_interval
+    if span is None:
+        return "-"
+    text = f"{span[0]:.3g}-{span[1]:.3g}"
+    marked = [f for f in verdict.flags if f in ("noisy", "contended")] if verdict else []
+    return Text(text + "~", style="yellow") if marked else text
 
 
 def sort_key(reverse: bool) -> Callable[[Any], float]:

@@ -93,8 +93,13 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) ->
     out.append(f"\nmax abs err {fmt_num(v.max_abs_err, '.3g')}")
     out.append(f" · median {fmt_num(v.time_ms, '.4g', ' ms')}"
                f" (p10 {fmt_num(v.time_p10_ms, '.4g')}, p90 {fmt_num(v.time_p90_ms, '.4g')})")
-    out.append(f"\nvs eager {fmt_num(v.speedup_eager, '.2f', 'x')}"
-               f" ({fmt_num(v.ref_eager_ms, '.4g', ' ms')})"
+    span = v.speedup_interval
+    out.append(f"\nvs eager {fmt_num(v.speedup_eager, '.2f', 'x')}")
+    if span is not None:
+        out.append(f" [{span[0]:.2f}-{span[1]:.2f}]", style="yellow" if _marked(v) else "")
+    ref_spread = (f", p10 {fmt_num(v.ref_p10_ms, '.4g')}, p90 {fmt_num(v.ref_p90_ms, '.4g')}"
+                  if v.ref_p10_ms is not None else "")
+    out.append(f" ({fmt_num(v.ref_eager_ms, '.4g', ' ms')}{ref_spread})"
                f" · vs torch.compile {fmt_num(v.speedup_compile, '.2f', 'x')}"
                f" ({fmt_num(v.ref_compile_ms, '.4g', ' ms')})")
     sol = v.sol_fraction
@@ -106,6 +111,10 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) ->
     if log:
         out.append("\n" + "\n".join(log.splitlines()[-LOG_LINES:]), style="dim")
     return out
+
+
+def _marked(v: Verdict) -> bool:
+    return any(f in ("noisy", "contended") for f in v.flags)
 
 
 class VerdictPane(Static):

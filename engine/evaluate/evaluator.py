@@ -294,7 +294,10 @@ class LocalEvaluator:
                 device.jobs += 1
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
-                verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+                verdict = Verdict.from_dict(result)
+                jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker
+                verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
+                                              if jit_s is not None else build_s)
                 device.info = verdict.gpu or device.info
                 return verdict
 

@@ -47,7 +47,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                          variants: int, top: int = 2, compile_workers: int | None = None,
                          cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
-                         repeat_sources: bool = False) -> dict[str, Any]:
+                         repeat_sources: bool = False, language: str = "cuda") -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
     `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests)."""
@@ -74,7 +74,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                                   devices=devices, **cache)
         provider = ScriptedProvider(problem.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
                                     stamp=None if repeat_sources else uuid.uuid4().hex[:12])
-        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top)
+        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top, languages=(language,))
         search = Search(store, bus, [(provider, "scripted")], evaluator, problem, config)
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
                   "idle_waiting_s": 0.0}
@@ -119,7 +119,11 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             wall = time.perf_counter() - started
             done.set()
             await sampler
-            evaluations = len(await store.evaluations(search.session_id)) if search.session_id else 0
+            recorded = await store.evaluations(search.session_id) if search.session_id else []
+            evaluations = len(recorded)
+            # Build (cuda) or import + JIT + autotune (triton) seconds per variant that got that far.
+            builds = sorted(e["verdict"].compile_s for e in recorded
+                            if e["verdict"].compile_s is not None and e["verdict"].status != "compile_error")
             sources = {n.source for n in await store.nodes(search.session_id)
                        if n.kind == "variant" and n.source} if search.session_id else set()
             states = {d["name"]: d for d in evaluator.device_states()}
@@ -129,7 +133,10 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     ideal = totals["compile_slot_s"] / workers + totals["device_s"] / max(1, len(per_device))
     waited = totals["waiting_s"]
     return {
-        "problem": problem.name, "backend": backend, "status": summary["status"], "cold_cache": cold,
+        "problem": problem.name, "backend": backend, "language": language, "status": summary["status"],
+        "cold_cache": cold,
+        "compile_s_per_variant": {"n": len(builds), "median": _quantile(builds, 0.5),
+                                  "p90": _quantile(builds, 0.9)},
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
         "compile_workers": workers, "variants": summary["variants"], "evaluations": evaluations,
         "distinct_sources": len(sources), "repeat_sources": repeat_sources,
@@ -152,12 +159,20 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     }
 
 
+def _quantile(values: list[float], q: float) -> float | None:
+    """The q-quantile of sorted values (nearest rank), rounded; None for none."""
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
 def format_pipeline(r: dict[str, Any]) -> str:
     s = r["shape"]
     pct = r["idle_fraction_while_waiting"] * 100
     ratio = r["wall_over_ideal"]
     lines = [
-        f"Pipeline bench: {r['problem']} on {r['backend']}, scripted provider (no LLM latency),"
+        f"Pipeline bench: {r['problem']} in {r.get('language', 'cuda')} on {r['backend']},"
+        " scripted provider (no LLM latency),"
         f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
         f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"
         f" {r['status']}",
@@ -177,6 +192,11 @@ def format_pipeline(r: dict[str, Any]) -> str:
         f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",
         f"| variants evaluated per minute | {r['variants_per_minute']:.2f} | |",
     ]
+    per = r.get("compile_s_per_variant") or {}
+    if per.get("n"):
+        what = "import + JIT + autotune" if r.get("language") == "triton" else "build"
+        lines.append(f"| {what} seconds per variant, median / p90 (n={per['n']})"
+                     f" | {per['median']:.2f} / {per['p90']:.2f} s | |")
     if len(r["devices"]) > 1:
         lines += ["", "| device | evaluations | busy | idle (of wall) | idle while variants waited |",
                   "| --- | --- | --- | --- | --- |"]

@@ -80,28 +80,42 @@ def idea_prompt(
     )
 
 
+def contract(backend: str, language: str, tol: float) -> str:
+    """The solution contract for a variant: Triton's (either backend: on the cpu one the kernels
+    run under Triton's interpreter), else the backend's load_inline contract."""
+    name = "contract_triton.txt" if language == "triton" else f"contract_{backend}.txt"
+    return _template(name).substitute(tol=f"{tol:g}")
+
+
 def implement_prompt(
-    problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float
+    problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float,
+    language: str = "cuda",
 ) -> str:
-    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+    """The implementation prompt. The parent may be in another language than the one asked for
+    (a mixed tree): the contract says which language to write."""
     return _template("implement.txt").substitute(
         problem_source=problem_source.strip(),
         parent_source=parent_source.strip(),
         idea_title=idea.title,
         idea_description=idea.description,
-        contract=contract.strip(),
+        contract=contract(backend, language, tol).strip(),
     )
 
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
-               tol: float) -> str:
-    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+               tol: float, language: str = "cuda") -> str:
+    """The fix prompt for a variant that failed to build (CUDA: the compiler's output; Triton:
+    the JIT's error, raised at the first call)."""
+    what = ("Triton's JIT compiler rejected one of its kernels at the first call" if language == "triton"
+            else "it failed to build")
     return _template("fix.txt").substitute(
+        what=what,
+        compiler="Triton JIT error (tail)" if language == "triton" else "Compiler output (tail)",
         problem_source=problem_source.strip(),
         idea_title=idea_title,
         source=source.strip(),
         log=log.strip()[-4000:],
-        contract=contract.strip(),
+        contract=contract(backend, language, tol).strip(),
     )
 
 

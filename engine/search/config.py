@@ -28,6 +28,10 @@ class SearchConfig:
     seed: int = 0
     strategy: str = "tree"
     llm_concurrency: int = 8  # concurrent calls per provider
+    languages: tuple[str, ...] = ("cuda",)  # kernel languages the variants are spread over
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "languages", tuple(self.languages))  # a recorded config holds a list
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchConfig:

@@ -21,6 +21,10 @@ def fmt_x(value: float | None) -> str:
 def format_verdict(v: Verdict) -> str:
     """A verdict in one or two lines (status, error, times, speedup, first log line)."""
     parts = [v.status]
+    if v.language == "triton":  # the language eval told from the file; its JIT on the first call
+        jit = (v.jit or {}).get("jit_s")
+        parts.append("Triton" + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")
+                     + (f", JIT {jit:.2f} s" if jit is not None else ""))
     if v.max_abs_err is not None:
         parts.append(f"max abs err {v.max_abs_err:.3g}")
     if v.time_ms is not None:

@@ -266,3 +266,15 @@ def test_a_mixed_search_records_both_languages_and_exports_a_triton_file_eval_ju
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["language"] == "triton" and verdict["status"] == status
+
+
+def test_the_new_search_form_asks_for_the_languages():
+    from engine.launch import UsageError, estimate_run
+    from tests.test_launch import FORM
+    from tui.screens.new_search import form_request
+
+    request = form_request({**FORM, "provider": "scripted", "language": "cuda,triton"})
+    assert request.language == "cuda,triton"
+    assert estimate_run(request, backend="cpu")  # the scripted library has both for softmax
+    with pytest.raises(UsageError, match="--language: invalid choice"):
+        estimate_run(form_request({**FORM, "provider": "scripted", "language": "cute"}), backend="cpu")

@@ -119,10 +119,13 @@ def load_solution(job: EvalJob) -> Any:
 
 def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
     """Import a Triton solution from a real file in its build dir (the JIT reads its kernels'
-    source lines back), with Triton's cache in that dir too: a repeated source finds its
-    compiled kernels there. Nothing is compiled here: the JIT compiles on the first call (see
-    `_triton_warmup`). On the cpu backend the kernels run under Triton's interpreter."""
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(build_dir, "triton-cache")
+    source lines back). Nothing is compiled here: the JIT compiles on the first call (see
+    `_triton_warmup`). Triton's cache is one dir in ktree's build cache, shared by every
+    solution: Triton keys each compiled kernel by a hash of its source, options and target, so a
+    repeated source costs nothing, and its launcher stubs (C, built by the host compiler once per
+    kernel signature) are built once for all variants instead of once per variant. On the cpu
+    backend the kernels run under Triton's interpreter."""
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(job.cache_dir, "triton-cache")
     if job.backend == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)
     else:

@@ -155,7 +155,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
         flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
-        return f"#{n.id} variant r{n.round}{origin}: {n.status}{speed}{flags}{marks}"
+        lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
+        return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 
     def walk(n: Any, prefix: str, last: bool, top: bool) -> None:
         lines.append((prefix + ("└─ " if last else "├─ ") if not top else "") + label(n))

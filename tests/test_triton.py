@@ -163,6 +163,18 @@ def test_interpreted_triton_library_gets_its_intended_verdicts(problem: str):
 
 
 @needs_triton
+def test_a_worker_that_imported_triton_for_another_variant_still_interprets_triton_kernels():
+    """The worker outlives a variant: one that imports triton as a plain module (torch itself may)
+    must not leave triton's language helpers compiled-mode for the next, interpreted, variant."""
+    plain = ("import torch\nimport torch.nn as nn\n__import__('triton')\n"
+             "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)\n")
+    assert kernel_language(plain) == "cuda"
+    first, second = evaluate_cpu("softmax", [plain, TRITON_KERNEL])
+    assert first.status == "incorrect"  # the worker is kept after an incorrect verdict
+    assert second.status == "correct", second.log[-1500:]
+
+
+@needs_triton
 def test_autotune_happens_before_timing_and_is_recorded():
     [v] = evaluate_cpu("softmax", [(SCRIPTED / "softmax/triton/online_1.py").read_text()])
     assert v.status == "correct", v.log

@@ -128,8 +128,11 @@ def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
     os.environ["TRITON_CACHE_DIR"] = os.path.join(job.cache_dir, "triton-cache")
     if job.backend == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)
-    else:
+    else:  # the evaluator sets it for the whole process; set here too for a child started otherwise
         os.environ["TRITON_INTERPRET"] = "1"
+        if "triton" in sys.modules and not _interpreting():
+            raise EvalFailure("runtime_error", "triton was imported in this process before"
+                              " TRITON_INTERPRET=1 was set: its kernels cannot run on the CPU")
     path = os.path.join(build_dir, "solution.py")
     with _build_dir_lock(build_dir):
         try:
@@ -159,6 +162,13 @@ def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
             if type(obj).__name__ == "Autotuner" and getattr(obj, "_do_bench", "") is None:
                 obj._do_bench = _interpreted_bench  # no GPU driver to benchmark configs with
     return module
+
+
+def _interpreting() -> bool:
+    """Whether the imported triton made its own language helpers for the interpreter."""
+    import triton.language as tl
+
+    return type(getattr(tl, "max", None)).__name__ == "InterpretedFunction"
 
 
 def _interpreted_bench(kernel_call: Callable[[], Any], quantiles: tuple[float, ...]) -> list[float]:

@@ -138,6 +138,10 @@ class LocalEvaluator:
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["TORCH_CUDA_ARCH_LIST"] = ""
+            # Triton solutions run under Triton's interpreter here. Set before anything imports
+            # triton (torch may, in a worker that evaluated other variants first): triton.language's
+            # own @jit helpers (tl.max, ...) are made interpreted or compiled at import.
+            env["TRITON_INTERPRET"] = "1"
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage

@@ -290,3 +290,29 @@ def test_the_new_search_form_asks_for_the_languages():
     assert estimate_run(request, backend="cpu")  # the scripted library has both for softmax
     with pytest.raises(UsageError, match="--language: invalid choice"):
         estimate_run(form_request({**FORM, "provider": "scripted", "language": "cute"}), backend="cpu")
+
+
+def test_the_screens_mark_triton_variants_and_highlight_them_as_python():
+    from engine.domain import Node
+    from tui.model import ScreenModel
+    from tui.widgets.code import embedded_cxx
+    from tui.widgets.timings import row_cells
+    from tui.widgets.tree import node_label
+
+    triton_src = (SCRIPTED / "softmax/triton/online_1.py").read_text()
+    cuda_src = (SCRIPTED / "softmax/cuda/online_1.py").read_text()
+    tri = Node(5, 1, 2, "variant", 1, "idea", "", triton_src, "correct", "llm", 1.5, 1.0, language="triton")
+    cu = Node(6, 1, 2, "variant", 1, "idea", "", cuda_src, "correct", "llm", 1.2, 1.0, language="cuda")
+    model = ScreenModel()
+    assert "[triton]" in node_label(tri, model).plain and "[triton]" not in node_label(cu, model).plain
+    assert row_cells(tri, None)["language"] == "triton" and row_cells(cu, None)["language"] == "cuda"
+    assert embedded_cxx(triton_src) == [] and embedded_cxx(cuda_src) != []
+
+
+def test_a_recorded_config_keeps_its_languages():
+    from engine.search.config import SearchConfig
+
+    config = SearchConfig(languages=("cuda", "triton"))
+    recorded = json.loads(json.dumps(config.__dict__))  # as sessions.config holds it
+    assert SearchConfig.from_dict(recorded).languages == ("cuda", "triton")
+    assert SearchConfig().languages == ("cuda",)

@@ -106,7 +106,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                          cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
                          repeat_sources: bool = False, llm_latency: str | None = None, suite: int = 1,
-                         llm_concurrency: int = 8) -> dict[str, Any]:
+                         llm_concurrency: int = 8, language: str = "cuda") -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
     `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests).
@@ -141,7 +141,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             evaluator = LocalEvaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
                                   devices=devices, **cache)
         config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top,
-                              llm_concurrency=llm_concurrency)
+                              llm_concurrency=llm_concurrency, languages=(language,))
 
         def provider_for(p: Any) -> Any:
             inner = ScriptedProvider(p.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,
@@ -208,6 +208,9 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             by_status: dict[str, int] = {}
             for n in variant_nodes:
                 by_status[n.status] = by_status.get(n.status, 0) + 1
+            # Build (cuda) or import + JIT + autotune (triton) seconds per variant that got that far.
+            builds = sorted(e["verdict"].compile_s for sid in sessions for e in await store.evaluations(sid)
+                            if e["verdict"].compile_s is not None and e["verdict"].status != "compile_error")
             states = {d["name"]: d for d in evaluator.device_states()}
             await evaluator.close()
             await store.close()
@@ -224,7 +227,10 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     waited = totals["waiting_s"]
     return {
         "problem": problem.name, "problems": [p.name for p in problems], "llm_latency": latency_words,
-        "llm_concurrency": llm_concurrency, "backend": backend, "status": summary["status"], "cold_cache": cold,
+        "llm_concurrency": llm_concurrency, "backend": backend, "language": language,
+        "status": summary["status"], "cold_cache": cold,
+        "compile_s_per_variant": {"n": len(builds), "median": _quantile(builds, 0.5),
+                                  "p90": _quantile(builds, 0.9)},
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
         "compile_workers": workers, "variants": len(variant_nodes), "evaluations": evaluations,
         "distinct_sources": len(sources), "repeat_sources": repeat_sources,
@@ -259,6 +265,13 @@ def suite_problems(problem: Any, backend: str, n: int) -> list[Any]:
     return [pool[i % len(pool)] for i in range(n)]
 
 
+def _quantile(values: list[float], q: float) -> float | None:
+    """The q-quantile of sorted values (nearest rank), rounded; None for none."""
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
 def format_pipeline(r: dict[str, Any]) -> str:
     s = r["shape"]
     pct = r["idle_fraction_while_waiting"] * 100
@@ -267,7 +280,8 @@ def format_pipeline(r: dict[str, Any]) -> str:
     what = r["problem"] if n == 1 else f"a suite of {n} ({', '.join(r['problems'])})"
     window = r["busy_window"]
     lines = [
-        f"Pipeline bench: {what} on {r['backend']}, scripted provider ({r['llm_latency']}),"
+        f"Pipeline bench: {what} in {r.get('language', 'cuda')} on {r['backend']},"
+        f" scripted provider ({r['llm_latency']}),"
         f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
         f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"
         f" {r['status']}",
@@ -291,6 +305,11 @@ def format_pipeline(r: dict[str, Any]) -> str:
         + (f"{window['busy_fraction'] * 100:.1f} % ({window['start_s']:.1f}-{window['end_s']:.1f} s) |"
            if window else "- |") + " >= 60 % (suite) |",
     ]
+    per = r.get("compile_s_per_variant") or {}
+    if per.get("n"):
+        what = "import + JIT + autotune" if r.get("language") == "triton" else "build"
+        lines.append(f"| {what} seconds per variant, median / p90 (n={per['n']})"
+                     f" | {per['median']:.2f} / {per['p90']:.2f} s | |")
     if len(r["devices"]) > 1:
         lines += ["", "| device | evaluations | busy | idle (of wall) | idle while variants waited |",
                   "| --- | --- | --- | --- | --- |"]

@@ -24,12 +24,14 @@ from engine.launch import (
     RunRequest,
     UsageError,
     check_local_flags,
+    check_scripted,
     checked_gpus,
     checked_problem,
     estimate_run,
     job_cost,
     local_evaluator,
     make_evaluator,
+    parse_languages,
     prepare_resume,
     prepare_run,
     resolve_backend,
@@ -149,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fixes", type=int, default=1,
                      help="fix-prompt retries for a variant that fails to compile (default 1)")
     run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    run.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
+                     help="kernel language(s) of the variants; with two, each idea's variants are"
+                          " spread over both (default cuda: load_inline CUDA C++, C++ on cpu)")
     run.add_argument("--rounds", type=_positive, default=2)
     run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
     run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
@@ -236,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
     bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bp.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
+                    help="the variants' kernel language; with two, one bench per language in turn")
     bp.add_argument("--rounds", type=_positive, help="default: 3 on cuda, 1 on cpu")
     bp.add_argument("--ideas", type=_positive, help="default: 4 on cuda, 2 on cpu")
     bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
@@ -367,7 +374,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         max_variants=args.max_variants, time_limit=args.time_limit, fixes=args.fixes, rounds=args.rounds,
         ideas=args.ideas, variants=args.variants, top=args.top, atol=args.atol, rtol=args.rtol,
         precision=args.precision,
-        seed=args.seed, backend=args.backend, compile_workers=args.compile_workers,
+        seed=args.seed, backend=args.backend, language=args.language, compile_workers=args.compile_workers,
         gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
         executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
         profile=args.profile,
@@ -777,17 +784,27 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
         check_local_flags(args.ray_address, args.ray_workers)
         backend, arch = resolve_backend(args.backend)
     cuda = backend == "cuda"
-    result = asyncio.run(pipeline_bench(
-        problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
-        ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
-        top=args.top, compile_workers=args.compile_workers, cold=args.cold,
-        log=sys.stderr if args.log else None, evaluator=evaluator,
-        gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
-        repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
-        llm_concurrency=args.llm_concurrency,
-    ))
-    print(json.dumps(result, indent=2) if args.json else format_pipeline(result))
-    return 0 if result["status"] == "finished" else 1
+    languages = parse_languages(args.language)
+    for language in languages:
+        check_scripted(problem.name, backend, (language,))
+    if evaluator is not None and len(languages) > 1:
+        raise UsageError("--executor ray benches one language at a time")
+    results = []
+    for language in languages:
+        results.append(asyncio.run(pipeline_bench(
+            problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
+            ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
+            top=args.top, compile_workers=args.compile_workers, cold=args.cold,
+            log=sys.stderr if args.log else None, evaluator=evaluator,
+            gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
+            repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
+            llm_concurrency=args.llm_concurrency, language=language,
+        )))
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    else:
+        print("\n\n".join(format_pipeline(r) for r in results))
+    return 0 if all(r["status"] == "finished" for r in results) else 1
 
 
 def _problem_specs(names: list[str]) -> list[Any]:

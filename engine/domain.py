@@ -32,6 +32,7 @@ class Node:
     pinned: bool = False
     pruned: bool = False
     want: int = 0
+    language: str = ""  # a variant's kernel language (LANGUAGES); "" for the root and ideas
 
 
 NODE_KINDS = ("root", "idea", "variant")

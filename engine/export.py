@@ -63,7 +63,7 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
         f"# measured on {(verdict and verdict.device) or session['backend']} ({session['backend']}) at {sizes},"
         f" search started {measured}",
-        f"# found by ktree with {', '.join(session['models'])}",
+        f"# found by ktree with {', '.join(session['models'])}; kernel language: {node.language or 'cuda'}",
         "",
     ]
     return "\n".join(lines) + node.source.rstrip() + "\n"

@@ -66,6 +66,7 @@ class RunRequest:
     precision: str | None = None  # PRECISION_TOLERANCES; None: the problem's own dtypes
     seed: int = 0
     backend: str = "auto"  # BACKEND_CHOICES
+    language: str = "cuda"  # kernel languages, comma-separated: cuda | triton | cuda,triton
     compile_workers: int | None = None
     gpus: tuple[int, ...] | None = None  # physical indices; None: every visible GPU
     isolation: str = "auto"  # ISOLATION_CHOICES
@@ -279,7 +280,7 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     if backend is None:
         backend, _ = resolve_backend(request.backend)
     if any(p == "scripted" for p, _ in models):
-        _check_scripted(problem.name, backend)
+        check_scripted(problem.name, backend, config.languages)
     return estimate(problem, config, models, backend, settings.prices, reasoning_history)
 
 
@@ -312,12 +313,16 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
     return total
 
 
-def _check_scripted(problem: str, backend: str) -> None:
+def check_scripted(problem: str, backend: str, languages: Sequence[str] = ("cuda",)) -> None:
     """The scripted provider answers only for the problems its library has kernels for: say so
     before an estimate, not when Start fails."""
-    from engine.llm.scripted import scripted_backends, scripted_problems
+    from engine.llm.scripted import has_scripted, scripted_backends, scripted_problems
 
-    if backend not in scripted_backends(problem):
+    for language in languages:
+        if language == "triton" and not has_scripted(problem, backend, "triton"):
+            have = ", ".join(p for p in scripted_problems() if has_scripted(p, backend, "triton"))
+            raise UsageError(f"the scripted provider has no Triton answers for {problem!r} (it has: {have})")
+    if "cuda" in languages and backend not in scripted_backends(problem):
         have = ", ".join(p for p in scripted_problems() if backend in scripted_backends(p))
         raise UsageError(f"the scripted provider has no {backend} answers for {problem!r} (it has: {have});"
                          " with no LLM key only those run offline — set a key or choose one of them")
@@ -335,6 +340,8 @@ def prepare_run(request: RunRequest) -> Prepared:
         ray_address=request.ray_address, ray_workers=request.ray_workers, profile=request.profile)
     models = _build_models(list(request.models), request.provider, problem, backend, seed=request.seed,
                            base_url=request.base_url, timeout_s=request.llm_timeout)
+    if any(getattr(p, "scripted", False) for p, _ in models):
+        check_scripted(problem.name, backend, config.languages)
     return Prepared(problem, models, evaluator, config)
 
 
@@ -398,8 +405,19 @@ def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
         atol=atol, rtol=rtol, seed=request.seed, reasoning=request.reasoning, strategy=request.strategy,
         fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,
         max_variants=request.max_variants, time_limit_s=request.time_limit,
-        llm_concurrency=request.llm_concurrency,
+        llm_concurrency=request.llm_concurrency, languages=parse_languages(request.language),
     )
+
+
+def parse_languages(spec: str) -> tuple[str, ...]:
+    """`--language`'s value ("cuda", "triton", "cuda,triton") as the search's languages."""
+    from engine.evaluate.loading import LANGUAGES
+
+    langs = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
+    bad = [p for p in langs if p not in LANGUAGES]
+    if not langs or bad:
+        raise UsageError(f"--language: invalid choice: {spec!r} (choose from cuda, triton, cuda,triton)")
+    return langs
 
 
 def _build_models(specs: list[str], provider: str, problem: Problem, backend: str, *, seed: int,
@@ -533,7 +551,7 @@ def _suite_entries(files: list[str], run: RunRequest, backend: str) -> list[Suit
         try:
             problem = checked_problem(spec)
             if scripted:
-                _check_scripted(problem.name, backend)
+                check_scripted(problem.name, backend, parse_languages(run.language))
             request = replace(run, problem=spec)
             config = _search_config(request, problem)
         except UsageError as exc:

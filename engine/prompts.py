@@ -99,29 +99,41 @@ def idea_prompt(
     )
 
 
+def contract(backend: str, language: str, tol: float) -> str:
+    """The solution contract for a variant: Triton's (either backend: on the cpu one the kernels
+    run under Triton's interpreter), else the backend's load_inline contract."""
+    name = "contract_triton.txt" if language == "triton" else f"contract_{backend}.txt"
+    return _template(name).substitute(tol=f"{tol:g}")
+
+
 def implement_prompt(
-    problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float
+    problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float,
+    language: str = "cuda",
 ) -> str:
-    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+    """The implementation prompt. The parent may be in another language than the one asked for
+    (a mixed tree): the contract says which language to write."""
     return _template("implement.txt").substitute(
         problem_source=problem_source.strip(),
         parent_source=parent_source.strip(),
         idea_title=idea.title,
         idea_description=idea.description,
-        contract=contract.strip(),
+        contract=contract(backend, language, tol).strip(),
     )
 
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
-               tol: float, sanitizer: str = "") -> str:
-    """The fix prompt for a build failure, or (with `sanitizer`: compute-sanitizer's report) for
-    a run that hit an illegal or misaligned memory access."""
-    contract = _template(f"contract_{backend}.txt").substitute(tol=f"{tol:g}")
+               tol: float, sanitizer: str = "", language: str = "cuda") -> str:
+    """The fix prompt for a variant that failed to build (CUDA: the compiler's output; Triton:
+    the JIT's error, raised at the first call), or (with `sanitizer`: compute-sanitizer's report)
+    for a run that hit an illegal or misaligned memory access."""
     if sanitizer:
         failure = "crashed at run time with an illegal memory access"
         heading = "Run-time error and compute-sanitizer (memcheck) report"
         error = log.split("\n\ncompute-sanitizer", 1)[0].strip()[-2000:]
         log = f"{error}\n\n{sanitizer.strip()}"
+    elif language == "triton":
+        failure = "failed: Triton's JIT compiler rejected one of its kernels at the first call"
+        heading = "Triton JIT error (tail)"
     else:
         failure, heading = "failed to build", "Compiler output (tail)"
     return _template("fix.txt").substitute(
@@ -131,7 +143,7 @@ def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, back
         failure=failure,
         log_heading=heading,
         log=log.strip()[-4000:],
-        contract=contract.strip(),
+        contract=contract(backend, language, tol).strip(),
     )
 
 

@@ -23,6 +23,10 @@ def fmt_x(value: float | None) -> str:
 def format_verdict(v: Verdict) -> str:
     """A verdict in one or two lines (status, error, times, speedup, first log line)."""
     parts = [v.status]
+    if v.language == "triton":  # the language eval told from the file; its JIT on the first call
+        jit = (v.jit or {}).get("jit_s")
+        parts.append("Triton" + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")
+                     + (f", JIT {jit:.2f} s" if jit is not None else ""))
     if v.max_abs_err is not None:
         parts.append(f"max abs err {v.max_abs_err:.3g}")
     if v.time_ms is not None:
@@ -181,7 +185,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
         flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
-        return f"#{n.id} variant r{n.round}{origin}: {n.status}{speed}{flags}{marks}"
+        lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
+        return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 
     def walk(n: Any, prefix: str, last: bool, top: bool) -> None:
         lines.append((prefix + ("└─ " if last else "├─ ") if not top else "") + label(n))

@@ -79,6 +79,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     pinned     INTEGER NOT NULL DEFAULT 0,   -- always kept as a parent
     pruned     INTEGER NOT NULL DEFAULT 0,   -- queued work cancelled, never selected
     want       INTEGER NOT NULL DEFAULT 0,   -- an idea still generating: how many ideas it asks for
+    language   TEXT NOT NULL DEFAULT '',     -- a variant's kernel language: cuda | triton ('' otherwise)
     speedup    REAL,
     time_ms    REAL,
     created_at REAL NOT NULL,
@@ -171,8 +172,11 @@ CREATE TABLE IF NOT EXISTS rounds (
     PRIMARY KEY (session_id, round)
 );
 """,
-    4: "",  # (another branch's step)
-    5: "",  # (another branch's step)
+    4: """
+ALTER TABLE nodes ADD COLUMN language TEXT NOT NULL DEFAULT '';
+UPDATE nodes SET language = 'cuda' WHERE kind = 'variant';
+""",
+    5: "",  # (no schema change: profiles live in the verdict's JSON)
     6: """
 CREATE TABLE IF NOT EXISTS suites (
     id           INTEGER PRIMARY KEY,
@@ -389,18 +393,18 @@ class Store:
     @_writes
     async def add_node(
         self, *, session_id: int, parent_id: int | None, kind: str, round: int, status: str,
-        title: str = "", text: str = "", source: str = "", origin: str = "llm",
+        title: str = "", text: str = "", source: str = "", origin: str = "llm", language: str = "",
     ) -> Node:
         now = time.time()
         cur = await self.conn.execute(
             "INSERT INTO nodes(session_id, parent_id, kind, round, title, text, source, status,"
-            " origin, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (session_id, parent_id, kind, round, title, text, source, status, origin, now, now),
+            " origin, language, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (session_id, parent_id, kind, round, title, text, source, status, origin, language, now, now),
         )
         await self.conn.commit()
         assert cur.lastrowid is not None
         return Node(cur.lastrowid, session_id, parent_id, kind, round, title, text, source,
-                    status, origin, None, None)
+                    status, origin, None, None, language=language)
 
     @_writes
     async def update_node(self, node_id: int, **fields: Any) -> None:
@@ -439,18 +443,19 @@ class Store:
                 parent = row.get("parent_id")
                 if isinstance(parent, dict):
                     parent = made[parent["new"]].id
-                values = {"title": "", "text": "", "source": "", "origin": "llm", "want": 0, **row,
-                          "parent_id": parent}
+                values = {"title": "", "text": "", "source": "", "origin": "llm", "want": 0,
+                          "language": "", **row, "parent_id": parent}
                 cur = await self.conn.execute(
                     "INSERT INTO nodes(session_id, parent_id, kind, round, title, text, source, status,"
-                    " origin, want, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " origin, want, language, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (session_id, parent, values["kind"], values["round"], values["title"],
                      values["text"], values["source"], values["status"], values["origin"],
-                     values["want"], now, now))
+                     values["want"], values["language"], now, now))
                 assert cur.lastrowid is not None
                 made.append(Node(cur.lastrowid, session_id, parent, values["kind"], values["round"],
                                  values["title"], values["text"], values["source"], values["status"],
-                                 values["origin"], None, None, want=values["want"]))
+                                 values["origin"], None, None, want=values["want"],
+                                 language=values["language"]))
                 crash.point("db")  # a test kills the engine here: mid-transaction
             if command_id is not None:
                 await self.conn.execute("UPDATE commands SET applied_at = ? WHERE id = ?",

@@ -126,13 +126,13 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             "DROP TABLE commands; ALTER TABLE nodes DROP COLUMN pinned;"
             " ALTER TABLE nodes DROP COLUMN pruned; ALTER TABLE sessions DROP COLUMN pid;"
             " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
-            " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want;"
+            " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want; ALTER TABLE nodes DROP COLUMN language;"
             " DROP TABLE suites; ALTER TABLE sessions DROP COLUMN suite_id;"
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
     [root] = await store.nodes(sid)
-    assert (root.kind, root.pinned, root.pruned) == ("root", False, False)
+    assert (root.kind, root.pinned, root.pruned, root.language) == ("root", False, False, "")
     await store.update_node(root.id, pinned=True)
     assert (await store.nodes(sid))[0].pinned is True
     await store.close()

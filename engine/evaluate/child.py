@@ -24,9 +24,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.loading import load_module_from_path, load_module_from_source
+from engine.evaluate.loading import (
+    kernel_language,
+    load_module_from_file,
+    load_module_from_path,
+    load_module_from_source,
+)
 from engine.evaluate.verdict import Verdict, log_tail
 
+TRITON_WARMUP_S = 240.0  # the time limit on a Triton solution's first call: JIT compile + autotune
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
 SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed of light
 
@@ -89,6 +95,8 @@ def load_solution(job: EvalJob) -> Any:
     key = build_key(job)
     build_dir = os.path.join(job.cache_dir, key)
     os.makedirs(build_dir, exist_ok=True)
+    if kernel_language(job.solution_source) == "triton":
+        return _load_triton(job, key, build_dir)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
     fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
     # An evaluation loads what the compile pool built (it may not write the build dirs).
@@ -133,6 +141,155 @@ def _retarget_note(job: EvalJob) -> dict[str, Any] | None:
     last = fastbuild.RETARGETED[-1]
     return {**last, "note": f"arch retargeted: {' '.join(last['original'])} -> {' '.join(last['flags'])}"
                             f" ({last['why']})"}
+def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
+    """Import a Triton solution from a real file in its build dir (the JIT reads its kernels'
+    source lines back). Nothing is compiled here: the JIT compiles on the first call (see
+    `_triton_warmup`). Triton's cache is one dir in ktree's build cache, shared by every
+    solution: Triton keys each compiled kernel by a hash of its source, options and target, so a
+    repeated source costs nothing, and its launcher stubs (C, built by the host compiler once per
+    kernel signature) are built once for all variants instead of once per variant. On the cpu
+    backend the kernels run under Triton's interpreter."""
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(job.cache_dir, "triton-cache")
+    if job.backend == "cuda":
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:  # the evaluator sets it for the whole process; set here too for a child started otherwise
+        os.environ["TRITON_INTERPRET"] = "1"
+        if "triton" in sys.modules and not _interpreting():
+            raise EvalFailure("runtime_error", "triton was imported in this process before"
+                              " TRITON_INTERPRET=1 was set: its kernels cannot run on the CPU")
+    path = os.path.join(build_dir, "solution.py")
+    with _build_dir_lock(build_dir):
+        try:
+            with open(path) as fh:
+                same = fh.read() == job.solution_source
+        except OSError:
+            same = False
+        if not same:
+            with open(f"{path}.tmp", "w") as fh:
+                fh.write(job.solution_source)
+            os.replace(f"{path}.tmp", path)
+    try:
+        module = load_module_from_file(path, f"ktree_solution_{key}")
+    except SyntaxError as exc:
+        raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name == "triton":
+            raise EvalFailure("runtime_error", "the solution is written in Triton, which is not"
+                              " installed where it runs (pip install triton)") from exc
+        raise EvalFailure("runtime_error", _format_exc(exc)) from exc
+    except Exception as exc:
+        raise EvalFailure(triton_failure_status(exc), _format_exc(exc)) from exc
+    if not isinstance(getattr(module, "ModelNew", None), type):
+        raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
+    if job.backend != "cuda":
+        for obj in vars(module).values():
+            if type(obj).__name__ == "Autotuner" and getattr(obj, "_do_bench", "") is None:
+                obj._do_bench = _interpreted_bench  # no GPU driver to benchmark configs with
+    return module
+
+
+def _interpreting() -> bool:
+    """Whether the imported triton made its own language helpers for the interpreter."""
+    import triton.language as tl
+
+    return type(getattr(tl, "max", None)).__name__ == "InterpretedFunction"
+
+
+def _interpreted_bench(kernel_call: Callable[[], Any], quantiles: tuple[float, ...]) -> list[float]:
+    """@triton.autotune's benchmark under the interpreter (which has no GPU driver's): the
+    quantiles of a few wall-clock calls, in ms."""
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        kernel_call()
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
+
+
+def triton_failure_status(exc: BaseException) -> str:
+    """compile_error for Triton's compiler failing on a kernel (its frontend, ptxas, resources,
+    or, under the interpreter, a language error raised from triton.language), else runtime_error."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        kind = type(e)
+        if kind.__module__.startswith("triton") and (
+                "Compil" in kind.__name__ or kind.__name__ in ("PTXASError", "OutOfResources",
+                                                               "UnsupportedLanguageConstruct")):
+            return "compile_error"
+        if os.environ.get("TRITON_INTERPRET") == "1" and isinstance(e, (ValueError, TypeError, AttributeError)):
+            tb = e.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            if tb is not None and "/triton/language/" in tb.tb_frame.f_code.co_filename:
+                return "compile_error"
+        e = e.__cause__ or e.__context__
+    return "runtime_error"
+
+
+class _WarmupTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _WarmupTimeout in this (main) thread after `seconds`; no limit off the main thread
+    (the runner's own timeout on the whole evaluation still applies)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _WarmupTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) -> dict[str, Any]:
+    """One call of a Triton solution before anything is checked or timed: the JIT compiles its
+    kernels and @triton.autotune benchmarks its configs here, outside the timed window, within
+    TRITON_WARMUP_S. Returns what it cost and what autotuning chose."""
+    import torch
+
+    torch.manual_seed(seed + 3000)
+    inputs = _inputs(problem, device)
+    t0 = time.perf_counter()
+    try:
+        with _time_limit(TRITON_WARMUP_S), torch.no_grad():
+            new(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    except _WarmupTimeout as exc:
+        raise EvalFailure("timeout", f"the Triton JIT compile and autotuning of the first call took"
+                          f" over {TRITON_WARMUP_S:g} s") from exc
+    except Exception as exc:
+        raise EvalFailure(triton_failure_status(exc), _format_exc(exc)) from exc
+    report: dict[str, Any] = {"jit_s": round(time.perf_counter() - t0, 4),
+                              "interpreted": device != "cuda"}
+    tuned = []
+    for name, obj in vars(module).items():
+        configs = getattr(obj, "configs", None)
+        if type(obj).__name__ == "Autotuner" and isinstance(configs, list):
+            best = getattr(obj, "best_config", None)
+            timings = getattr(obj, "configs_timings", None) or {}
+            tuned.append({"kernel": name, "configs": len(configs),
+                          "tried": len(timings) or (1 if best is not None else 0),
+                          "chosen": str(best) if best is not None else None,
+                          "bench_s": getattr(obj, "bench_time", None)})
+    if tuned:
+        report["autotune"] = tuned
+    return report
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -277,8 +434,10 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
     num_threads = timing.fix_threads()
+    language = kernel_language(job.solution_source)
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
-                            "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes)}
+                            "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes),
+                            "language": language}
 
     problem = load_module_from_path(job.problem_path, job.sizes)
     harness = integrity.capture_harness()  # before the candidate's code runs
@@ -303,6 +462,12 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         return Verdict(status="runtime_error", log=_format_exc(exc), **base)
     ref = _model_to(ref, device, cast).eval()
     ref64 = copy.deepcopy(ref).double()
+    jit: dict[str, Any] = {}
+    if language == "triton":
+        try:
+            jit = _triton_warmup(solution, new, problem, device, job.seed)
+        except EvalFailure as exc:
+            return Verdict(status=exc.status, log=str(exc), **base)
 
     errs: dict[str, float] = {}
     native_errs: dict[str, float] = {}
@@ -423,7 +588,8 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         timing=timing_record,
         sol_fraction=sol_fraction,
         reps=stats.reps,
-        compile_s=load_s,
+        compile_s=load_s + jit.get("jit_s", 0.0),
+        jit=jit,
         eval_s=time.perf_counter() - started,
         log=summary,
         **errs,

@@ -145,6 +145,10 @@ class LocalEvaluator:
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["TORCH_CUDA_ARCH_LIST"] = ""
+            # Triton solutions run under Triton's interpreter here. Set before anything imports
+            # triton (torch may, in a worker that evaluated other variants first): triton.language's
+            # own @jit helpers (tl.max, ...) are made interpreted or compiled at import.
+            env["TRITON_INTERPRET"] = "1"
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
@@ -305,7 +309,10 @@ class LocalEvaluator:
                 device.jobs += 1
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
-                verdict = dataclasses.replace(Verdict.from_dict(result), compile_s=build_s)
+                verdict = Verdict.from_dict(result)
+                jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker
+                verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
+                                              if jit_s is not None else build_s)
                 device.info = verdict.gpu or device.info
                 return await self._after(verdict, run, device, on_phase)
 

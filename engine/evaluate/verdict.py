@@ -54,6 +54,10 @@ class Verdict:
     sol_fraction: float | None = None
     reps: int = 0
     compile_s: float | None = None
+    language: str = ""  # the solution's kernel language: "cuda" (a load_inline extension), "triton"
+    # A Triton solution's first call (outside the timed window): jit_s, interpreted, and per
+    # @triton.autotune kernel the configs it had, how many it timed, the one chosen.
+    jit: dict[str, Any] = field(default_factory=dict)
     eval_s: float | None = None
     sizes: dict[str, Any] = field(default_factory=dict)
     log: str = ""

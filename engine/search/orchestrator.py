@@ -99,6 +99,7 @@ class Search:
         self.backend = evaluator.backend
         self.sizes = problem.sizes_for(self.backend)
         self.cost = problem.cost(self.backend)
+        self._spread = 0  # ideas given languages so far (languages_for)
         self.session_id: int | None = resume
         self.resuming = resume is not None
         self.nodes: dict[int, Node] = {}
@@ -245,11 +246,13 @@ class Search:
             return
         m = self.strategy.variants_per_idea()
         first, rest = ideas[0], ideas[1:]
-        rows: list[dict[str, Any]] = [variant_row(node.id, first.title, node.round) for _ in range(m)]
+        rows: list[dict[str, Any]] = [variant_row(node.id, first.title, node.round, language=lang)
+                                      for lang in self.languages_for(m)]
         for idea in rest:
             rows.append(idea_row(parent.id, node.round, idea.title, idea.description))
             at = len(rows) - 1
-            rows += [variant_row({"new": at}, idea.title, node.round) for _ in range(m)]
+            rows += [variant_row({"new": at}, idea.title, node.round, language=lang)
+                     for lang in self.languages_for(m)]
         changes = {"status": "ok", "title": first.title, "text": first.description, "want": 0}
         made = await self.store.add_nodes(self._sid, rows, update=(node.id, changes))
         await self.update(node.id, commit=False, **changes)
@@ -278,8 +281,17 @@ class Search:
         if self._fix_depth(failed) >= self.config.fixes or excluded(failed, self.nodes) or self._over_budget():
             return
         [child] = await self.add_nodes([variant_row(failed.id, failed.title, failed.round, origin="fix",
+                                                    language=failed.language,
                                                     text="fix")])
         await self.start([child])
+
+    def languages_for(self, m: int) -> list[str]:
+        """The kernel languages of one idea's m variants: the search's languages in turn, each
+        idea starting one further along (so that with one variant per idea, ideas alternate)."""
+        langs = self.config.languages or ("cuda",)
+        start = self._spread
+        self._spread += 1
+        return [langs[(start + i) % len(langs)] for i in range(m)]
 
     def _fix_depth(self, node: Node) -> int:
         depth = 0
@@ -294,11 +306,12 @@ class Search:
             verdict = self.verdicts.get(parent.id)
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
                                       verdict.log if verdict else "", self.backend, self.config.rtol,
-                                      sanitizer=verdict.sanitizer if verdict else "")
+                                      sanitizer=verdict.sanitizer if verdict else "",
+                                      language=node.language or "cuda")
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
-                                        self.config.rtol)
+                                        self.config.rtol, language=node.language or "cuda")
 
     async def _evaluate(self, node: Node) -> Verdict:
         verdict = self.verdicts.get(node.id)

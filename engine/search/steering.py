@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from engine import control
 from engine.domain import Node, excluded
+from engine.evaluate.loading import kernel_language
 from engine.events import CommandApplied, EventBus
 from engine.scheduler import Scheduler
 from engine.search.budget import Budget
@@ -41,6 +42,8 @@ class Steerable(Protocol):
     async def add_nodes(self, rows: list[dict[str, Any]], command_id: int | None = None) -> list[Node]: ...
 
     async def start(self, made: list[Node]) -> None: ...
+
+    def languages_for(self, m: int) -> list[str]: ...
 
 
 class Steering:
@@ -112,7 +115,8 @@ class Steering:
             if cmd.ideas > 0 and node.kind in ("root", "variant"):
                 rows.append(asking_row(node.id, r, cmd.ideas))
             if cmd.variants > 0 and node.kind == "idea" and node.status == "ok":
-                rows += [variant_row(node.id, node.title, r) for _ in range(cmd.variants)]
+                rows += [variant_row(node.id, node.title, r, language=lang)
+                         for lang in s.languages_for(cmd.variants)]
             if not rows:
                 return ()
             made = await s.add_nodes(rows, command_id=command_id)
@@ -125,7 +129,8 @@ class Steering:
                 return ()
             title = text.splitlines()[0][:120]
             rows = [idea_row(parent.id, r, title, text, origin="human")]
-            rows += [variant_row({"new": 0}, title, r) for _ in range(s.strategy.variants_per_idea())]
+            rows += [variant_row({"new": 0}, title, r, language=lang)
+                     for lang in s.languages_for(s.strategy.variants_per_idea())]
             made = await s.add_nodes(rows, command_id=command_id)
             await s.start(made)
             return tuple(n.id for n in made)
@@ -135,7 +140,7 @@ class Steering:
                 return ()
             [child] = await s.add_nodes([variant_row(
                 node.id, node.title, r, status="queued", text="edited by hand", source=cmd.source,
-                origin="edit")], command_id=command_id)
+                origin="edit", language=kernel_language(cmd.source))], command_id=command_id)
             s.budget.count_variant()
             await s.start([child])
             return (child.id,)

@@ -18,7 +18,8 @@ from engine.launch import RunRequest
 
 SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
 # The form's widgets by id: its choices, and what is typed (parsed by form_request).
-SELECTS = ("problem", "provider", "strategy", "backend")
+SELECTS = ("problem", "provider", "strategy", "backend", "language")
+LANGUAGE_CHOICES = ("cuda", "triton", "cuda,triton")  # --language's values
 INPUTS = ("path", "models", *(name for name, _ in SHAPE), "budget_usd", "budget_tokens")
 Number = TypeVar("Number", int, float)
 
@@ -36,7 +37,7 @@ def form_request(fields: Mapping[str, str]) -> RunRequest:
     budget_tokens = _budget(fields, "budget_tokens", int)
     return RunRequest(
         problem=fields["path"].strip() or fields["problem"], provider=fields["provider"],
-        backend=fields["backend"], strategy=fields["strategy"],
+        backend=fields["backend"], strategy=fields["strategy"], language=fields.get("language", "cuda"),
         models=tuple(m.strip() for m in fields["models"].split(",") if m.strip()),
         rounds=shape["rounds"], ideas=shape["ideas"], variants=shape["variants"], top=shape["top"],
         budget_usd=budget_usd, budget_tokens=budget_tokens,
@@ -94,6 +95,10 @@ class NewSearchScreen(Screen):
             with Horizontal():
                 yield Label("backend")
                 yield Select([(b, b) for b in BACKEND_CHOICES], value="auto", id="backend",
+                             allow_blank=False, compact=True)
+            with Horizontal():
+                yield Label("language")
+                yield Select([(x, x) for x in LANGUAGE_CHOICES], value="cuda", id="language",
                              allow_blank=False, compact=True)
             with Horizontal():
                 yield Label("budget USD")

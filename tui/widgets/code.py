@@ -1,5 +1,6 @@
-"""Source rendering for the code pane: Python highlighted as Python, and the C++/CUDA source
-strings inside it (what `load_inline` compiles) highlighted as C++; a unified diff against the parent."""
+"""Source rendering for the code pane: Python highlighted as Python (a Triton file entirely), and
+the C++/CUDA source strings inside it (what `load_inline` compiles) highlighted as C++; a unified
+diff against the parent."""
 
 from __future__ import annotations
 
@@ -32,8 +33,14 @@ def _fg(style: str | Style) -> Style:
     return Style(color=style.color, bold=style.bold, italic=style.italic, underline=style.underline)
 
 
+_TRITON = re.compile(r"^[ \t]*(?:import triton\b|from triton\b|@triton\.)", re.M)
+
+
 def embedded_cxx(source: str) -> list[tuple[int, int]]:
-    """(start, end) of each triple-quoted string in `source` that holds C++ or CUDA code."""
+    """(start, end) of each triple-quoted string in `source` that holds C++ or CUDA code. A Triton
+    file is Python through and through (its kernels are @triton.jit functions): none."""
+    if _TRITON.search(source):
+        return []
     return [m.span("body") for m in _TRIPLE.finditer(source) if _CXX.search(m.group("body"))]
 
 

@@ -17,7 +17,8 @@ from tui.widgets.status import style
 COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
            ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
            ("speedup", "vs eager", 8), ("interval", "95% CI", 11), ("speedup_compile", "vs compile", 10),
-           ("sol", "% SOL", 6), ("bound", "bound", 8)]
+           ("sol", "% SOL", 6), ("bound", "bound", 8),
+           ("language", "lang", 6)]
 COLUMN_LABELS = {key: label for key, label, _ in COLUMNS}
 SORTS = [("speedup", True), ("round", False), ("time_ms", False)]  # what the sort key cycles through
 DESCENDING = ("speedup", "speedup_compile", "sol")  # bigger is better: a header click sorts these down
@@ -40,6 +41,7 @@ def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
         "speedup_compile": num("speedup_compile", ".3g", "x"),
         "sol": "-" if sol is None else f"{100 * sol:.1f}",
         "bound": (verdict.bound if verdict is not None else "") or "-",
+        "language": node.language or "cuda",
     }
 
 

@@ -22,7 +22,8 @@ AUTO_EXPAND = 400  # trees up to this many nodes open fully; larger ones open le
 
 
 def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
-    """A node's line: status glyph, what it is (and its speedup), pinned / pruned / pending marks,
+    """A node's line: status glyph, what it is (its language mark, its speedup), pinned / pruned /
+    pending marks,
     and the ★ on the one best variant (`model.best_id`). `wide`: also the speedup vs torch.compile."""
     colour = style(node.status)
     label = Text(f"{glyph(node.status)} ", style=colour)
@@ -37,6 +38,8 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
             label.append(" (yours)", style="italic")
     else:
         label.append(f"#{node.id} ")
+        if node.language == "triton":  # CUDA C++ is the default and goes unmarked
+            label.append("[triton] ", style="magenta")
         if node.speedup is not None:
             label.append(f"{node.speedup:.2f}x ", style="bold green" if node.speedup >= 1 else "")
         if wide:

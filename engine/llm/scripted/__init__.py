@@ -1,6 +1,8 @@
 """The `scripted` provider: an offline LLM that answers the method's prompts from kernels written
 in this repo (data/<problem>/ideas.toml and data/<problem>/<backend>/<idea>_<n>.py; the corrected
 version of a variant that fails to compile, for the fix prompt, in <backend>/fixes/<same name>).
+Triton kernels live in data/<problem>/triton/ and answer implementation prompts whose contract
+asks for Triton (on either backend: on the cpu one they run under Triton's interpreter).
 
 It reads the prompt as a model would: the idea prompt's "already tried" list and the number of
 ideas asked for, the implementation prompt's idea title. Deterministic for a given seed.
@@ -30,6 +32,12 @@ from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyErro
 DATA = Path(__file__).parent / "data"
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
 STAND_IN_MARK = "# scripted stand-in: "
+TRITON_CONTRACT_MARK = "Write the kernels in Triton"  # engine/templates/contract_triton.txt
+
+
+def library_dir(backend: str, language: str) -> str:
+    """The data dir a variant in `language` on `backend` comes from."""
+    return "triton" if language == "triton" else backend
 
 
 def unstamped(code: str) -> str:
@@ -53,10 +61,14 @@ def scripted_problems() -> list[str]:
 
 
 def scripted_backends(problem: str) -> list[str]:
-    """The backends the scripted provider has kernels for on this problem ([] for none)."""
-    if not (DATA / problem / "ideas.toml").exists():
-        return []
-    return [b for b in ("cpu", "cuda") if any((DATA / problem / b).glob("*_*.py"))]
+    """The backends the scripted provider has load_inline kernels for on this problem ([] for none)."""
+    return [b for b in ("cpu", "cuda") if has_scripted(problem, b, "cuda")]
+
+
+def has_scripted(problem: str, backend: str, language: str) -> bool:
+    """Whether the library has kernels for this problem in this language on this backend."""
+    return (DATA / problem / "ideas.toml").exists() and any(
+        (DATA / problem / library_dir(backend, language)).glob("*_*.py"))
 
 
 def load_ideas(problem: str, backend: str) -> list[ScriptedIdea]:
@@ -92,11 +104,22 @@ class ScriptedProvider:
         self.stamp = stamp
         self.stamped = 0  # implementations stamped so far
         self.backend = backend
-        self.ideas = load_ideas(problem, backend)
+        # The library per language dir (the backend's load_inline kernels, Triton's): one answers
+        # each implementation prompt, by the language its contract asks for.
+        self.pools = {d: load_ideas(problem, d) for d in dict.fromkeys((backend, "triton"))
+                      if has_scripted(problem, backend, "triton" if d == "triton" else "cuda")}
+        if not self.pools:
+            self.pools = {backend: load_ideas(problem, backend)}  # raises: says what there is
+        titles: dict[str, ScriptedIdea] = {}
+        for pool in self.pools.values():
+            for idea in pool:
+                titles.setdefault(idea.title, idea)
+        self.ideas = list(titles.values())  # the ideas proposed: those with a kernel in any language
         self.latency_s = latency_s
         self._rng = random.Random(seed)
-        self._next_variant: dict[str, int] = {
-            idea.key: self._rng.randrange(len(idea.variants)) for idea in self.ideas
+        self._next_variant: dict[tuple[str, str], int] = {
+            (d, idea.key): self._rng.randrange(len(idea.variants))
+            for d, pool in self.pools.items() for idea in pool
         }
 
     async def complete(
@@ -138,38 +161,41 @@ class ScriptedProvider:
     def _implement(self, prompt: str) -> str:
         section = prompt.split(IMPLEMENT_HEADER, 1)[1].strip()
         title = section.splitlines()[0].strip() if section else ""
-        idea = next((i for i in self.ideas if i.title == title), None)
+        wanted = "triton" if TRITON_CONTRACT_MARK in prompt else self.backend
+        lang_dir = wanted if wanted in self.pools else next(iter(self.pools))
+        pool = self.pools[lang_dir]
+        idea = next((i for i in pool if i.title == title), None)
         if idea is None:
-            # A human-written idea: no kernel was written for it, so the scripted model answers
-            # with the library's closest idea instead, and says so in the reply and in the code.
-            stand_in = self._closest(title)
-            path = self._take(stand_in)
+            # A human-written idea (or one with no kernel in this language): the scripted model
+            # answers with the library's closest idea instead, and says so in the reply and code.
+            stand_in = self._closest(title, pool)
+            path = self._take(stand_in, lang_dir)
             remark = (f"{STAND_IN_MARK[2:]}no kernel was written for the idea {title!r}; this is the"
                       f" library's \"{stand_in.title}\" ({path.name})")
             return (
                 f"The scripted model has no implementation of {title!r}. {remark[0].upper()}{remark[1:]}.\n\n"
                 f"```python\n{self._stamped(f'# {remark}' + chr(10) + path.read_text().rstrip())}\n```\n"
             )
-        path = self._take(idea)
+        path = self._take(idea, lang_dir)
         return (
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
             f"```python\n{self._stamped(path.read_text().rstrip())}\n```\n"
         )
 
-    def _take(self, idea: ScriptedIdea) -> Path:
+    def _take(self, idea: ScriptedIdea, lang_dir: str) -> Path:
         """The idea's next variant file (they are handed out in turn)."""
-        n = self._next_variant[idea.key]
-        self._next_variant[idea.key] = n + 1
+        n = self._next_variant[(lang_dir, idea.key)]
+        self._next_variant[(lang_dir, idea.key)] = n + 1
         return idea.variants[n % len(idea.variants)]
 
-    def _closest(self, title: str) -> ScriptedIdea:
+    def _closest(self, title: str, pool: list[ScriptedIdea] | None = None) -> ScriptedIdea:
         """The library's idea that shares the most words with `title` (the first on a tie)."""
         words = {w for w in re.findall(r"[a-z0-9]+", title.lower()) if len(w) > 2}
 
         def shared(idea: ScriptedIdea) -> int:
             return len(words & set(re.findall(r"[a-z0-9]+", f"{idea.title} {idea.description}".lower())))
 
-        return max(self.ideas, key=shared)
+        return max(pool or self.ideas, key=shared)
 
     def _stamped(self, code: str) -> str:
         if self.stamp is None:
@@ -185,7 +211,7 @@ class ScriptedProvider:
         except ReplyError:
             failing = ""
         failing = unstamped(failing)
-        for idea in self.ideas:
+        for idea in (i for pool in self.pools.values() for i in pool):
             for path in idea.variants:
                 fixed = path.parent / "fixes" / path.name
                 if path.read_text().strip() == failing.strip() and fixed.exists():

@@ -89,6 +89,8 @@ class Verdict:
     def bound(self) -> str:
         """The diagnosis' bound ("memory", "compute", "latency", "launch"), "" without a profile."""
         return str(((self.profile or {}).get("diagnosis") or {}).get("bound") or "")
+
+    @property
     def speedup_interval(self) -> tuple[float, float] | None:
         if self.speedup_lo is None or self.speedup_hi is None:
             return None

@@ -87,5 +87,6 @@ def test_strict_isolation_keeps_a_candidate_out_of_other_build_dirs(tmp_path: Pa
 
 def test_an_evaluation_sees_every_build_dir_read_only(tmp_path: Path):
     ro, rw = sandbox.evaluation_binds(str(tmp_path))
-    assert ro == [str(tmp_path)] and rw == [str(tmp_path / sandbox.WRITABLE_IN_CACHE)]
+    assert ro == [str(tmp_path)]
+    assert rw == [str(tmp_path / sandbox.WRITABLE_IN_CACHE), str(tmp_path / sandbox.TRITON_CACHE)]
     assert sandbox.evaluation_binds("") == ([], [])

@@ -30,6 +30,7 @@ from engine.evaluate.loading import (
     load_module_from_path,
     load_module_from_source,
 )
+from engine.evaluate.sandbox import TRITON_CACHE
 from engine.evaluate.verdict import Verdict, log_tail
 
 TRITON_WARMUP_S = 240.0  # the time limit on a Triton solution's first call: JIT compile + autotune
@@ -149,7 +150,7 @@ def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
     repeated source costs nothing, and its launcher stubs (C, built by the host compiler once per
     kernel signature) are built once for all variants instead of once per variant. On the cpu
     backend the kernels run under Triton's interpreter."""
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(job.cache_dir, "triton-cache")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(job.cache_dir, TRITON_CACHE)
     if job.backend == "cuda":
         os.environ.pop("TRITON_INTERPRET", None)
     else:  # the evaluator sets it for the whole process; set here too for a child started otherwise

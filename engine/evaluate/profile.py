@@ -760,17 +760,18 @@ async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[
     (killed at `timeout_s`). `{log}` in the prefix is the tool's log file. (result or None, the
     process's output tail, the tool's log)."""
     from engine.evaluate.runner import _read_tail
-    from engine.evaluate.sandbox import kill_tree, make_workdir
+    from engine.evaluate.sandbox import evaluation_binds, kill_tree, make_workdir
 
     workdir = make_workdir(f"profile-{action}")
     job_path, result_path = workdir / "job.json", workdir / "result.json"
     out_path, log_path = workdir / "out.txt", workdir / "tool.log"
     job_path.write_text(json.dumps(job.to_dict()))
     prefix = [a.replace("{log}", str(log_path)) for a in argv_prefix]
+    cache_ro, cache_rw = evaluation_binds(job.cache_dir)  # runs the candidate: no build dir writable
     argv = sandbox.command(
         [*prefix, sys.executable, "-m", "engine.evaluate.profile", str(job_path), str(result_path), action],
-        workdir=workdir, read_only=[job.problem_path] if job.problem_path else [],
-        writable=[job.cache_dir], timeout_s=timeout_s)
+        workdir=workdir, read_only=([job.problem_path] if job.problem_path else []) + cache_ro,
+        writable=cache_rw, timeout_s=timeout_s)
     try:
         with open(out_path, "wb") as out:
             proc = await asyncio.create_subprocess_exec(

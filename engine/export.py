@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from engine.domain import best_variant as domain_best
+from engine.evaluate.verdict import TIMING_FLAGS
 from engine.store import Store
 
 
@@ -50,7 +51,7 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         return "-" if value is None else f"{value:.2f}x"
 
     span = verdict.speedup_interval if verdict is not None else None
-    marks = [f for f in (verdict.flags if verdict is not None else ()) if f in ("noisy", "contended")]
+    marks = [f for f in (verdict.flags if verdict is not None else ()) if f in TIMING_FLAGS]
     noise = (f" (95% interval {span[0]:.2f}-{span[1]:.2f}x)" if span else "") + (
         f" [{', '.join(marks)}: see the verdict's log]" if marks else "")
     measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")

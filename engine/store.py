@@ -575,7 +575,7 @@ class Store:
     @_writes
     async def set_run_s(self, session_id: int, seconds: float) -> None:
         await self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                                (f"session_run_s:{session_id}", repr(round(seconds, 3))))
+                                (f"session_run_s:{session_id}", repr(float(seconds))))
         await self.conn.commit()
 
     async def nodes(self, session_id: int) -> list[Node]:

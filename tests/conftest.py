@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +27,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Nothing a test started outlives the run: a process left behind (a worker of an evaluator a
+    failed test never closed, a daemon) would keep the run from ending. Named, then killed."""
+    from engine.evaluate.sandbox import descendants, kill_tree
+
+    left = descendants(os.getpid())
+    if left:
+        names = []
+        for pid in left:
+            try:
+                names.append(f"{pid} {Path(f'/proc/{pid}/comm').read_text().strip()}")
+            except OSError:
+                names.append(str(pid))
+        sys.stderr.write(f"\nprocesses left by the tests, killed: {', '.join(names)}\n")
+        for pid in left:
+            kill_tree(pid)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every evaluation in the run shares one build cache (KTREE_CACHE_DIR, inherited by
@@ -37,12 +56,29 @@ def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+def kernel_flags(flags: tuple[str, ...] | list[str]) -> list[str]:
+    """The flags that judge the kernel: not a review mark, not a remark on the timing's quality
+    (noisy, contended: what a busy test machine may give any verdict)."""
+    from engine.evaluate.verdict import TIMING_FLAGS
+
+    return [f for f in flags if not f.startswith("review") and f not in TIMING_FLAGS]
+
+
 def run_ktree(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd or REPO,
-    )
+    """ktree in a process group of its own: on a timeout the whole group is killed (workers and
+    compilers included), so nothing it started outlives the test or holds the run's output open."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, **(env or {})}, cwd=cwd or REPO, start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="session")

@@ -99,7 +99,8 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
         job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
         try:
             first = await worker.run(job, 120)
-            assert worker.proc is not None
+            assert worker.proc is not None, (first[0], first[1] and first[1].get("status"), worker.restarts,
+                                             first[2][-2000:])
             pid = worker.proc.pid
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 30

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.problems import load_problem
+from tests.conftest import kernel_flags
 from tests.test_gpu import evaluate_all
 from tests.test_triton import SCRIPTED, TRITON_HACKS, TRITON_KERNEL, intended_status, library, triton_twin
 
@@ -33,7 +34,7 @@ def test_scripted_triton_variants_get_their_intended_verdicts(problem: str):
             assert v.compile_s >= v.jit["jit_s"]
             assert v.time_p10_ms <= v.time_ms <= v.time_p90_ms
             assert v.max_abs_err < 1e-2
-            assert [f for f in v.flags if not f.startswith("review")] == [], (path.name, v.flags)
+            assert kernel_flags(v.flags) == [], (path.name, v.flags)
         if want == "compile_error":
             assert "power of 2" in v.log
 
@@ -76,7 +77,7 @@ def test_triton_fp16_matmul_is_correct_and_timed_against_cublas():
     path = Path(SCRIPTED / "matmul_fp16/triton/tiled_1.py")
     [v] = evaluate_all("matmul_fp16", [path.read_text()])
     assert v.status in ("correct", "flagged"), v.log  # flagged only for a >10x review, never a check
-    assert not [f for f in v.flags if not f.startswith("review")], v.flags
+    assert not kernel_flags(v.flags), v.flags
     assert v.time_ms and v.ref_eager_ms
     print(f"triton fp16 matmul: {v.time_ms:.4g} ms vs torch.matmul {v.ref_eager_ms:.4g} ms"
           f" = {v.time_ms / v.ref_eager_ms:.3f} of its time; autotune {v.jit.get('autotune')}")

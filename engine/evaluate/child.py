@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -95,7 +96,8 @@ def load_solution(job: EvalJob) -> Any:
 
     key = build_key(job)
     build_dir = os.path.join(job.cache_dir, key)
-    os.makedirs(build_dir, exist_ok=True)
+    with contextlib.suppress(OSError):  # an evaluation sees the cache read-only: it loads what is there
+        os.makedirs(build_dir, exist_ok=True)
     if kernel_language(job.solution_source) == "triton":
         return _load_triton(job, key, build_dir)
     os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
@@ -166,9 +168,14 @@ def _load_triton(job: EvalJob, key: str, build_dir: str) -> Any:
         except OSError:
             same = False
         if not same:
-            with open(f"{path}.tmp", "w") as fh:
-                fh.write(job.solution_source)
-            os.replace(f"{path}.tmp", path)
+            try:
+                with open(f"{path}.tmp", "w") as fh:
+                    fh.write(job.solution_source)
+                os.replace(f"{path}.tmp", path)
+            except OSError:  # a read-only cache with no compile step before: a file of this process
+                path = os.path.join(tempfile.mkdtemp(prefix="ktree-triton-"), "solution.py")
+                with open(path, "w") as fh:
+                    fh.write(job.solution_source)
     try:
         module = load_module_from_file(path, f"ktree_solution_{key}")
     except SyntaxError as exc:

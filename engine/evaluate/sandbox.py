@@ -464,6 +464,11 @@ def _tree(pid: int, max_age_s: float = 0.1) -> list[tuple[int, int]]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below pid, now."""
+    return [p for p, _ in _tree(pid, max_age_s=0.0) if p != pid]
+
+
 def tree_usage(pid: int) -> tuple[int, int]:
     """(processes, resident bytes) of pid and all its descendants."""
     tree = _tree(pid)

@@ -6,6 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# Flags that speak of the timing's quality, not of the kernel (engine.evaluate.noise sets them): a
+# correct verdict may carry them.
+TIMING_FLAGS = ("noisy", "contended")
+
 # Terminal statuses of an evaluation, worst first.
 STATUSES = (
     "compile_error",

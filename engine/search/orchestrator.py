@@ -578,7 +578,7 @@ class Search:
         best = self.best()
         return best.speedup if best else None
 
-    def summary(self, status: str) -> dict[str, Any]:
+    def summary(self, status: str, elapsed_s: float | None = None) -> dict[str, Any]:
         """What the search did, as `ktree run --json` prints it."""
         variants = [n for n in self.nodes.values() if n.kind == "variant"]
         by_status: dict[str, int] = {}
@@ -609,17 +609,18 @@ class Search:
                 "time_ms": best.time_ms,
                 "ref_eager_ms": best_verdict.ref_eager_ms if best_verdict else None,
             },
-            "elapsed_s": round(self.elapsed_s(), 2),
+            "elapsed_s": round(self.elapsed_s() if elapsed_s is None else elapsed_s, 2),
         }
 
     async def _finish(self, status: str) -> dict[str, Any]:
-        summary = self.summary(status)
+        elapsed = self.elapsed_s()  # one reading: the summary says what the DB keeps for a resume
+        summary = self.summary(status, elapsed)
         if self.session_id is None:
             return summary
         summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
         best = self.best()
         # Shielded: an interrupted search still records how it ended.
-        await asyncio.shield(self.store.set_run_s(self._sid, self.elapsed_s()))
+        await asyncio.shield(self.store.set_run_s(self._sid, elapsed))
         await asyncio.shield(self.store.update_session(
             self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
             best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,

@@ -269,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     _executor_flags(bp)
     bt.add_argument("--agreement", action="store_true",
                     help="instead: the timer run to run, and against triton's do_bench (GPU)")
+    bpr = bench_command("profile", help="what a profile costs per variant (each profiler path) on the"
+                                        " seed problems' honest scripted kernels")
+    bpr.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
+    bpr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bpr.add_argument("--path", action="append", choices=["ncu", "torch", "auto"],
+                     help="profiler paths to measure (repeatable; default: ncu and torch on cuda, auto on cpu)")
+    bpr.add_argument("--variants", type=_positive, default=None, metavar="N",
+                     help="at most N honest variants per problem (default: all)")
+    bpr.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
@@ -323,6 +332,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _problems(args, _db_path(args))
     if args.command == "bench" and args.bench == "compile":
         return _bench_compile(args)
+    if args.command == "bench" and args.bench == "profile":
+        return _bench_profile(args)
     if args.command == "bench":
         if args.bench == "pipeline":
             return _bench_pipeline(args)
@@ -938,6 +949,22 @@ def _bench_compile(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2) if args.json else compile_table(result))
     failed = any(r["compiled"] < r["builds"] for r in result["configs"])
     return 1 if failed else 0
+
+
+def _bench_profile(args: argparse.Namespace) -> int:
+    from engine.llm.scripted import scripted_problems
+    from engine.profilebench import honest_variants, profile_bench, profile_table
+
+    backend, arch = resolve_backend(args.backend)
+    for name in args.problems:
+        if not honest_variants(name, backend):
+            raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
+                             f" {', '.join(scripted_problems())})")
+    if backend == "cpu" and args.path and set(args.path) & {"ncu", "torch"}:
+        raise UsageError("--path ncu and torch profile GPU kernels: on cpu only auto")
+    result = asyncio.run(profile_bench(backend, arch, args.problems or None, args.path, args.variants))
+    print(json.dumps(result, indent=2) if args.json else profile_table(result))
+    return 0 if all(s["profiled"] == s["variants"] for s in result["paths"].values()) else 1
 
 
 def _open_tui(db: Path) -> int:

@@ -233,6 +233,32 @@ def test_eval_profile_prints_the_diagnosis(build_cache: Path):
     assert profile["diagnosis"]["evidence"] in "\n".join(summary_lines(profile))
 
 
+def test_bench_profile_measures_the_overhead_per_variant(build_cache: Path):
+    """`ktree bench profile` on the cpu backend: an honest kernel evaluated without, then with its
+    profile (taken, not read from a cache); the overhead is the profile's share of the variant's
+    whole cost, from the seconds the verdicts recorded."""
+    proc = run_ktree("bench", "profile", "softmax", "--backend", "cpu", "--variants", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    [row] = result["rows"]
+    assert row["status"] == "correct" and row["tool"] == "cpu"
+    assert row["bound"] in ("memory", "compute", "latency")
+    assert row["profile_s"] >= 0 and row["eval_s"] > 0 and row["build_s"] > 0
+    total = row["build_s"] + row["eval_s"] + row["profile_s"]
+    assert row["overhead"] == pytest.approx(row["profile_s"] / total)
+    auto = result["paths"]["auto"]
+    assert auto["profiled"] == 1 and auto["overhead_median"] == row["overhead"]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["gelu"], "no honest scripted cpu kernels for 'gelu'"),
+    (["softmax", "--path", "ncu"], "on cpu only auto"),
+])
+def test_bench_profile_usage_errors_are_one_line(argv: list[str], says: str):
+    proc = run_ktree("bench", "profile", *argv, "--backend", "cpu")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+
+
 def test_resume_asks_for_the_fix_of_a_sanitized_runtime_error():
     """A run-time error with a compute-sanitizer report gets a fix child like a compile error,
     after a resume too; one without a report (no illegal access) does not."""

@@ -192,6 +192,27 @@ def test_bench_pipeline_on_ray_workers(cluster, capsys):
     assert result["compile_workers"] == 2 and result["device_active_s"] > 0
 
 
+@needs_ray
+def test_a_suite_runs_on_ray_workers(cluster, tmp_path: Path, capsys):
+    """`ktree suite --executor ray`: the suite's problems share the cluster's workers; every
+    verdict was taken there, and the report scores both problems."""
+    from engine.cli import _suite
+
+    db = tmp_path / "k.db"
+    args = build_parser().parse_args([
+        "suite", "softmax", "layernorm", "--provider", "scripted", "--backend", "cpu", "--executor", "ray",
+        "--rounds", "1", "--ideas", "1", "--variants", "1", "--json", "--db", str(db)])
+    assert _suite(args, db) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scores"]["problems"] == 2
+    sessions = query(db, "SELECT id, problem, status FROM sessions WHERE suite_id = 1")
+    assert sorted((p, s) for _, p, s in sessions) == [("layernorm", "finished"), ("softmax", "finished")]
+    evals = query(db, "SELECT session_id, verdict FROM evaluations")
+    assert {sid for sid, _ in evals} == {sid for sid, _, _ in sessions}  # each problem got verdicts
+    placements = [json.loads(v)["placement"] for _, v in evals]
+    assert all(p["executor"] == "ray" and DEVICE_NAME.match(p["device"]) for p in placements), placements
+
+
 def test_executor_usage_errors(tmp_path: Path):
     for argv, says in [
         (["run", "softmax", "--ray-address", "auto", "--headless"], "--ray-address needs --executor ray"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 import sys
@@ -237,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                          " loaded")
     bt.add_argument("--load-cores", type=_positive, default=None, metavar="N",
                     help="busy loops for --load cores (default: one per core)")
+    cpu_timer_help = ("cpu backend: how the timer gets its cores: pause (default) holds the builds while it"
+                      " times; pin gives the timer half the cores and the builds the rest (KTREE_CPU_TIMER)")
+    bt.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
     bp = bench_command("pipeline", help="a scripted search with no LLM latency: how busy the"
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
@@ -263,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
                          " one evaluator shared; reports device busy fractions")
     bp.add_argument("--llm-concurrency", type=_positive, default=8,
                     help="concurrent LLM calls (shared by a suite's problems; default 8)")
+    bp.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
     bp.add_argument("--json", action="store_true")
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
@@ -335,6 +340,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bench" and args.bench == "profile":
         return _bench_profile(args)
     if args.command == "bench":
+        if getattr(args, "cpu_timer", None):
+            os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
         if args.bench == "pipeline":
             return _bench_pipeline(args)
         return _bench_timing(args, _db_path(args))

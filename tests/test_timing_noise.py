@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -191,3 +192,45 @@ def test_a_parent_kept_over_another_within_noise_is_said():
     assert ties == ["tie within noise: kept #1 2.00x [1.80-2.20] over #2 1.90x [1.70-2.10]"]
     # Clear intervals: nothing to say.
     assert ties_within_noise(chosen, nodes, 1, {1: (1.95, 2.05), 2: (1.85, 1.94), 3: (0.9, 1.1)}) == []
+
+
+@pytest.mark.parametrize(("cores", "expected"), [
+    ([0, 1], ([1], [0])),
+    ([0, 1, 2, 3], ([2, 3], [0, 1])),
+    ([0, 1, 2], ([2], [0, 1])),
+    ([4, 6, 9, 11], ([9, 11], [4, 6])),
+    ([3], None),
+])
+def test_a_pinned_cpu_timer_splits_the_cores(cores: list[int], expected: object):
+    from engine.evaluate.evaluator import split_cores
+
+    assert split_cores(cores) == expected
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two cores")
+def test_a_pinned_cpu_timer_times_on_its_own_cores_and_says_so():
+    """`pin`: the worker runs on the timer's cores (its threads fixed to their number, both
+    recorded), the compile children on the others; no compile slot is held while it times."""
+    import asyncio
+
+    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.problems import load_problem
+
+    problem = load_problem("softmax")
+    source = ("import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x):\n        return torch.softmax(x, dim=-1)\n")
+
+    async def go() -> tuple[LocalEvaluator, object]:
+        evaluator = LocalEvaluator("cpu", cpu_timer="pin")
+        try:
+            job = evaluator.job(problem.path, source, problem.sizes_for("cpu"), flops=None, bytes=None)
+            return evaluator, await evaluator.evaluate(job)
+        finally:
+            await evaluator.close()
+
+    evaluator, verdict = asyncio.run(go())
+    assert evaluator.cpu_timer == "pin" and evaluator.timer_cores and evaluator.build_cores
+    assert not set(evaluator.timer_cores) & set(evaluator.build_cores)
+    assert verdict.timing["cores"] == evaluator.timer_cores and verdict.timing["pinned"] is True
+    assert verdict.timing["threads"] == len(evaluator.timer_cores)
+    assert LocalEvaluator("cpu").cpu_timer == "pause"  # the default

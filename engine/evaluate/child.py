@@ -574,6 +574,8 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     if retarget:
         summary += "\n" + retarget["note"]
     timing_record = noise.summary(settled, num_threads, noise.timer_cores())
+    if os.environ.get("KTREE_CPU_CORES"):
+        timing_record["pinned"] = True  # the cpu timer on its own cores, the builds on others
     if retarget:
         timing_record["arch_retarget"] = retarget
 
@@ -694,8 +696,19 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="ktree-parent-watch").start()
 
 
+def pin_cores() -> None:
+    """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
+    cpu backend's pinned timer, engine.evaluate.evaluator.split_cores); whatever it starts
+    (compilers, the candidate) inherits them."""
+    cores = os.environ.get("KTREE_CPU_CORES", "")
+    if cores and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(ValueError, OSError):
+            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+
+
 def main(argv: list[str]) -> int:
     _die_with_parent()
+    pin_cores()
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = EvalJob.from_dict(json.load(f))

@@ -24,6 +24,7 @@ from typing import Any
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
@@ -119,6 +120,7 @@ class LocalEvaluator:
         host_lock: bool = True,
         profile: str = "off",
         profile_budget_s: float = DEFAULT_BUDGET_S,
+        cpu_timer: str | None = None,
     ):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
@@ -128,7 +130,10 @@ class LocalEvaluator:
         profile: auto | ncu | torch | off (engine.evaluate.profile): profile each correct variant
         after its verdict, still holding its device, within `profile_budget_s`; a runtime error
         from an illegal or misaligned access is re-run once under compute-sanitizer (any mode
-        but off)."""
+        but off). cpu_timer (cpu backend, one device): how the timer gets its cores to itself:
+        `pause` (default; KTREE_CPU_TIMER) holds every compile slot while it times, so builds
+        wait; `pin` gives the timer half the cores and the builds the other half, so both go on
+        at once (split_cores; on a single core, `pause`)."""
         self.backend = backend
         self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
         self.cache_dir = str(cache_dir or default_cache_dir())
@@ -149,8 +154,20 @@ class LocalEvaluator:
             # triton (torch may, in a worker that evaluated other variants first): triton.language's
             # own @jit helpers (tl.max, ...) are made interpreted or compiled at import.
             env["TRITON_INTERPRET"] = "1"
+        self.cpu_timer, timer_cores, build_cores = "pause", None, None
+        wanted = cpu_timer or os.environ.get("KTREE_CPU_TIMER") or "pause"
+        if wanted not in CPU_TIMERS:
+            raise ValueError(f"unknown cpu timer {wanted!r} (choose from {', '.join(CPU_TIMERS)})")
+        if wanted == "pin" and backend == "cpu" and devices <= 1:
+            split = split_cores(timer_cores_now())
+            if split is not None:
+                self.cpu_timer, (timer_cores, build_cores) = "pin", split
+                env["KTREE_CPU_CORES"] = ",".join(map(str, timer_cores))
+        self.timer_cores, self.build_cores = timer_cores, build_cores
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
+        if build_cores is not None:
+            self._compile_env["KTREE_CPU_CORES"] = ",".join(map(str, build_cores))
         self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         self._warm_locks: dict[str, asyncio.Lock] = {}
@@ -440,8 +457,8 @@ class LocalEvaluator:
         timing waits for the running ones to end. (The device is held already, so only one task
         ever takes several slots: no deadlock.) Not with several cpu devices (tests of the
         dispatch), whose timings share the cores by design."""
-        if self.backend != "cpu" or len(self.devices) > 1:
-            yield
+        if self.backend != "cpu" or len(self.devices) > 1 or self.cpu_timer == "pin":
+            yield  # (pinned: the builds run on other cores than the timer's)
             return
         taken = 0
         self._builds_allowed.clear()  # no new build starts while this timing waits and runs
@@ -454,6 +471,18 @@ class LocalEvaluator:
             for _ in range(taken):
                 self._compile_slots.release()
             self._builds_allowed.set()
+
+
+CPU_TIMERS = ("pause", "pin")
+
+
+def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
+    """(the timer's cores, the builds') for a pinned cpu timer: the upper half for the timer (at
+    least one), the rest for the builds; None with a single core (nothing to split)."""
+    if len(cores) < 2:
+        return None
+    timer = cores[len(cores) // 2:] if len(cores) % 2 == 0 else cores[len(cores) // 2 + 1:]
+    return timer, cores[:len(cores) - len(timer)]
 
 
 def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:

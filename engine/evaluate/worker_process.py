@@ -71,6 +71,7 @@ def serve(request_fd: int, protocol_fd: int) -> None:
 
 def main() -> int:
     child._die_with_parent()
+    child.pin_cores()
     # The protocol keeps the real stdin/stdout on private fds; the candidate's fd 0 reads nothing
     # and its fds 1 and 2 are the request's log.
     request_fd, protocol_fd = os.dup(0), os.dup(1)

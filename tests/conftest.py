@@ -27,6 +27,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+FIRST_SEEN_AFTER: dict[int, str] = {}  # pid of a process below the run -> the test after which it was seen
+
+
+@pytest.fixture(autouse=True)
+def _note_processes_left(request: pytest.FixtureRequest):
+    """Which test left each process still running after it (reported at the end if it outlives
+    the run; a module's Ray cluster, stopped at the module's end, is not)."""
+    yield
+    from engine.evaluate.sandbox import descendants
+
+    for pid in descendants(os.getpid()):
+        FIRST_SEEN_AFTER.setdefault(pid, request.node.nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Nothing a test started outlives the run: a process left behind (a worker of an evaluator a
     failed test never closed, a daemon) would keep the run from ending. Named, then killed."""
@@ -37,10 +51,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         names = []
         for pid in left:
             try:
-                names.append(f"{pid} {Path(f'/proc/{pid}/comm').read_text().strip()}")
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
             except OSError:
-                names.append(str(pid))
-        sys.stderr.write(f"\nprocesses left by the tests, killed: {', '.join(names)}\n")
+                name = "?"
+            names.append(f"{pid} {name} (after {FIRST_SEEN_AFTER.get(pid, 'a session fixture')})")
+        sys.stderr.write("\nprocesses left by the tests, killed:\n  " + "\n  ".join(names) + "\n")
         for pid in left:
             kill_tree(pid)
 

@@ -24,6 +24,7 @@ from engine.launch import (
     ResumeRequest,
     RunRequest,
     UsageError,
+    check_cpu_timer,
     check_local_flags,
     check_scripted,
     checked_gpus,
@@ -299,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_cpu_timer()  # every evaluator reads it, the benches' and eval's too
         return _dispatch(args)
     except UsageError as exc:
         print(f"ktree: error: {exc}", file=sys.stderr)

@@ -118,3 +118,10 @@ def test_bad_llm_behaviour_is_a_failed_node(tmp_path: Path, case: str):
     calls = query(db, "SELECT status, length(reply) FROM llm_calls ORDER BY id")
     if case == "reply of megabytes":
         assert calls[-1] == ("ok", 4_000_000)  # recorded whole
+
+
+def test_an_unknown_cpu_timer_is_one_line(tmp_path: Path):
+    proc = run_ktree("eval", "softmax", str(tmp_path / "none.py"), "--backend", "cpu",
+                     env={"KTREE_CPU_TIMER": "bogus"})
+    assert proc.returncode == 2
+    assert proc.stderr == "ktree: error: KTREE_CPU_TIMER='bogus': choose from pause, pin\n"

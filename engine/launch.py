@@ -211,8 +211,8 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
     """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
     resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
     joined or started here; `auto` is then the cluster's backend, and each node resolves the
-    isolation level for itself). `profile` (auto | ncu | torch | off): the local executor's
-    profiles of correct variants; the Ray executor takes none."""
+    isolation level for itself). `profile` (auto | ncu | torch | off): how correct variants are
+    profiled, on this host or on the Ray node that evaluated them."""
     _choice("executor", executor, EXECUTORS)
     _choice("profile", profile, PROFILE_MODES)
     if executor != "ray":
@@ -236,7 +236,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
         backend = ray_executor.cluster_backend(requested_backend)
         return backend, ray_executor.RayEvaluator(
             backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-            shutdown=connected)
+            shutdown=connected, profile=profile)
     except ray_executor.RayExecutorError as exc:
         raise UsageError(str(exc)) from None
 

@@ -120,6 +120,9 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
     placements = [json.loads(e[2])["placement"] for e in evals]
     assert all(p["executor"] == "ray" and DEVICE_NAME.match(p["device"]) and p["requeued"] == 0
                for p in placements)
+    # `run` profiles by default (auto): the node's profiler did, and the diagnosis came back.
+    profiles = [json.loads(e[2]).get("profile") or {} for e in evals if e[1] == "correct"]
+    assert profiles and all(p.get("tool") == "cpu" and p["diagnosis"]["bound"] for p in profiles), profiles
     # The first two jobs went to different actors (fewest jobs in flight), each in its own process.
     names = {s.name: s.pid for s in evaluator.slots}
     assert {p["device"] for p in placements} == set(names)

@@ -136,11 +136,12 @@ class EvalActor:
     the jobs' text, and the phases of the jobs in flight (polled by the engine)."""
 
     def __init__(self, backend: str, compile_workers: int | None, isolation: str,
-                 timeouts: tuple[float | None, float | None]):
+                 timeouts: tuple[float | None, float | None], profile: str = "off"):
         self.backend = backend
         self.compile_workers = compile_workers
         self.isolation = isolation
         self.timeouts = timeouts
+        self.profile = profile  # the node's profiler (ncu where it reads counters there)
         self.evaluator: Any = None
         self.info: dict[str, Any] = {}
         self.phases: dict[str, str] = {}
@@ -169,7 +170,7 @@ class EvalActor:
             arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
         self.evaluator = LocalEvaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
                                    isolation=self.isolation, compile_timeout_s=self.timeouts[0],
-                                   run_timeout_s=self.timeouts[1])
+                                   run_timeout_s=self.timeouts[1], profile=self.profile)
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
                      "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ),
                      "engine_dir": str(Path(engine.__file__).parent)}  # the package shipped here
@@ -244,7 +245,7 @@ class RayEvaluator:
 
     def __init__(self, backend: str, workers: int | None = None, compile_workers: int | None = None,
                  isolation: str = "auto", compile_timeout_s: float | None = None,
-                 run_timeout_s: float | None = None, shutdown: bool = False):
+                 run_timeout_s: float | None = None, shutdown: bool = False, profile: str = "off"):
         ray = import_ray()
         if not ray.is_initialized():
             raise RayExecutorError("not connected to a Ray cluster")
@@ -256,7 +257,7 @@ class RayEvaluator:
             raise RayExecutorError(f"{count} Ray evaluation workers asked for, the cluster has {have} {kind}s")
         resources = {"num_gpus": 1} if backend == "cuda" else {"num_cpus": 1}
         self._actor = ray.remote(EvalActor).options(max_restarts=0, max_concurrency=1000, **resources)
-        self._args = (backend, compile_workers, isolation, (compile_timeout_s, run_timeout_s))
+        self._args = (backend, compile_workers, isolation, (compile_timeout_s, run_timeout_s), profile)
         self._shutdown = shutdown
         self._problems: dict[str, str] = {}
         self._labels: dict[str, str] = {}  # node id -> label in device names

@@ -29,6 +29,8 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
         assert summary is not None and summary["status"] == "finished"
         variants = {n.id: n for n in screen.model.nodes.values() if n.kind == "variant"}
         assert len(variants) == 4
+        # The finished search's worker processes ended with it (the app goes on).
+        assert all(d.worker is None or d.worker.proc is None for d in app.search.evaluator.devices)
 
         # The tree shows each variant with its final status (and speedup when correct).
         tree = screen.query_one("#tree", Tree)

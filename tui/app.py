@@ -82,7 +82,11 @@ class KtreeApp(App[int]):
         return True
 
     async def _run_search(self) -> None:
-        self.search_summary = await self.search.run()
+        search = self.search
+        try:
+            self.search_summary = await search.run()
+        finally:  # its worker processes (on a GPU, a CUDA context each) end with it, not with the app
+            await search.evaluator.close()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A search that dies of an unexpected error says so on screen (its session row says

@@ -99,7 +99,7 @@ def test_layernorm_cuda_kernels_under_emulation(tmp_path: Path):
         ref = torch.nn.functional.layer_norm(x, shape, weight, bias, eps=1e-5)
         for path in library("layernorm"):
             source = cuda_emu.cuda_source_of(path)
-            if m % 4 and "m % 4" in path.read_text():
+            if m % 4 and "if m % 4:" in path.read_text():
                 continue  # its ModelNew refuses a normalized size that is not a multiple of 4
             lib = cuda_emu.build(source, tmp_path)
             scratch = [torch.full((4 * n * m + 64,), float("nan")) for _ in range(launcher_scratch(source))]
@@ -114,3 +114,32 @@ def test_layernorm_cuda_kernels_under_emulation(tmp_path: Path):
                 continue
             assert past_end == 0, f"{path.name}: {past_end} stores past the end of y"
             check(path, (out[: n * m].view_as(ref) - ref).abs().max().item())
+
+
+def test_layernorm_modelnew_host_side_under_emulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each layernorm file's Python side (its checks, the workspace it allocates, the launcher's
+    argument order) against its emulated library: load_inline answers with that library, and the two
+    CUDA-only expressions of forward (the tensors' device test, the current stream) are swapped for
+    CPU ones. The files that work give ModelNew's output its declared verdict."""
+    import torch.utils.cpp_extension
+
+    torch.manual_seed(0)
+    swaps = {"x.is_cuda and weight.is_cuda and bias.is_cuda": "True",
+             "torch.cuda.current_stream().cuda_stream": "None"}
+    for path in library("layernorm"):
+        text = path.read_text()
+        if intended_status(text) == "runtime_error":
+            continue  # its stores land outside y (see the test above)
+        for cuda_only, cpu in swaps.items():
+            assert text.count(cuda_only) == 1, f"{path.name}: {cuda_only!r}"
+            text = text.replace(cuda_only, cpu)
+        so = cuda_emu.build(cuda_emu.cuda_source_of(path), tmp_path)._name
+        monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", lambda _so=so, **_: _so)
+        module: dict = {"__name__": f"emulated_{path.stem}"}
+        exec(compile(text, str(path), "exec"), module)
+        shape = (2, 10, 30)
+        model = module["ModelNew"](shape)
+        x = 0.5 + 1.5 * torch.randn(3, *shape)
+        with torch.no_grad():
+            ref = torch.nn.functional.layer_norm(x, shape, model.ln.weight, model.ln.bias, eps=1e-5)
+            check(path, (model(x) - ref).abs().max().item())

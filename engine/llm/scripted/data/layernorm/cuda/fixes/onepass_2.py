@@ -105,13 +105,13 @@ extern "C" const char* layernorm_error_string(int err) { return cudaGetErrorStri
 """
 
 _path = load_inline(  # a plain shared library: no torch headers, no bindings; returns its path
-    name="ktree_layernorm_onepass_2_cuda",
+    name="ktree_layernorm_onepass_2_fix_cuda",
     cpp_sources="",
     cuda_sources=cuda_source,
     is_python_module=False,
     no_implicit_headers=True,
     extra_cuda_cflags=["-O3"],
-) or next(p for p in torch.ops.loaded_libraries if "ktree_layernorm_onepass_2_cuda" in p)
+) or next(p for p in torch.ops.loaded_libraries if "ktree_layernorm_onepass_2_fix_cuda" in p)
 _lib = ctypes.CDLL(_path)
 _lib.layernorm_launch.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_longlong] * 2 + [ctypes.c_void_p]
 _lib.layernorm_launch.restype = ctypes.c_int

@@ -28,12 +28,15 @@ from engine.evaluate.sandbox import scrubbed_env
 
 HERE = Path(__file__).resolve().parent
 SCRIPTED = HERE / "llm" / "scripted" / "data"
+EXAMPLES = HERE / "templates" / "examples"
 # Stock-structure kernels that build (each declares "Intended outcome: correct"): torch/extension.h
-# in the sources, bindings made by load_inline. (The softmax CUDA library is in the ctypes structure.)
-STOCK = {"cuda": ("layernorm", ("split_1.py", "twopass_1.py", "onepass_1.py")),
-         "cpu": ("softmax", ("online_1.py", "naive_1.py", "naive_2.py"))}
-FAST_EXAMPLE = HERE / "templates" / "examples" / "softmax_fast.py"
-CTYPES_EXAMPLE = HERE / "templates" / "examples" / "softmax_ctypes.py"
+# in the sources, bindings made by load_inline. The scripted CUDA libraries are all in the ctypes
+# structure now, so the CUDA ones are stock copies of three layernorm kernels kept among the examples;
+# the CPU ones are the scripted softmax CPU library's.
+STOCK = {"cuda": [EXAMPLES / f"layernorm_stock_{k}.py" for k in ("split", "twopass", "onepass")],
+         "cpu": [SCRIPTED / "softmax" / "cpu" / f for f in ("online_1.py", "naive_1.py", "naive_2.py")]}
+FAST_EXAMPLE = EXAMPLES / "softmax_fast.py"
+CTYPES_EXAMPLE = EXAMPLES / "softmax_ctypes.py"
 
 # (label, solution structure, levers)
 CONFIGS = {
@@ -56,8 +59,7 @@ def _sources(backend: str, structure: str, n: int) -> list[str]:
     if structure in ("fast", "ctypes"):
         base = [(FAST_EXAMPLE if structure == "fast" else CTYPES_EXAMPLE).read_text()]
     else:
-        problem, files = STOCK[backend]
-        base = [(SCRIPTED / problem / backend / f).read_text() for f in files]
+        base = [f.read_text() for f in STOCK[backend]]
     return [base[i % len(base)] for i in range(n)]
 
 

@@ -1,9 +1,10 @@
 """Run a CUDA source's kernels on the CPU, for tests on a machine without a GPU: the few CUDA
 features the scripted library's kernels use are emulated in emu.h (one std::thread per CUDA
-thread, blocks one after another, __syncthreads as a std::barrier, shared memory as statics),
-`kernel<<<grid, block, smem, stream>>>(args)` becomes a call of emu_launch, and the result is
-built with g++ -std=c++20 into a shared library to call through ctypes. Slow, and only for small
-shapes; it checks a kernel's indexing and arithmetic, not its speed or memory model."""
+thread, blocks one after another, __syncthreads as a std::barrier, shared memory as statics,
+warp shuffles through per-warp slots and barriers), `kernel<<<grid, block, smem, stream>>>(args)`
+becomes a call of emu_launch, and the result is built with g++ -std=c++20 into a shared library to
+call through ctypes. Slow, and only for small shapes; it checks a kernel's indexing and arithmetic,
+not its speed or memory model."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def to_cpp(cuda: str) -> str:
         grid, block, smem, _ = _split_top(m.group(2))
         return f"emu_launch(dim3({grid}), dim3({block}), {smem}, [&]() {{ {m.group(1)}({m.group(3)}); }});"
 
-    return re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", launch, src, flags=re.S)
+    # the kernel may be a template instance: name<args><<<...>>>(...)
+    return re.sub(r"(\w+(?:<[^<>()]*>)?)<<<(.*?)>>>\((.*?)\);", launch, src, flags=re.S)
 
 
 def build(cuda: str, out_dir: Path) -> ctypes.CDLL:

@@ -4,15 +4,19 @@
 block per sample merges the partials in double; the apply kernel loads weight and bias once per
 position and loops over the samples with streaming loads and stores.
 
+Built in ktree's fastest-compiling structure: no torch headers; an `extern "C"` launcher
+called through ctypes with the tensors' pointers and torch's current stream.
+
 Intended outcome: correct and much faster than PyTorch.
 """
+
+import ctypes
 
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
-#include <torch/extension.h>
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdint>
@@ -173,77 +177,61 @@ ln_apply_kernel(const float* __restrict__ x, const float2* __restrict__ stats,
     }
 }
 
-torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
-    TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(),
-                "all tensors must be CUDA tensors");
-    TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && bias.is_contiguous(),
-                "tensors must be contiguous");
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
-                bias.scalar_type() == torch::kFloat32, "tensors must be float32");
-    const int64_t M = weight.numel();
-    TORCH_CHECK(M > 0 && bias.numel() == M, "weight and bias must have the same, non-zero size");
-    TORCH_CHECK(x.numel() % M == 0, "x is not a whole number of normalized samples");
-    const int64_t N = x.numel() / M;
-    TORCH_CHECK(N <= 65535, "at most 65535 samples (grid y dimension)");
-
-    auto y = torch::empty_like(x);
-    if (N == 0) return y;
-    const int64_t chunks64 = (M + kChunk - 1) / kChunk;
-    TORCH_CHECK(chunks64 <= 2147483647LL, "normalized shape too large");
-    const int chunks = (int)chunks64;
-    auto partials = torch::empty({N, chunks64, 4}, x.options());
-    auto stats = torch::empty({N, 2}, x.options());
-
-    const float* xp = x.data_ptr<float>();
-    const float* wp = weight.data_ptr<float>();
-    const float* bp = bias.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    float4* pp = reinterpret_cast<float4*>(partials.data_ptr<float>());
-    float2* sp = reinterpret_cast<float2*>(stats.data_ptr<float>());
+// Workspace: partials holds N * chunks (count, mean, M2, unused) quadruples, stats N (mean, rstd) pairs,
+// chunks = ceil(M / kChunk).
+extern "C" int layernorm_launch(const float* xp, const float* wp, const float* bp, float* yp, float* partials,
+                                float* stats, long long N, long long M, cudaStream_t stream) {
+    const int chunks = (int)((M + kChunk - 1) / kChunk);
+    float4* pp = reinterpret_cast<float4*>(partials);
+    float2* sp = reinterpret_cast<float2*>(stats);
     const uintptr_t addr_bits = reinterpret_cast<uintptr_t>(xp) | reinterpret_cast<uintptr_t>(wp) |
                                 reinterpret_cast<uintptr_t>(bp) | reinterpret_cast<uintptr_t>(yp);
     const bool vec = (M % 4 == 0) && (addr_bits % 16 == 0);
 
     const dim3 stat_grid((unsigned int)chunks, (unsigned int)N);
     if (vec) {
-        ln_partial_kernel<true><<<stat_grid, kStatThreads>>>(xp, pp, M, chunks);
+        ln_partial_kernel<true><<<stat_grid, kStatThreads, 0, stream>>>(xp, pp, M, chunks);
     } else {
-        ln_partial_kernel<false><<<stat_grid, kStatThreads>>>(xp, pp, M, chunks);
+        ln_partial_kernel<false><<<stat_grid, kStatThreads, 0, stream>>>(xp, pp, M, chunks);
     }
     cudaError_t err = cudaGetLastError();
-    TORCH_CHECK(err == cudaSuccess, "ln_partial_kernel launch failed: ", cudaGetErrorString(err));
+    if (err != cudaSuccess) return (int)err;
 
-    ln_finalize_kernel<<<(unsigned int)N, kFinThreads>>>(pp, sp, chunks);
+    ln_finalize_kernel<<<(unsigned int)N, kFinThreads, 0, stream>>>(pp, sp, chunks);
     err = cudaGetLastError();
-    TORCH_CHECK(err == cudaSuccess, "ln_finalize_kernel launch failed: ", cudaGetErrorString(err));
+    if (err != cudaSuccess) return (int)err;
 
     const int64_t positions = vec ? M / 4 : M;
     int64_t blocks = (positions + kApplyThreads - 1) / kApplyThreads;
     if (blocks > 65535) blocks = 65535;
     if (vec) {
-        ln_apply_kernel<true><<<(unsigned int)blocks, kApplyThreads>>>(
+        ln_apply_kernel<true><<<(unsigned int)blocks, kApplyThreads, 0, stream>>>(
             xp, sp, wp, bp, yp, M, (int)N);
     } else {
-        ln_apply_kernel<false><<<(unsigned int)blocks, kApplyThreads>>>(
+        ln_apply_kernel<false><<<(unsigned int)blocks, kApplyThreads, 0, stream>>>(
             xp, sp, wp, bp, yp, M, (int)N);
     }
-    err = cudaGetLastError();
-    TORCH_CHECK(err == cudaSuccess, "ln_apply_kernel launch failed: ", cudaGetErrorString(err));
-    return y;
+    return (int)cudaGetLastError();
 }
+
+// The message of a CUDA error code, for the exception the Python side raises.
+extern "C" const char* layernorm_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 """
 
-cpp_source = "torch::Tensor layernorm_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b);"
-
-layernorm_ext = load_inline(
+_path = load_inline(  # a plain shared library: no torch headers, no bindings; returns its path
     name="ktree_layernorm_split_1_cuda",
-    cpp_sources=cpp_source,
+    cpp_sources="",
     cuda_sources=cuda_source,
-    functions=["layernorm_forward"],
-    extra_cflags=["-O3"],
+    is_python_module=False,
+    no_implicit_headers=True,
     extra_cuda_cflags=["-O3"],
-    verbose=False,
-)
+) or next(p for p in torch.ops.loaded_libraries if "ktree_layernorm_split_1_cuda" in p)
+_lib = ctypes.CDLL(_path)
+_lib.layernorm_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_longlong] * 2 + [ctypes.c_void_p]
+_lib.layernorm_launch.restype = ctypes.c_int
+_lib.layernorm_error_string.argtypes = [ctypes.c_int]
+_lib.layernorm_error_string.restype = ctypes.c_char_p
+CHUNK = 32768  # kChunk of the CUDA source: elements of one sample per statistics block
 
 
 class ModelNew(nn.Module):
@@ -255,4 +243,31 @@ class ModelNew(nn.Module):
             self.ln.bias.copy_(0.5 * torch.randn(normalized_shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layernorm_ext.layernorm_forward(x, self.ln.weight, self.ln.bias)
+        weight, bias = self.ln.weight, self.ln.bias
+        if not (x.is_cuda and weight.is_cuda and bias.is_cuda):
+            raise ValueError("all tensors must be CUDA tensors")
+        if not (x.dtype == weight.dtype == bias.dtype == torch.float32):
+            raise ValueError("tensors must be float32")
+        m = weight.numel()  # elements per normalized sample (M in the kernels)
+        if m == 0 or bias.numel() != m:
+            raise ValueError("weight and bias must have the same, non-zero size")
+        if x.numel() % m:
+            raise ValueError("x is not a whole number of normalized samples")
+        n = x.numel() // m  # samples (N in the kernels)
+        if n > 65535:
+            raise ValueError("at most 65535 samples (grid y dimension)")
+        chunks = (m + CHUNK - 1) // CHUNK
+        if chunks > 2**31 - 1:
+            raise ValueError("normalized shape too large")
+        x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
+        y = torch.empty_like(x)
+        if n == 0:
+            return y
+        partials = torch.empty(n, chunks, 4, device=x.device, dtype=torch.float32)
+        stats = torch.empty(n, 2, device=x.device, dtype=torch.float32)  # (mean, rstd) per sample
+        err = _lib.layernorm_launch(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
+                                    partials.data_ptr(), stats.data_ptr(),
+                                    n, m, torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(f"layernorm kernel launch failed: {_lib.layernorm_error_string(err).decode()}")
+        return y

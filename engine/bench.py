@@ -232,8 +232,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         "problem": problem.name, "problems": [p.name for p in problems], "llm_latency": latency_words,
         "llm_concurrency": llm_concurrency, "backend": backend, "language": language,
         "status": summary["status"], "cold_cache": cold,
-        "compile_s_per_variant": {"n": len(builds), "median": _quantile(builds, 0.5),
-                                  "p90": _quantile(builds, 0.9)},
+        "compile_s_per_variant": {"n": len(builds), "median": quantile(builds, 0.5),
+                                  "p90": quantile(builds, 0.9)},
         "shape": {"rounds": rounds, "ideas": ideas, "variants": variants, "top": top},
         "compile_workers": workers, "variants": len(variant_nodes), "evaluations": evaluations,
         "distinct_sources": len(sources), "repeat_sources": repeat_sources,
@@ -268,7 +268,7 @@ def suite_problems(problem: Any, backend: str, n: int) -> list[Any]:
     return [pool[i % len(pool)] for i in range(n)]
 
 
-def _quantile(values: list[float], q: float) -> float | None:
+def quantile(values: list[float], q: float) -> float | None:
     """The q-quantile of sorted values (nearest rank), rounded; None for none."""
     if not values:
         return None

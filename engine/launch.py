@@ -184,12 +184,12 @@ def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None =
     """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
     from engine.evaluate.evaluator import LocalEvaluator
 
-    check_cpu_timer()
     return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
 
 
 def check_cpu_timer() -> None:
-    """KTREE_CPU_TIMER, if set, names a way the cpu timer gets its cores: else a usage error."""
+    """KTREE_CPU_TIMER, if set, names a way the cpu timer gets its cores: else a usage error.
+    Checked once, as the CLI starts (the TUI too starts there)."""
     from engine.evaluate.evaluator import CPU_TIMERS
 
     value = os.environ.get("KTREE_CPU_TIMER")

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from engine.bench import quantile
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.llm.scripted import DATA, library_dir
 from engine.problems import load_problem
@@ -45,17 +46,10 @@ async def _evaluate(evaluator: LocalEvaluator, problem: Any, backend: str, files
     return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
 
 
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 async def profile_bench(backend: str, arch: str | None, problems: list[str] | None = None,
                         paths: list[str] | None = None, per_problem: int | None = None) -> dict[str, Any]:
-    names = [p for p in (problems or SEED_PROBLEMS) if honest_variants(p, backend)]
-    chosen = {name: honest_variants(name, backend)[:per_problem] for name in names}
+    chosen = {name: files[:per_problem] for name in problems or SEED_PROBLEMS
+              if (files := honest_variants(name, backend))}
     rows: list[dict[str, Any]] = []
     base = LocalEvaluator(backend, cuda_arch=arch, profile="off")
     plain: dict[tuple[str, str], Any] = {}
@@ -86,10 +80,10 @@ async def profile_bench(backend: str, arch: str | None, problems: list[str] | No
             "profiled": len(mine),
             "tools": sorted({r["tool"] for r in mine if r["tool"]}),
             "overhead_median": statistics.median(overheads) if overheads else None,
-            "overhead_p90": _quantile(overheads, 0.9),
+            "overhead_p90": quantile(sorted(overheads), 0.9),
             "profile_s_median": statistics.median(r["profile_s"] for r in mine) if mine else None,
         }
-    return {"backend": backend, "problems": names, "paths": summary, "rows": rows}
+    return {"backend": backend, "problems": list(chosen), "paths": summary, "rows": rows}
 
 
 def _row(path: str, problem: str, file: str, v: Any, plain: Any) -> dict[str, Any]:

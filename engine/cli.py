@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=ISOLATION_HELP)
     ev.add_argument("--profile", default="off", choices=PROFILE_MODES,
                     help="profile each correct solution and print its diagnosis (default off); " + PROFILE_HELP)
+    ev.add_argument("--quiet", "-q", action="store_true",
+                    help="no progress lines on stderr (building, waiting for a GPU and who holds it, checking,"
+                         " timing, done)")
 
     command("sessions", help="list past sessions in the database")
     show = command("show", help="a session's tree with statuses and speedups")
@@ -654,11 +657,18 @@ def _eval(args: argparse.Namespace) -> int:
     flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
 
+    from engine.eval_progress import EvalProgress, labels
+
+    progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
+
     async def go() -> list[Any]:
         jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
                 for _, source in solutions]
+        names = labels([path for path, _ in solutions])
         try:  # one evaluator: the builds share its compile pool, its devices time one at a time
-            return list(await asyncio.gather(*(evaluator.evaluate(job) for job in jobs)))
+            return list(await asyncio.gather(*(
+                progress.run(name, lambda on_phase, job=job: evaluator.evaluate(job, on_phase))
+                for name, job in zip(names, jobs, strict=True))))
         finally:
             await evaluator.close()
 

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import platform
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,9 @@ class LocalEvaluator:
         at once (split_cores; on a single core, `pause`)."""
         self.backend = backend
         self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
+        # Hears, in the job's own task, what a job waits on that its phases do not say: another
+        # process holding the device's host lock (once per holder), the reference warmed or timed.
+        self.on_note: Callable[[str], None] | None = None
         self.cache_dir = str(cache_dir or default_cache_dir())
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
         self.compile_workers = compile_workers or default_compile_workers()
@@ -256,6 +259,8 @@ class LocalEvaluator:
             return json.loads(file.read_text())
         if file in self._reference_failed:  # tried once in this run: not again on every variant
             return self._reference_failed[file]
+        self._note(f"timing the reference on {device.name}, eager and under torch.compile"
+                   " (once per problem and GPU)")
         result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference", precision))
         if "error" in result:
             self._reference_failed[file] = result
@@ -276,6 +281,7 @@ class LocalEvaluator:
         async with self._warm_locks.setdefault(key, asyncio.Lock()):
             if key in self._warmed:
                 return
+            self._note("compiling the reference under torch.compile (once per problem)")
             async with self._slot("compile"):
                 await run_child(self._reference_job(path, sizes, "warm", precision), self.compile_timeout_s,
                                 self.devices[0].env, self.sandbox)
@@ -425,10 +431,16 @@ class LocalEvaluator:
             else:
                 self._free.put_nowait(device)
 
-    @staticmethod
-    def _lock_wait(device: Device, holder: dict[str, Any] | None) -> None:
+    def _lock_wait(self, device: Device, holder: dict[str, Any] | None) -> None:
         """The device's host lock is taken by another process (holder: who, as it recorded itself)."""
-        device.waiting_for = f"{device.name} ({describe_holder(holder)})"
+        waiting_for = f"{device.name} ({describe_holder(holder)})"
+        if waiting_for != device.waiting_for:
+            self._note(f"waiting for {waiting_for}")
+        device.waiting_for = waiting_for
+
+    def _note(self, text: str) -> None:
+        if self.on_note is not None:
+            self.on_note(text)
 
     @contextlib.asynccontextmanager
     async def _slot(self, stage: str) -> AsyncIterator[None]:

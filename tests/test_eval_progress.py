@@ -100,7 +100,8 @@ def test_eval_waiting_for_the_device_names_its_holder(tmp_path: Path):
 
 def test_a_holder_is_said_once_and_again_when_it_changes(tmp_path: Path):
     """The lock is polled every 0.1 s; only a change of holder makes a new line (a holder that
-    cannot be read for a moment, between two, makes none)."""
+    cannot be read for a moment, between two, makes none). A build that made the precompiled
+    header says so."""
     evaluator = LocalEvaluator("cpu", worker=False, cache_dir=tmp_path)
     out = io.StringIO()
     progress = EvalProgress(evaluator, 1, out=out)
@@ -108,6 +109,9 @@ def test_a_holder_is_said_once_and_again_when_it_changes(tmp_path: Path):
 
     async def evaluate(on_phase):
         await on_phase("compiling")
+        gch = tmp_path / "pch" / "k" / "torch" / "extension.h.gch"  # this build made the header
+        gch.parent.mkdir(parents=True, exist_ok=True)
+        gch.write_bytes(b"")
         await on_phase("waiting")
         for holder in [{"pid": 1, "session": 2}] * 3 + [None, {"pid": 3}, {"pid": 3}]:
             evaluator._lock_wait(device, holder)
@@ -117,6 +121,8 @@ def test_a_holder_is_said_once_and_again_when_it_changes(tmp_path: Path):
 
     asyncio.run(progress.run("a.py", evaluate))
     lines = _lines(out.getvalue(), "a.py")
+    assert re.fullmatch(r"built in \d+\.\d s \(with the precompiled torch header, once per build cache\)",
+                        lines[1]), lines
     assert lines[2:4] == ["waiting for cpu0 (held by pid 1, session 2)", "waiting for cpu0 (held by pid 3)"]
     assert lines[4] == "checking" and lines[5].endswith(": correct")
 

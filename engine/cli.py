@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--suite", type=_positive, metavar="SUITE",
                       help="a suite's report: per problem best speedups, then fast_p and geomean")
     show.add_argument("--markdown", metavar="FILE", help="with --suite: also write the report here")
+    show.add_argument("--profile", type=_positive, metavar="NODE",
+                      help="profile this correct variant of SESSION now (a search profiles only its"
+                           " parents and its best): asked of the engine if the session runs, else"
+                           " taken here; prints one line")
     export = command("export", help="the best correct variant as a KernelBench solution file")
     export.add_argument("session", type=_positive, help="session id")
     export.add_argument("--node", type=_positive, help="this variant instead of the best")
@@ -721,6 +725,8 @@ def _show(args: argparse.Namespace, db: Path) -> int:
         raise UsageError("--markdown needs --suite")
     if args.follow:
         return _follow(args, db)
+    if args.profile is not None:
+        return _show_profile(args, db)
 
     async def go() -> list[dict[str, Any]]:
         store = await _open_store(db)
@@ -751,19 +757,64 @@ def _show(args: argparse.Namespace, db: Path) -> int:
                                  "bound": (v.bound or None) if v else None,
                                  "profile": (v.profile or None) if v else None,
                                  "sanitizer": (v.sanitizer or None) if v else None})
-                out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals})
+                out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals,
+                            "profiles_per_round": await store.profiles_per_round(s["id"])})
             return out
         finally:
             await store.close()
 
     tables = asyncio.run(go())
     if args.json:
-        print(json.dumps([{"session": t["session"], "variants": t["variants"]} for t in tables], indent=2))
+        print(json.dumps([{"session": t["session"], "variants": t["variants"],
+                           "profiles_per_round": t["profiles_per_round"]} for t in tables], indent=2))
     elif args.table:
         print("\n\n".join(session_table(t["session"], t["variants"]) for t in tables))
     else:
         print("\n\n".join(tree_outline(t["session"], t["nodes"], t["verdicts"]) for t in tables))
     return 0
+
+
+def _show_profile(args: argparse.Namespace, db: Path) -> int:
+    """`ktree show SESSION --profile NODE`: a running session's engine is asked (a steering
+    command); a session no engine runs is profiled here, and the profile recorded."""
+    from engine import control
+    from engine.launch import profile_evaluator
+    from engine.report import profile_line
+    from engine.search.profiles import ProfileRequestError, profile_recorded, profile_target
+    from engine.store import session_state
+
+    if args.session is None:
+        raise UsageError("--profile NODE needs the SESSION it belongs to: ktree show SESSION --profile NODE")
+    if args.json or args.table or args.all:
+        raise UsageError("--profile prints one line: not with --json, --table or --all")
+
+    async def go() -> tuple[str, int]:
+        store = await _open_store(db)
+        try:
+            target = await profile_target(store, args.session, args.profile)
+            node = args.profile
+            if target.verdict.profile:
+                return f"node {node}: profiled already: {profile_line(target.verdict.profile)}", 0
+            if session_state(target.session) == "running":
+                cid = await store.add_command(args.session, *control.encode(control.Profile(node)))
+                return (f"node {node}: profile asked of the engine running session {args.session}"
+                        f" (command {cid}); `ktree show {args.session} --json` shows it once taken"), 0
+            evaluator = await asyncio.to_thread(profile_evaluator, target.session)
+            try:
+                verdict = await profile_recorded(store, target, evaluator)
+            finally:
+                await evaluator.close()
+            if not verdict.profile:
+                return f"node {node}: no profile taken (profiling is off)", 1
+            return f"node {node}: {profile_line(verdict.profile)}", 1 if verdict.profile.get("error") else 0
+        except ProfileRequestError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            await store.close()
+
+    line, code = asyncio.run(go())
+    print(line)
+    return code
 
 
 def _export(args: argparse.Namespace, db: Path) -> int:

@@ -58,6 +58,15 @@ class EditVariant:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """Profile the correct variant now (a search profiles by itself only its parents and its
+    best). Marked applied once the profile is recorded, so a kill leaves it to the resume."""
+
+    kind: ClassVar[str] = "profile"
+    node_id: int
+
+
+@dataclass(frozen=True)
 class Pause:
     """No new LLM calls or evaluations start; in-flight ones finish."""
 
@@ -74,9 +83,9 @@ class Stop:
     kind: ClassVar[str] = "stop"
 
 
-Command = Prune | Expand | Pin | InjectIdea | EditVariant | Pause | Resume | Stop
-COMMANDS: dict[str, type] = {c.kind: c for c in (Prune, Expand, Pin, InjectIdea, EditVariant, Pause,
-                                                 Resume, Stop)}
+Command = Prune | Expand | Pin | InjectIdea | EditVariant | Profile | Pause | Resume | Stop
+COMMANDS: dict[str, type] = {c.kind: c for c in (Prune, Expand, Pin, InjectIdea, EditVariant, Profile,
+                                                 Pause, Resume, Stop)}
 
 
 def encode(command: Command) -> tuple[str, str]:

@@ -49,6 +49,17 @@ class VerdictReady:
 
 
 @dataclass(frozen=True)
+class ProfileTaken:
+    """A judged variant's profile, taken after its verdict and committed (the verdict now holds
+    it). `reason`: parent (its children's idea prompt reads it), best (the search's final best),
+    asked (a person asked for it)."""
+
+    node: Node
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
 class LLMCallDone:
     call_id: int
     node_id: int | None
@@ -75,6 +86,7 @@ class RoundDone:
     # The choices of parents that were ties within timing noise, one line each
     # (engine.search.strategies.ties_within_noise).
     ties: tuple[str, ...] = ()
+    profiles: int = 0  # profiles taken in this round (counted from the DB)
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,7 @@ class SessionDone:
     summary: dict[str, Any]
 
 
-Event = (SessionStarted | NodeAdded | NodeUpdated | VerdictReady | LLMCallDone | RoundDone
+Event = (SessionStarted | NodeAdded | NodeUpdated | VerdictReady | ProfileTaken | LLMCallDone | RoundDone
          | CommandApplied | Progress | BudgetReached | SessionDone)
 Subscriber = Callable[[Event], Awaitable[None] | None]
 

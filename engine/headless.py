@@ -13,13 +13,14 @@ from engine.events import (
     LLMCallDone,
     NodeAdded,
     NodeUpdated,
+    ProfileTaken,
     Progress,
     RoundDone,
     SessionDone,
     SessionStarted,
     VerdictReady,
 )
-from engine.report import fmt_ms, fmt_x, format_verdict
+from engine.report import fmt_ms, fmt_x, format_verdict, profile_line
 
 
 class HeadlessPrinter:
@@ -51,13 +52,16 @@ class HeadlessPrinter:
             self._line(f"node {n.id}{title} {n.status}{marks}")
         elif isinstance(event, VerdictReady):
             self._line(f"node {event.node.id} verdict: {format_verdict(event.verdict)}")
+        elif isinstance(event, ProfileTaken):
+            self._line(f"node {event.node.id} profiled ({event.reason}): {profile_line(event.verdict.profile)}")
         elif isinstance(event, LLMCallDone):
             self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}:"
                        f" {event.input_tokens} in / {event.output_tokens} out tokens,"
                        f" ${event.cost_usd:.4f}, {event.latency_s:.2f} s")
         elif isinstance(event, RoundDone):
             self._line(f"round {event.round} done: best {fmt_x(event.best_speedup)},"
-                       f" next parents {list(event.parent_ids)}")
+                       f" next parents {list(event.parent_ids)},"
+                       f" {event.profiles} profile{'' if event.profiles == 1 else 's'} taken")
             for tie in event.ties:
                 self._line(f"round {event.round} {tie}")
         elif isinstance(event, BudgetReached):

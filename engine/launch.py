@@ -207,12 +207,14 @@ def check_local_flags(ray_address: str | None, ray_workers: int | None) -> None:
 def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Sequence[int] | None = None,
                    recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
                    isolation: str = "auto", ray_address: str | None = None,
-                   ray_workers: int | None = None, profile: str = "off") -> tuple[str, Evaluator]:
+                   ray_workers: int | None = None, profile: str = "off",
+                   profile_each: bool = False) -> tuple[str, Evaluator]:
     """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
     resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
     joined or started here; `auto` is then the cluster's backend, and each node resolves the
     isolation level for itself). `profile` (auto | ncu | torch | off): how correct variants are
-    profiled, on this host or on the Ray node that evaluated them."""
+    profiled, on this host or on the Ray node that evaluated them; `profile_each`: each correct
+    variant as it is evaluated, else (a search) only those the evaluator's profile() is asked for."""
     _choice("executor", executor, EXECUTORS)
     _choice("profile", profile, PROFILE_MODES)
     if executor != "ray":
@@ -226,7 +228,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                                  f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
         level, _ = resolve_isolation(isolation)
         return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
-                                        isolation=level, profile=profile)
+                                        isolation=level, profile=profile, profile_each=profile_each)
     if gpus is not None:
         raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.executors import ray_executor
@@ -236,7 +238,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
         backend = ray_executor.cluster_backend(requested_backend)
         return backend, ray_executor.RayEvaluator(
             backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-            shutdown=connected, profile=profile)
+            shutdown=connected, profile=profile, profile_each=profile_each)
     except ray_executor.RayExecutorError as exc:
         raise UsageError(str(exc)) from None
 
@@ -375,6 +377,15 @@ async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
     if request.executor == "ray":
         return _assemble_resume(request, session)
     return await asyncio.to_thread(_assemble_resume, request, session)
+
+
+def profile_evaluator(session: dict[str, Any]) -> Evaluator:
+    """The evaluator for a profile asked for on a session no engine runs: this host's, built as a
+    resume builds it (the session's backend, on the GPUs it ran on), profiling only when asked, with
+    the auto profiler (ncu where it reads counters, else torch.profiler; cpu: rates against peaks)."""
+    _, evaluator = make_evaluator(session["backend"], recorded_gpus=session["config"].get("gpus"),
+                                  profile="auto", profile_each=False)
+    return evaluator
 
 
 def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepared:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.evaluate.profile import summary_lines
+from engine.evaluate.profile import BOUND_LABELS, summary_lines
 
 if TYPE_CHECKING:
     from engine.evaluate.verdict import Verdict
@@ -18,6 +18,20 @@ def fmt_ms(value: float | None) -> str:
 
 def fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def profile_line(profile: dict[str, Any]) -> str:
+    """A profile in one line: the tool and the diagnosis, or why it could not be taken."""
+    tool = profile.get("tool") or "?"
+    if profile.get("error"):
+        first = (str(profile["error"]).strip().splitlines() or [""])[0]
+        return f"profile ({tool}) not taken: {first[:200]}"
+    if tool == "off":
+        return f"profile off ({profile.get('why', '')})"
+    d = profile.get("diagnosis") or {}
+    bound = BOUND_LABELS.get(str(d.get("bound")), str(d.get("bound") or "no diagnosis"))
+    seconds = f" ({profile['seconds']:.1f} s)" if isinstance(profile.get("seconds"), (int, float)) else ""
+    return f"profile ({tool}): {bound} — {d.get('evidence', '')}{seconds}"
 
 
 def format_verdict(v: Verdict) -> str:

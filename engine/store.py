@@ -1,4 +1,4 @@
-"""The SQLite store (aiosqlite, WAL): sessions, nodes, evaluations, llm_calls.
+"""The SQLite store (aiosqlite, WAL): sessions, nodes, evaluations, profiles, llm_calls.
 
 Every state change is committed before the engine publishes its event, so a reader (the TUI,
 a second `ktree`) never shows what the DB does not hold.
@@ -24,7 +24,7 @@ from engine.evaluate.verdict import Verdict, device_label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 HEARTBEAT_STALE_S = 15.0  # a running session silent this long has lost its engine
 
 SCHEMA = """
@@ -150,6 +150,17 @@ CREATE TABLE IF NOT EXISTS rounds (        -- each round's parents, as selected:
     created_at REAL NOT NULL,
     PRIMARY KEY (session_id, round)
 );
+CREATE TABLE IF NOT EXISTS profiles (      -- each profile a search took (it lives in the verdict's JSON)
+    id         INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    node_id    INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    round      INTEGER NOT NULL,            -- the search's round when it was taken
+    reason     TEXT NOT NULL,               -- parent | best | asked
+    tool       TEXT NOT NULL DEFAULT '',    -- ncu | torch | cpu | off
+    error      TEXT,                        -- why it could not be taken (NULL: it was)
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiles_session ON profiles(session_id);
 """
 
 # Steps that bring a DB of version N-1 to version N. Fresh DBs get SCHEMA directly; an older DB
@@ -191,6 +202,19 @@ CREATE TABLE IF NOT EXISTS suites (
     heartbeat_at REAL
 );
 ALTER TABLE sessions ADD COLUMN suite_id INTEGER;
+""",
+    7: """
+CREATE TABLE IF NOT EXISTS profiles (
+    id         INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    node_id    INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    round      INTEGER NOT NULL,
+    reason     TEXT NOT NULL,
+    tool       TEXT NOT NULL DEFAULT '',
+    error      TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiles_session ON profiles(session_id);
 """,
 }
 
@@ -466,6 +490,45 @@ class Store:
             raise
         return made
 
+    @_writes
+    async def add_profile(self, session_id: int, node_id: int, verdict: Verdict, *, round: int,
+                          reason: str) -> int:
+        """A profile taken after the node's verdict (`verdict`: that verdict, its profile attached),
+        in one transaction: the node's latest evaluation row holds it from now on, a profiles row
+        says when and why it was taken, and the node counts as changed (a follower re-reads it)."""
+        now = time.time()
+        profile = verdict.profile or {}
+        try:
+            await self.conn.execute(
+                "UPDATE evaluations SET verdict = ? WHERE id ="
+                " (SELECT MAX(id) FROM evaluations WHERE node_id = ?)",
+                (json.dumps(verdict.to_dict()), node_id))
+            cur = await self.conn.execute(
+                "INSERT INTO profiles(session_id, node_id, round, reason, tool, error, created_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (session_id, node_id, round, reason, str(profile.get("tool") or ""),
+                 profile.get("error"), now))
+            await self.conn.execute("UPDATE nodes SET updated_at = ? WHERE id = ?", (now, node_id))
+            await self.conn.commit()
+        except BaseException:
+            await self.conn.rollback()
+            raise
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def profiles(self, session_id: int) -> list[dict[str, Any]]:
+        """The profiles a session took, in order: node_id, round, reason, tool, error, created_at."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM profiles WHERE session_id = ? ORDER BY id", (session_id,))
+        return [dict(r) for r in rows]
+
+    async def profiles_per_round(self, session_id: int) -> dict[int, int]:
+        """How many profiles the session took in each round (rounds with none left out)."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT round, COUNT(*) AS n FROM profiles WHERE session_id = ? GROUP BY round ORDER BY round",
+            (session_id,))
+        return {r["round"]: r["n"] for r in rows}
+
     async def rounds(self, session_id: int) -> dict[int, list[int]]:
         """Each started round's parents (node ids), in round order."""
         rows = await self.conn.execute_fetchall(
@@ -589,15 +652,16 @@ class Store:
         rows = await self.conn.execute_fetchall(
             "SELECT * FROM evaluations WHERE session_id = ? AND id > ? ORDER BY id",
             (session_id, after_id))
-        out = []
-        for r in rows:
-            d = dict(r)
-            # A row recorded by an older version may lack keys (from_dict defaults them); the status
-            # column is there on every row.
-            d["verdict"] = Verdict.from_dict({"status": d["status"], **json.loads(d["verdict"])})
-            d["sizes"] = json.loads(d["sizes"])
-            out.append(d)
-        return out
+        return [_evaluation_dict(r) for r in rows]
+
+    async def profiled_evaluations(self, session_id: int, since: float) -> list[dict[str, Any]]:
+        """The latest evaluation row (as `evaluations` gives it) of each node profiled at or after
+        `since`: how a follower sees a profile taken after the verdict it read."""
+        rows = await self.conn.execute_fetchall(
+            "SELECT * FROM evaluations WHERE id IN (SELECT MAX(e.id) FROM evaluations e"
+            " JOIN profiles p ON p.node_id = e.node_id WHERE p.session_id = ? AND p.created_at >= ?"
+            " GROUP BY e.node_id) ORDER BY id", (session_id, since))
+        return [_evaluation_dict(r) for r in rows]
 
     async def llm_totals(
         self, session_id: int, node_id: int | None = None, subtree: bool = False
@@ -665,6 +729,15 @@ class Store:
         cur = await self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         await self.conn.commit()
         return cur.rowcount > 0
+
+
+def _evaluation_dict(row: Any) -> dict[str, Any]:
+    d = dict(row)
+    # A row recorded by an older version may lack keys (from_dict defaults them); the status column
+    # is there on every row.
+    d["verdict"] = Verdict.from_dict({"status": d["status"], **json.loads(d["verdict"])})
+    d["sizes"] = json.loads(d["sizes"])
+    return d
 
 
 def _suite_dict(row: Any) -> dict[str, Any]:

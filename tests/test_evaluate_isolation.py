@@ -223,7 +223,7 @@ def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp
 
 # -- one contract ----------------------------------------------------------------------------------
 
-MEMBERS = ("job", "evaluate", "close", "device_states")
+MEMBERS = ("job", "evaluate", "profile", "close", "device_states")
 
 
 @pytest.mark.parametrize("member", MEMBERS)

@@ -24,6 +24,7 @@ from engine.events import (
     LLMCallDone,
     NodeAdded,
     NodeUpdated,
+    ProfileTaken,
     Progress,
     RoundDone,
     SessionDone,
@@ -228,6 +229,11 @@ class ScreenModel:
         self._update(event.node, changes)
         self._best_stale = True
         changes.panes.add("progress")
+
+    @_reduce.register
+    def _(self, event: ProfileTaken, changes: Changes) -> None:
+        self.verdicts[event.node.id] = event.verdict
+        self._update(event.node, changes)
 
     @_reduce.register
     def _(self, event: LLMCallDone, changes: Changes) -> None:
@@ -440,6 +446,8 @@ async def read_rows(store: Store, session_id: int, model: ScreenModel, first: bo
         return SessionRows(None, first=first)
     session = {**session, "status": session_state(session)}
     evaluations = await store.evaluations(session_id, after_id=0 if first else model.seen_eval)
+    if not first:  # a verdict read before, since profiled
+        evaluations += await store.profiled_evaluations(session_id, model.seen_ts)
     nodes = await store.nodes_since(session_id, 0.0 if first else model.seen_ts)
     commands = await store.commands(session_id) if first or model.pending else None
     totals = await store.llm_totals(session_id)

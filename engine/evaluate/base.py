@@ -16,7 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 
-# Called with each phase a job enters: "compiling", "waiting", "checking", "timing", "evaluating".
+# Called with each phase a job enters: "compiling", "waiting", "checking", "timing", "evaluating"
+# (and "profiling", for a profile asked for after the verdict).
 PhaseCallback = Callable[[str], Awaitable[None]]
 
 
@@ -65,6 +66,15 @@ class Evaluator(Protocol):
         """The verdict of one job; `on_phase` hears each phase it enters; with a `gate` (the
         search's pause), nothing is checked or timed while it is closed. Never raises for the
         candidate's faults: they are statuses."""
+        ...
+
+    async def profile(self, job: EvalJob, verdict: Verdict,
+                      on_phase: PhaseCallback | None = None) -> Verdict:
+        """`verdict` (this job's) with the variant's profile attached, taken now on a device held
+        as for an evaluation; unchanged when profiling is off or the verdict is not ok. (An
+        evaluator made to profile each correct variant has done so in evaluate(); a search's
+        profiles only what it reads: its parents, its best, what a person asks for.) Never raises
+        for the candidate's faults: a profile that could not be taken says why in its "error"."""
         ...
 
     async def close(self) -> None:

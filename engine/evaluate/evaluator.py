@@ -121,16 +121,19 @@ class LocalEvaluator:
         profile: str = "off",
         profile_budget_s: float = DEFAULT_BUDGET_S,
         cpu_timer: str | None = None,
+        profile_each: bool = True,
     ):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
         (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
         host lock). host_lock: hold each device's host-wide lock (engine.evaluate.hostlock) while
         checking and timing on it, so that ktree processes on one host queue for a device.
-        profile: auto | ncu | torch | off (engine.evaluate.profile): profile each correct variant
-        after its verdict, still holding its device, within `profile_budget_s`; a runtime error
-        from an illegal or misaligned access is re-run once under compute-sanitizer (any mode
-        but off). cpu_timer (cpu backend, one device): how the timer gets its cores to itself:
+        profile: auto | ncu | torch | off (engine.evaluate.profile): how correct variants are
+        profiled, within `profile_budget_s`; a runtime error from an illegal or misaligned access
+        is re-run once under compute-sanitizer (any mode but off). profile_each: profile each
+        correct variant in evaluate(), after its verdict, still holding its device (`ktree eval
+        --profile`); False: only those profile() is asked for (a search profiles what it reads:
+        the parents and the best). cpu_timer (cpu backend, one device): how the timer gets its cores to itself:
         `pause` (default; KTREE_CPU_TIMER) holds every compile slot while it times, so builds
         wait; `pin` gives the timer half the cores and the builds the other half, so both go on
         at once (split_cores; on a single core, `pause`)."""
@@ -172,6 +175,7 @@ class LocalEvaluator:
         if build_cores is not None:
             self._compile_env["KTREE_CPU_CORES"] = ",".join(map(str, build_cores))
         self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
+        self.profile_each = profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
@@ -341,31 +345,63 @@ class LocalEvaluator:
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:
-        """Still holding the device, outside the timed window: profile a correct variant; re-run
-        one that hit an illegal or misaligned access under compute-sanitizer."""
+        """Still holding the device, outside the timed window: profile a correct variant (with
+        profile_each; else profile() does, when asked); re-run one that hit an illegal or
+        misaligned access under compute-sanitizer."""
         if self.profiler.mode == "off" or job.mode != "evaluate":
             return verdict
-        key = device.lock_key or device.name
-
-        async def runner(prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
-                         timeout_s: float) -> tuple[dict | None, str, str]:
-            return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
-
         if verdict.ok:
+            if not self.profile_each:
+                return verdict
             if on_phase is not None:
                 await on_phase("evaluating")  # profiling: still device work
-            profile = await self.profiler.profile(runner, job, verdict.time_ms, {}, key,
-                                                  ref_ms=verdict.ref_eager_ms)
-            return dataclasses.replace(verdict, profile=profile)
+            return await self._profile_on(device, job, verdict)
         if verdict.status == "runtime_error" and self.backend == "cuda" and wants_sanitizer(verdict.log):
             if on_phase is not None:
                 await on_phase("evaluating")  # under compute-sanitizer
-            report = await self.profiler.sanitize(runner, job, {})
+            report = await self.profiler.sanitize(self._tool_runner(device), job, {})
             if report:
                 return dataclasses.replace(
                     verdict, sanitizer=report,
                     log=f"{verdict.log}\n\ncompute-sanitizer (memcheck) on a re-run:\n{report}")
         return verdict
+
+    async def profile(self, job: EvalJob, verdict: Verdict,
+                      on_phase: PhaseCallback | None = None) -> Verdict:
+        """The judged variant's verdict with its profile, taken now as evaluate() would take it
+        (on a device held with its host lock, nothing else running there); the verdict unchanged
+        when profiling is off or it is not ok. On cuda the build is made sure of first (a cache
+        hit, unless the cache was cleared since)."""
+        if self.profiler.mode == "off" or not verdict.ok or job.mode != "evaluate":
+            return verdict
+        if self.backend == "cuda":  # (the cpu profile runs no candidate code: rates against peaks)
+            async with self._slot("compile"):
+                outcome, result, log = await run_child(job.replace(mode="compile"), self.compile_timeout_s,
+                                                       self._compile_env, self.sandbox)
+            if outcome != "ok" or result is None or result.get("status") != "compiled":
+                lines = [ln for ln in ((result or {}).get("log") or log).splitlines() if ln.strip()]
+                return dataclasses.replace(verdict, profile={
+                    "tool": self.profiler.mode,
+                    "error": f"could not build it again: {lines[-1][:300] if lines else outcome}"})
+        async with self._device() as device:
+            if on_phase is not None:
+                await on_phase("profiling")
+            return await self._profile_on(device, job, verdict)
+
+    async def _profile_on(self, device: Device, job: EvalJob, verdict: Verdict) -> Verdict:
+        """Profile a correct variant on `device` (held by the caller)."""
+        profile = await self.profiler.profile(self._tool_runner(device), job, verdict.time_ms, {},
+                                              device.lock_key or device.name, ref_ms=verdict.ref_eager_ms)
+        return dataclasses.replace(verdict, profile=profile)
+
+    def _tool_runner(self, device: Device) -> Any:
+        """How the profiler starts its tools: in the sandbox, on `device`."""
+
+        async def runner(prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
+                         timeout_s: float) -> tuple[dict | None, str, str]:
+            return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
+
+        return runner
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,

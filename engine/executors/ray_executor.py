@@ -41,7 +41,7 @@ from engine.evaluate.sandbox import is_secret
 from engine.evaluate.verdict import Verdict
 
 RAY_MISSING = "ray is not installed: pip install 'ktree[ray]'"
-DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
+DEVICE_PHASES = frozenset({"checking", "timing", "evaluating", "profiling"})
 PHASE_POLL_S = 0.25
 START_TIMEOUT_S = 300.0  # an actor's first answer (a fresh node sets up the runtime env first)
 FIRST_WAIT_S = 60.0  # the first job waits this long for every actor, so work spreads from the start
@@ -136,12 +136,14 @@ class EvalActor:
     the jobs' text, and the phases of the jobs in flight (polled by the engine)."""
 
     def __init__(self, backend: str, compile_workers: int | None, isolation: str,
-                 timeouts: tuple[float | None, float | None], profile: str = "off"):
+                 timeouts: tuple[float | None, float | None], profile: str = "off",
+                 profile_each: bool = True):
         self.backend = backend
         self.compile_workers = compile_workers
         self.isolation = isolation
         self.timeouts = timeouts
         self.profile = profile  # the node's profiler (ncu where it reads counters there)
+        self.profile_each = profile_each  # False: only the variants profile() is asked for
         self.evaluator: Any = None
         self.info: dict[str, Any] = {}
         self.phases: dict[str, str] = {}
@@ -170,7 +172,8 @@ class EvalActor:
             arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
         self.evaluator = LocalEvaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
                                    isolation=self.isolation, compile_timeout_s=self.timeouts[0],
-                                   run_timeout_s=self.timeouts[1], profile=self.profile)
+                                   run_timeout_s=self.timeouts[1], profile=self.profile,
+                                   profile_each=self.profile_each)
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
                      "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ),
                      "engine_dir": str(Path(engine.__file__).parent)}  # the package shipped here
@@ -186,6 +189,21 @@ class EvalActor:
 
         try:
             return (await evaluator.evaluate(local, on_phase)).to_dict()
+        finally:
+            self.phases.pop(key, None)
+
+    async def profile(self, key: str, job: dict[str, Any], verdict: dict[str, Any],
+                      problem_text: str) -> dict[str, Any]:
+        """The verdict with the variant's profile, taken on this node (see Evaluator.profile)."""
+        evaluator = self.evaluator
+        path = self._problem_file(job["problem_path"], problem_text)
+        local = EvalJob.from_dict(job).replace(problem_path=str(path), cache_dir=evaluator.cache_dir)
+
+        async def on_phase(name: str) -> None:
+            self.phases[key] = name
+
+        try:
+            return (await evaluator.profile(local, Verdict.from_dict(verdict), on_phase)).to_dict()
         finally:
             self.phases.pop(key, None)
 
@@ -245,7 +263,8 @@ class RayEvaluator:
 
     def __init__(self, backend: str, workers: int | None = None, compile_workers: int | None = None,
                  isolation: str = "auto", compile_timeout_s: float | None = None,
-                 run_timeout_s: float | None = None, shutdown: bool = False, profile: str = "off"):
+                 run_timeout_s: float | None = None, shutdown: bool = False, profile: str = "off",
+                 profile_each: bool = True):
         ray = import_ray()
         if not ray.is_initialized():
             raise RayExecutorError("not connected to a Ray cluster")
@@ -257,7 +276,8 @@ class RayEvaluator:
             raise RayExecutorError(f"{count} Ray evaluation workers asked for, the cluster has {have} {kind}s")
         resources = {"num_gpus": 1} if backend == "cuda" else {"num_cpus": 1}
         self._actor = ray.remote(EvalActor).options(max_restarts=0, max_concurrency=1000, **resources)
-        self._args = (backend, compile_workers, isolation, (compile_timeout_s, run_timeout_s), profile)
+        self._args = (backend, compile_workers, isolation, (compile_timeout_s, run_timeout_s), profile,
+                      profile_each)
         self._shutdown = shutdown
         self._problems: dict[str, str] = {}
         self._labels: dict[str, str] = {}  # node id -> label in device names
@@ -334,6 +354,35 @@ class RayEvaluator:
                 self._leave(slot, key)
             slot.done += 1
             return self._placed(Verdict.from_dict(result), slot, lost)
+
+    async def profile(self, job: EvalJob, verdict: Verdict,
+                      on_phase: PhaseCallback | None = None) -> Verdict:
+        """The verdict with the variant's profile (see Evaluator.profile), taken by the actor that
+        measured it while it lives (its build is there, and its GPU is the one timed), else by
+        the least busy one; a lost actor leaves the profile with an error, the verdict as it was."""
+        if not verdict.ok:
+            return verdict
+        text = self._problem_text(job.problem_path)
+        await self._first_start()
+        measured = (verdict.placement or {}).get("device")
+        slot = next((s for s in self.slots if s.state == "alive" and s.name == measured), None)
+        slot = slot or await self._pick()
+        if slot is None:
+            return _replace(verdict, profile={"error": "no Ray evaluation worker is alive to profile it"})
+        key, handle = uuid.uuid4().hex, slot.handle
+        slot.jobs[key], slot.changed[key] = "", asyncio.Event()
+        ref = handle.profile.remote(key, job.to_dict(), verdict.to_dict(), text)
+        self._follow(slot)
+        try:
+            result = await self._await_with_phases(slot, key, ref, on_phase)
+        except _lost_errors() as exc:
+            self._lose(slot, handle, exc)
+            why = f"lost {slot.name} while profiling ({type(exc).__name__})"
+            return _replace(verdict, profile={"error": why})
+        finally:
+            self._leave(slot, key)
+        profiled = Verdict.from_dict(result)
+        return _replace(verdict, profile=profiled.profile)
 
     async def ready(self) -> None:
         """Return once the first actors have started (or failed to): device_states() names them."""

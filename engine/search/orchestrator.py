@@ -4,7 +4,9 @@ Each unit of work is a task on the scheduler (engine.scheduler): an ideas call, 
 generate -> compile -> check -> time. Rounds follow the strategy (engine.search.strategies: how
 many rounds, ideas, variants, and whom each round grows from); every LLM call is charged to the
 budget (engine.search.budget); human commands are applied by engine.search.steering; a resumed
-session is read back and its in-flight work recovered by engine.search.resume.
+session is read back and its in-flight work recovered by engine.search.resume. Profiles are taken
+for what reads them (engine.search.profiles): a round's parents, just before their idea prompts,
+the final best, and whatever a person asks for.
 
 The DB is the state: every node is inserted before its work starts (a batch of nodes in one
 transaction), every LLM reply and every verdict is committed before its event is published. So
@@ -26,9 +28,11 @@ from engine.evaluate.base import Evaluator
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
+    CommandApplied,
     EventBus,
     NodeAdded,
     NodeUpdated,
+    ProfileTaken,
     Progress,
     RoundDone,
     SessionDone,
@@ -41,9 +45,10 @@ from engine.scheduler import Scheduler
 from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
+from engine.search.profiles import variant_job
 from engine.search.resume import CANCEL, FIX, load_session, recovery
 from engine.search.rows import asking_row, idea_row, root_row, variant_row
-from engine.search.steering import Steering
+from engine.search.steering import USER_STOP, Steering
 from engine.search.strategies import strategy_for, ties_within_noise
 from engine.store import Store
 
@@ -113,6 +118,7 @@ class Search:
         self._last_progress: tuple | None = None
         self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
+        self._profiling: dict[int, asyncio.Lock] = {}  # node -> held while its profile is taken
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -135,6 +141,8 @@ class Search:
                 await steering.apply_pending()
             background = [asyncio.create_task(steering.poll()), asyncio.create_task(self._tick())]
             await self._rounds(steering)
+            await steering.apply_pending(kinds=("profile",))  # asked for while the search ended
+            await self.sched.drain()
             status = "stopped" if self.stop_reason else "finished"
         except SearchAborted as exc:
             status, self.stop_reason = "failed", str(exc)
@@ -158,7 +166,11 @@ class Search:
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
             intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
             ties = ties_within_noise(parents, self.nodes, self.round, intervals)
-            await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties)))
+            if last or not parents or self._over_budget():  # the search ends: its best is read
+                await self._profile_best()
+            profiles = (await self.store.profiles_per_round(self._sid)).get(self.round, 0)
+            await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties),
+                                             profiles=profiles))
             if last:
                 return
             if not parents:
@@ -233,6 +245,8 @@ class Search:
         transaction), and start the variants."""
         parent = self.nodes[node.parent_id]  # type: ignore[index]
         k = node.want or self.strategy.ideas_per_call()
+        if (node.id, "idea") not in self.replies:  # the prompt is to be built: it reads the profile
+            await self.profile(parent.id, "parent", node.round)
         reply = await self._llm(node, "idea", lambda: prompts.idea_prompt(
             self.problem.source, parent.source, self._describe(parent), self._tried(parent), k,
             self.backend))
@@ -318,12 +332,7 @@ class Search:
         if verdict is None:  # not evaluated yet (a resume finds the verdicts already committed)
             # Code that exists is evaluated even once a budget is spent: budgets stop new LLM work.
             await self.sched.gate()
-            cfg = self.config
-            job = self.evaluator.job(
-                str(self.problem.path), node.source, self.sizes, flops=self.cost.flops or None,
-                bytes=self.cost.bytes or None, atol=cfg.atol, rtol=cfg.rtol, trials=cfg.trials,
-                seed=cfg.seed, **({"precision": cfg.precision} if cfg.precision else {}),
-            )
+            job = self._job(node)
 
             async def on_phase(phase: str) -> None:
                 await self.update(node.id, status=phase)
@@ -340,6 +349,55 @@ class Search:
             await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
         return verdict
+
+    def _job(self, node: Node) -> Any:
+        return variant_job(self.evaluator, self.problem.path, node.source, self.sizes, self.config,
+                           self.cost.flops, self.cost.bytes)
+
+    # -- profiles (engine.search.profiles) ----------------------------------------------------
+
+    async def profile(self, node_id: int, reason: str, round: int | None = None) -> bool:
+        """Profile a correct variant that has no profile yet, and record it (`reason`: parent,
+        best, asked; counted in `round`, by default the current one). False when there was
+        nothing to take: not a correct variant, profiled already, or profiling is off."""
+        async with self._profiling.setdefault(node_id, asyncio.Lock()):
+            node, verdict = self.nodes.get(node_id), self.verdicts.get(node_id)
+            if node is None or node.kind != "variant" or verdict is None or not verdict.ok or verdict.profile:
+                return False
+            await self.sched.gate()
+            profiled = await self.evaluator.profile(self._job(node), verdict)
+            if not profiled.profile:
+                return False
+            await self.store.add_profile(self._sid, node_id, profiled, round=max(1, round or self.round),
+                                         reason=reason)
+            self.verdicts[node_id] = profiled
+            await self.bus.publish(ProfileTaken(self.nodes[node_id], profiled, reason))
+            return True
+
+    def profile_later(self, node_id: int, command_id: int) -> bool:
+        """A person asked for the node's profile (a steering command): take it in a task of its
+        own, then mark the command applied. False (nothing started) for a node that is not a
+        judged variant."""
+        node = self.nodes.get(node_id)
+        if node is None or node.kind != "variant" or node_id not in self.verdicts:
+            return False
+        self.sched.spawn(self._profile_asked(node_id, command_id), node_id)
+        return True
+
+    async def _profile_asked(self, node_id: int, command_id: int) -> None:
+        try:
+            await self.profile(node_id, "asked")
+        except asyncio.CancelledError:
+            if self.sched.cancelled.pop(node_id, None) is None:
+                raise  # the whole search is going: the command stays pending, for a resume
+        await self.store.mark_command_applied(command_id)
+        await self.bus.publish(CommandApplied(command_id, "profile", (node_id,)))
+
+    async def _profile_best(self) -> None:
+        """The search ends: profile its best (unless a person stopped it: they want it over)."""
+        best = self.best()
+        if best is not None and self.stop_reason != USER_STOP:
+            await self.profile(best.id, "best")
 
     async def _llm(self, node: Node, purpose: str, prompt: Callable[[], str],
                    counts_variant: bool = False) -> str | None:

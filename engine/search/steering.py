@@ -3,7 +3,8 @@
 Commands come through the DB (the TUI, here or in another process, only records them): the
 search polls for pending ones every 0.25 s and between scheduling steps, applies them in the
 order given, and marks each applied. A command that creates nodes is marked applied in the
-transaction that inserts them, so a kill never applies it twice; the rest are marked after.
+transaction that inserts them, so a kill never applies it twice; a profile asked for is marked
+once the profile is recorded (a kill leaves it to the resume); the rest are marked after.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.search.strategies import Strategy
 from engine.store import Store
 
 COMMAND_POLL_S = 0.25
+USER_STOP = "stopped by the user"  # the stop reason of a Stop command
 
 
 class Steerable(Protocol):
@@ -45,6 +47,8 @@ class Steerable(Protocol):
 
     def languages_for(self, m: int) -> list[str]: ...
 
+    def profile_later(self, node_id: int, command_id: int) -> bool: ...
+
 
 class Steering:
     def __init__(self, search: Steerable, store: Store, bus: EventBus, session_id: int):
@@ -53,6 +57,7 @@ class Steering:
         self.bus = bus
         self.session_id = session_id
         self._lock = asyncio.Lock()
+        self._started: set[int] = set()  # profile commands whose profile is being taken
 
     async def poll(self) -> None:
         """Apply pending commands every COMMAND_POLL_S, for as long as the search runs."""
@@ -64,14 +69,22 @@ class Steering:
                 self.search.sched.fail(exc)
                 return
 
-    async def apply_pending(self) -> None:
-        """Apply the commands recorded and not yet applied, in the order given."""
+    async def apply_pending(self, kinds: tuple[str, ...] | None = None) -> None:
+        """Apply the commands recorded and not yet applied, in the order given (only those of
+        `kinds`, when given)."""
         async with self._lock:
             for row in await self.store.commands(self.session_id, pending_only=True):
+                if row["id"] in self._started or (kinds is not None and row["kind"] not in kinds):
+                    continue
                 try:
                     command = control.decode(row["kind"], row["args"])
                 except (ValueError, TypeError):
                     command = None
+                if isinstance(command, control.Profile):  # marked applied once it is recorded
+                    if self.search.profile_later(command.node_id, row["id"]):
+                        self._started.add(row["id"])
+                        continue
+                    command = None  # not a judged variant: nothing to do
                 ids = await self.apply(row["id"], command) if command is not None else ()
                 made_nodes = ids and isinstance(command, control.InjectIdea | control.EditVariant
                                                 | control.Expand)
@@ -90,7 +103,7 @@ class Steering:
             s.sched.resume()
             return ()
         if isinstance(cmd, control.Stop):
-            s.stop("stopped by the user")
+            s.stop(USER_STOP)
             s.sched.resume()  # paused work must see the stop
             s.sched.cancel(set(s.nodes), s.stop_reason or "")
             return ()

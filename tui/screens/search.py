@@ -55,6 +55,7 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("p", "pin", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
         Binding("i", "inject", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
         Binding("E", "edit", "Edit", id="edit_variant", tooltip=STEERING_HELP["edit"]),
+        Binding("f", "profile", "Profile", id="profile", tooltip=STEERING_HELP["profile"]),
         Binding("P", "pause", "Pause", id="pause", tooltip=STEERING_HELP["pause"]),
         Binding("S", "stop", "Stop", id="stop", tooltip=STEERING_HELP["stop"]),
         Binding("w", "export", "Export", id="export", tooltip=STEERING_HELP["export"]),

@@ -1,4 +1,4 @@
-"""The search screen's steering keys: prune, expand, pin, inject, edit, pause, stop, export.
+"""The search screen's steering keys: prune, expand, pin, inject, edit, profile, pause, stop, export.
 
 A key only records a command in the DB (engine.control) and marks it pending in the model; the
 engine applies it between steps and confirms (CommandApplied, NodeUpdated, or the command row
@@ -26,6 +26,8 @@ STEERING = [  # (action, palette title, help)
     ("pin", "Pin / unpin node", "always keep the selected variant as a parent"),
     ("inject", "Inject idea", "add your own idea under the selected variant"),
     ("edit", "Edit variant", "edit the selected variant's source and re-queue it"),
+    ("profile", "Profile variant", "profile the selected correct variant now (a search profiles"
+                                   " only its parents and its best by itself)"),
     ("pause", "Pause / resume search", "no new LLM calls or evaluations start while paused"),
     ("stop", "Stop search", "end the search after in-flight work"),
     ("export", "Export variant", "write the selected variant as a KernelBench solution file"),
@@ -151,6 +153,24 @@ class SteeringMixin:
 
         self.app.push_screen(EditSource(f"Edit #{node.id} — saved as a new variant, evaluated", node.source),
                              done)
+
+    async def action_profile(self) -> None:
+        node = self._target(("variant",), "a correct variant to profile")
+        if node is None:
+            return
+        verdict = self.model.verdicts.get(node.id)
+        if verdict is None or not verdict.ok:
+            self.notify(f"#{node.id} is {node.status}: only a correct variant can be profiled",
+                        severity="warning")
+            return
+        if verdict.profile:
+            self.notify(f"#{node.id} has its profile already (see the verdict pane)")
+            return
+        if self.model.status != "running":  # no engine to ask: the command line takes it here
+            self.notify(f"session {self.model.session_id} is {self.model.status}: run"
+                        f" `ktree show {self.model.session_id} --profile {node.id}`", severity="warning")
+            return
+        await self._send(control.Profile(node.id), node.id, "profile")
 
     async def action_pause(self) -> None:
         if not self._steerable():

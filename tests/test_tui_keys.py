@@ -276,3 +276,41 @@ def test_bindings_come_from_the_config_file(tmp_path: Path, monkeypatch: pytest.
     config.write_text("[bindings]\nprune = 5\n")
     with pytest.raises(UsageError, match="prune"):
         _keymap()
+
+
+async def test_profile_key_asks_the_engine_and_the_profile_shows_once_taken(running):
+    """`f` on a correct variant records a profile command (the engine takes it); on anything else
+    it says why, recording nothing. Once the engine records the profile, the followed screen
+    re-reads that verdict and the verdict pane shows it."""
+    from dataclasses import replace
+
+    from textual.widgets import Static
+
+    db, sid = running
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_search(app, pilot)
+        screen.select_node(a_variant(screen, "incorrect"))
+        await pilot.press("f")
+        assert commands(db) == []
+        vid = a_variant(screen)
+        screen.select_node(vid)
+        await pilot.press("f")
+        assert commands(db) == [("profile", {"node_id": vid})]
+        assert "⧗profile…" in label_of(screen.query_one("#tree", Tree), vid)
+
+        # The engine (another process) takes it: the verdict holds the profile, the command is applied.
+        store = await Store.open(db)
+        verdict = screen.model.verdicts[vid]
+        profile = {"tool": "cpu", "kernels": [], "diagnosis": {"bound": "memory", "numbers": {},
+                                                               "evidence": "achieved bandwidth 71% of peak"}}
+        await store.add_profile(sid, vid, replace(verdict, profile=profile), round=1, reason="asked")
+        for c in await store.commands(sid):
+            await store.mark_command_applied(c["id"])
+        await store.close()
+        await wait_until(pilot, lambda: not screen.model.pending and screen.model.verdicts[vid].profile)
+        screen.select_node(vid)
+        await pilot.pause()
+        pane = str(screen.query_one("#verdict", Static).render())
+        assert "profile (cpu): memory-bound" in pane and "achieved bandwidth 71% of peak" in pane
+        await pilot.press("q")

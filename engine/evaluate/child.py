@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from engine.evaluate import checks as checks_module
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import (
     kernel_language,
@@ -421,6 +423,52 @@ def _sync_state(ref: Any, new: Any) -> None:
         new.load_state_dict(shared, strict=False)
 
 
+class _Phases:
+    """Seconds spent per phase of one evaluation (load, reference, jit, check, time, other),
+    from laps: each lap's time goes to the phase it names."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._last
+        self._last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.seconds.items()}
+
+
+def timing_floor_s(stats: Any, trials: int) -> float:
+    """The least device time a verdict needs: every warm-up and timed rep of the pair (reference
+    and candidate, interleaved) plus one candidate call per check trial."""
+    from engine.evaluate import timing
+
+    return ((timing.WARMUP + stats.reps) * (stats.ref.median + stats.new.median)
+            + trials * stats.new.median) / 1e3
+
+
+def _reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
+                      cast: Any) -> checks_module.ReferenceChecks:
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.checks): keyed by the
+    problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
+    the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
+    try:
+        mtime = os.stat(job.problem_path).st_mtime_ns
+    except OSError:
+        mtime = 0
+    seed = job.input_seed if job.input_seed is not None else job.seed
+    key = (job.problem_path, mtime, tuple(sorted(job.sizes.items())), job.precision, device, job.trials,
+           job.seed, seed)
+
+    def errors(native: Any, expected: Any) -> dict[str, float]:
+        return compare(native, expected, float("inf"), float("inf"))[1]
+
+    return checks_module.expected_for(key, job.trials, seed, device, lambda: _inputs(problem, device, cast),
+                                      ref, ref64, _flatten, errors)
+
+
 def run_compile(job: EvalJob) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
@@ -447,8 +495,23 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
                             "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes),
                             "language": language}
 
+    clock = _Phases()
     problem = load_module_from_path(job.problem_path, job.sizes)
     harness = integrity.capture_harness()  # before the candidate's code runs
+    init_inputs = problem.get_init_inputs()
+    cast = _cast(job)
+    torch.manual_seed(job.seed)
+    ref = _model_to(problem.Model(*init_inputs), device, cast).eval()
+    ref64 = copy.deepcopy(ref).double()
+    clock.lap("load")
+    # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
+    # input seed (engine.evaluate.checks), made before the candidate's code is imported.
+    try:
+        checks = _reference_checks(job, problem, ref, ref64, device, cast)
+    except Exception as exc:
+        return Verdict(status="runtime_error", log=f"the reference itself failed: {_format_exc(exc)}", **base)
+    checks_cached = checks.uses > 0
+    clock.lap("reference")
     t0 = time.perf_counter()
     try:
         solution = load_solution(job)
@@ -456,10 +519,6 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         return Verdict(status=exc.status, log=str(exc), **base)
     load_s = time.perf_counter() - t0
 
-    init_inputs = problem.get_init_inputs()
-    cast = _cast(job)
-    torch.manual_seed(job.seed)
-    ref = problem.Model(*init_inputs)
     try:
         torch.manual_seed(job.seed)
         new = solution.ModelNew(*init_inputs)
@@ -468,35 +527,29 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             new = _model_to(new, device, cast).eval()
     except Exception as exc:
         return Verdict(status="runtime_error", log=_format_exc(exc), **base)
-    ref = _model_to(ref, device, cast).eval()
-    ref64 = copy.deepcopy(ref).double()
+    clock.lap("load")
     jit: dict[str, Any] = {}
     if language == "triton":
         try:
             jit = _triton_warmup(solution, new, problem, device, job.seed)
         except EvalFailure as exc:
             return Verdict(status=exc.status, log=str(exc), **base)
+        clock.lap("jit")
 
     errs: dict[str, float] = {}
-    native_errs: dict[str, float] = {}
-    dtypes: list[Any] = []
+    native_errs = checks.native_errs
+    dtypes: list[Any] = checks.dtypes
     flags: list[str] = []
     phase = on_phase or (lambda name: None)
     phase("checking")
     with torch.no_grad():
         for trial in range(job.trials):
-            torch.manual_seed(job.seed + 1000 + trial)
-            inputs = _inputs(problem, device, cast)
+            inputs = checks.trial_inputs(trial, device)
             before = integrity.snapshot(inputs)
-            # The reference in the problem's own precision: the dtypes to match, its own error
-            # against fp64 for the log. Its freed output is then overwritten with NaN (as is
-            # every block the caching allocator holds for the output sizes), so a candidate
-            # that returns memory it never wrote cannot pass on the reference's leftovers.
-            native = _flatten(ref(*integrity.snapshot(inputs)))
-            dtypes = [t.dtype for t in native]
-            sizes_bytes = [t.numel() * t.element_size() for t in native]
-            del native
-            integrity.poison_allocator(sizes_bytes, device)
+            # Every block the caching allocator holds for the output sizes is overwritten with
+            # NaN first, so a candidate that returns memory it never wrote cannot pass on
+            # whatever was left there (the reference's answer, say).
+            integrity.poison_allocator(checks.out_bytes, device)
             threads = integrity.live_threads()
             try:
                 out = new(*inputs)
@@ -506,11 +559,8 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
                 return Verdict(status="runtime_error", trials=trial, log=_format_exc(exc), **base)
             flags += integrity.check_threads(threads)
             flags += integrity.check_inputs_unchanged(before, inputs)
-            expected = ref64(*_to(before, device, torch.float64))
-            if trial == 0:
-                native_errs = compare(ref(*integrity.snapshot(before)), expected, float("inf"),
-                                      float("inf"))[1]
-            ok, trial_errs, reason = compare(out, expected, job.atol, job.rtol, dtypes)
+            ok, trial_errs, reason = compare(out, checks.trial_expected(trial, device), job.atol, job.rtol,
+                                             dtypes)
             if ok:
                 flags += integrity.check_outputs(_flatten(out), inputs, device)
             for k, v in trial_errs.items():
@@ -526,9 +576,12 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
                     flags += integrity.check_forward_ops(lambda: new(*fresh))  # noqa: B023
                 except Exception as exc:
                     return Verdict(status="runtime_error", trials=1, log=_format_exc(exc), **base)
-            del out, expected, before
+            del out, before
+        clock.lap("check")
 
-        torch.manual_seed(job.seed + 2000)
+        # The timed inputs are a fresh draw from a seed made here and now (no cached answer
+        # exists for them): the answer on them, computed live, must be right too.
+        torch.manual_seed(secrets.randbits(62))
         inputs = _inputs(problem, device, cast)
         phase("timing")
         try:
@@ -539,14 +592,18 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             stats = settled.kept.stats
             if device == "cuda":
                 flags += timing.check_escaping_work(lambda: new(*inputs), stats.new.median)
-            # The timed inputs were fresh: the answer on them must be right too (no cross-call cache).
             ok, _, reason = compare(new(*inputs), ref64(*_to(inputs, device, torch.float64)),
                                     job.atol, job.rtol, dtypes)
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=_format_exc(exc), **errs, **base)
+        clock.lap("time")
         if not ok:
             flags.append(f"recheck: after timing, on the timed inputs: {reason}")
     flags += integrity.check_harness(harness)
+    if not checks.intact():
+        flags.append("reference-cache: the cached trial inputs or expected outputs changed during this"
+                     " evaluation (the candidate wrote memory it does not own)")
+        checks_module.drop(checks.key)
     sol_ms = timing.speed_of_light_ms(job.flops, job.bytes, dtypes[0] if dtypes else None,
                                       device, job.cache_dir)
     sol_fraction = sol_ms / stats.new.median if sol_ms and stats.new.median > 0 else None
@@ -578,6 +635,11 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         timing_record["pinned"] = True  # the cpu timer on its own cores, the builds on others
     if retarget:
         timing_record["arch_retarget"] = retarget
+    clock.lap("other")
+    timing_record["phases_s"] = clock.rounded()
+    timing_record["floor_s"] = round(timing_floor_s(stats, job.trials), 6)
+    timing_record["reference_checks"] = {"cached": checks_cached, "build_s": round(checks.build_s, 4),
+                                         "bytes": checks.nbytes, "on_device": checks.on_device}
 
     return Verdict(
         status=status,
@@ -712,6 +774,9 @@ def main(argv: list[str]) -> int:
     job_path, result_path = argv[1], argv[2]
     with open(job_path) as f:
         job = EvalJob.from_dict(json.load(f))
+    if job.mode == "evaluate":
+        with contextlib.suppress(OSError):
+            os.unlink(job_path)  # the job (its input seed) is not left for the candidate to read
     if job.mode == "compile":
         result: dict[str, Any] = run_compile(job)
     elif job.mode in ("reference", "warm"):

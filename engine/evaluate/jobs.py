@@ -35,6 +35,10 @@ class EvalJob:
     # "fp32" | "fp16" | "bf16": floating inputs and both models' weights cast to it, as KernelBench
     # does; None: the problem's own dtypes
     precision: str | None = None
+    # The check trials' inputs are drawn from this seed: the evaluator's secret, fresh per session
+    # (and per `ktree eval` run), set by the evaluator as it sends the job and never recorded;
+    # None: `seed` (a job run outside an evaluator, reproducible).
+    input_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -63,6 +63,10 @@ class Worker:
         self.restarts: list[str] = []  # why each restart happened, in order
         self.busy_s = 0.0  # time spent evaluating (for idle fractions)
         self.started_ok = True  # False after its last start failed
+        self.last_start_s = 0.0  # how long the last start took (Python, torch, the CUDA context)
+        # A replacement being started in the background after a restart, so that the next job
+        # finds it ready (its start is not paid while the device's lock is held).
+        self._starting: asyncio.Task[str | None] | None = None
         self._dir = make_workdir("worker")
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -82,15 +86,42 @@ class Worker:
         self._problems = problems
         self.starts += 1
         self.jobs_done = 0
+        t0 = time.monotonic()
         try:
             line = await asyncio.wait_for(self._readline(), START_TIMEOUT_S)
         except TimeoutError:
             line = None
+        self.last_start_s = time.monotonic() - t0
         self.started_ok = line is not None and "ready" in line
         if not self.started_ok:
             await self.stop()
             return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
         return None
+
+    async def ready(self, problem_path: str = "") -> str | None:
+        """A process ready for a job of this problem file, started now if there is none (or one
+        is still starting in the background: waited for). Called before the device's lock is
+        taken. None when ready, else why it could not start (the job then tries once more)."""
+        await self._settle_start()
+        if self.proc is not None and problem_path and problem_path not in self._problems:
+            await self.stop("a new problem file")
+        if self.proc is not None and (self.proc.returncode is not None or _dead(self.proc.pid)):
+            await self.stop("died")
+        if self.proc is None:
+            return await self._start((problem_path,) if problem_path else ())
+        return None
+
+    async def _settle_start(self) -> None:
+        """Wait for a background start, if one is under way."""
+        task, self._starting = self._starting, None
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _restart_soon(self) -> None:
+        """Start a replacement in the background (for the same problem files)."""
+        if self._starting is None and self.proc is None:
+            self._starting = asyncio.ensure_future(self._start(self._problems))
 
     async def _readline(self) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -113,6 +144,11 @@ class Worker:
         await proc.wait()
 
     async def close(self) -> None:
+        task, self._starting = self._starting, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         await self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -133,6 +169,7 @@ class Worker:
         self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
     ) -> tuple[str, dict[str, Any] | None, str] | None:
         """One try; None when the process died before taking the job."""
+        await self._settle_start()
         if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
             await self.stop("a new problem file")
         if self.proc is not None and self.proc.returncode is None and _dead(self.proc.pid):
@@ -189,6 +226,7 @@ class Worker:
                 raise
             if isinstance(exc, TimeoutError):
                 await self.stop("timeout")
+                self._restart_soon()
                 return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
             await self.stop("died")
             return None  # it never read the job
@@ -200,6 +238,8 @@ class Worker:
         self.jobs_done += 1
         if result.get("status") not in KEEP_AFTER:
             await self.stop(f"after {result.get('status')}")
+            self._restart_soon()
         elif self.jobs_done >= self.max_jobs:
             await self.stop(f"after {self.max_jobs} evaluations")
+            self._restart_soon()
         return "ok", result, log

@@ -36,6 +36,23 @@ def _reset_extension_versions() -> None:
     cpp_extension.JIT_EXTENSION_VERSIONER.entries.clear()
 
 
+def _prepare() -> None:
+    """What every evaluation needs, done at start: torch and the modules an evaluation imports
+    (the extension loader, the integrity checks, the timer, the NVML probe), and on a GPU the
+    CUDA context (an allocation: no kernel runs, so a timing elsewhere on the GPU is not
+    disturbed)."""
+    import contextlib
+
+    import torch
+    import torch.utils.cpp_extension  # noqa: F401
+
+    from engine.evaluate import fastbuild, gpuload, integrity, noise, timing  # noqa: F401
+
+    if torch.cuda.is_available():
+        with contextlib.suppress(Exception):
+            torch.empty(1, device="cuda")
+
+
 def serve(request_fd: int, protocol_fd: int) -> None:
     out = os.fdopen(protocol_fd, "w", buffering=1)
     requests = os.fdopen(request_fd, "r")
@@ -44,8 +61,7 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         out.write(json.dumps(message) + "\n")
         out.flush()
 
-    import torch  # noqa: F401  (paid once, before the first request)
-
+    _prepare()  # paid once, before the first request (and before the device's lock is taken)
     send({"ready": os.getpid()})
     for line in requests:
         if not line.strip():
@@ -58,6 +74,7 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         os.close(log_fd)
         with open(request["job"]) as f:
             job = EvalJob.from_dict(json.load(f))
+        os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
         _reset_extension_versions()
         verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
         sys.stdout.flush()

@@ -15,8 +15,9 @@ import contextlib
 import dataclasses
 import os
 import platform
+import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,9 @@ class LocalEvaluator:
         self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
         self.profile_each = profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
+        # The check trials' input seed: secret to this evaluator (one session, one `ktree eval`
+        # run), sent with each job, never written down (engine.evaluate.checks).
+        self._input_seed = secrets.randbits(62)
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
         self._reference_failed: dict[Path, dict] = {}
@@ -316,16 +320,33 @@ class LocalEvaluator:
         if baseline:
             await self._warm(job.problem_path, job.sizes, job.precision)
 
+        if job.input_seed is None and job.mode == "evaluate":
+            job = job.replace(input_seed=self._input_seed)  # the session's secret (engine.evaluate.checks)
+
+        async def prepare(device: Device) -> None:
+            # A worker process is started (Python, torch, its CUDA context) before the device's
+            # host lock is taken, not while holding it.
+            if device.worker is not None:
+                await device.worker.ready(job.problem_path)
+
         await phase("waiting")
         while True:
-            async with self._device(gate) as device:
+            async with self._device(gate, prepare) as device:
+                held_from = time.monotonic()
+                held: dict[str, float] = {}
                 run = job
                 if baseline:
                     ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
+                    held["reference"] = time.monotonic() - held_from
                 if device.worker is not None:
+                    starts = device.worker.starts
+                    t_run = time.monotonic()
                     outcome, result, log = await device.worker.run(run, self.run_timeout_s, on_phase)
+                    if device.worker.starts != starts:  # started while holding the lock
+                        held["start"] = device.worker.last_start_s
+                    held["worker"] = time.monotonic() - t_run
                     if not device.worker.started_ok and any(d.alive for d in self.devices if d is not device):
                         device.resting = True  # its worker cannot start: not the variant's fault,
                         continue  # which goes to another device; this one is tried again later
@@ -341,7 +362,12 @@ class LocalEvaluator:
                 verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
                                               if jit_s is not None else build_s)
                 device.info = verdict.gpu or device.info
-                return await self._after(verdict, run, device, on_phase)
+                t_after = time.monotonic()
+                verdict = await self._after(verdict, run, device, on_phase)
+                held["after"] = time.monotonic() - t_after  # a profile or sanitizer run, if any
+                held["total"] = time.monotonic() - held_from
+                return dataclasses.replace(verdict, timing={
+                    **(verdict.timing or {}), "held_s": {k: round(v, 4) for k, v in held.items()}})
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:
@@ -421,7 +447,8 @@ class LocalEvaluator:
         return result
 
     @contextlib.asynccontextmanager
-    async def _device(self, gate: Gate | None = None) -> AsyncIterator[Device]:
+    async def _device(self, gate: Gate | None = None,
+                      prepare: Callable[[Device], Awaitable[None]] | None = None) -> AsyncIterator[Device]:
         """Whichever device is free first (one queue for all), held for one evaluation; the
         waiters are counted for the progress display. With a gate: only while it is open (a
         device that comes free while it is closed goes back to the queue). The device's host
@@ -436,6 +463,12 @@ class LocalEvaluator:
             finally:
                 self.waiting["device"] -= 1
             if gate is None or gate.is_open():
+                if prepare is not None:
+                    try:
+                        await prepare(device)
+                    except BaseException:
+                        self._free.put_nowait(device)
+                        raise
                 lock = device.host_lock()
                 if lock is None:
                     break

@@ -8,8 +8,10 @@ problem's own precision (output dtypes and sizes, its own error against fp64) an
 and keeps the result in this process for the next evaluation of the same key.
 
 Where it lives: on the device while the whole set (inputs + fp64 outputs of every trial) is at
-most `KTREE_CHECK_CACHE_DEVICE_MB` (default 2048 MiB), else in pinned host memory (copied to the
-device per trial; on the cpu backend host memory throughout). Only the newest key is kept.
+most `KTREE_CHECK_CACHE_DEVICE_MB` (default: a quarter of the GPU's memory, at least 2048 MiB;
+softmax at its seed sizes, 1 GiB inputs, needs 9 GiB for three trials), else in pinned host
+memory (copied to the device per trial; on the cpu backend host memory throughout). Only the
+newest key is kept.
 
 What still differs per evaluation: every trial's inputs differ from the other trials' (each is a
 separate draw); each evaluation gets fresh copies (a candidate that writes its inputs changes a
@@ -85,11 +87,17 @@ def _fingerprint(checks: ReferenceChecks) -> list[float]:
 
 
 def device_budget_bytes() -> int:
-    try:
-        mb = float(os.environ.get("KTREE_CHECK_CACHE_DEVICE_MB") or DEVICE_BUDGET_MB)
-    except ValueError:
-        mb = DEVICE_BUDGET_MB
-    return int(mb * 2**20)
+    """KTREE_CHECK_CACHE_DEVICE_MB, else a quarter of the GPU's memory (at least DEVICE_BUDGET_MB)."""
+    raw = os.environ.get("KTREE_CHECK_CACHE_DEVICE_MB")
+    if raw:
+        try:
+            return int(float(raw) * 2**20)
+        except ValueError:
+            pass
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+    return max(int(DEVICE_BUDGET_MB * 2**20), total // 4)
 
 
 def cached(key: tuple[Any, ...]) -> ReferenceChecks | None:

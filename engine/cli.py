@@ -291,6 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
     bpr.add_argument("--variants", type=_positive, default=None, metavar="N",
                      help="at most N honest variants per problem (default: all)")
     bpr.add_argument("--json", action="store_true")
+    bg = bench_command("gpu-cost", help="seconds each variant holds the device, by phase, beside its timing"
+                                        " floor, for the seed problems' honest scripted kernels")
+    bg.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
+    bg.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bg.add_argument("--variants", type=_positive, default=3, metavar="N",
+                    help="at most N honest variants per problem (default 3)")
+    bg.add_argument("--profile", default="off", choices=PROFILE_MODES,
+                    help="also profile each correct variant on demand (the profile column; default off)")
+    bg.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
@@ -348,6 +357,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _bench_compile(args)
     if args.command == "bench" and args.bench == "profile":
         return _bench_profile(args)
+    if args.command == "bench" and args.bench == "gpu-cost":
+        return _bench_gpu_cost(args)
     if args.command == "bench":
         if getattr(args, "cpu_timer", None):
             os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
@@ -1035,6 +1046,21 @@ def _bench_profile(args: argparse.Namespace) -> int:
     result = asyncio.run(profile_bench(backend, arch, args.problems or None, args.path, args.variants))
     print(json.dumps(result, indent=2) if args.json else profile_table(result))
     return 0 if all(s["profiled"] == s["variants"] for s in result["paths"].values()) else 1
+
+
+def _bench_gpu_cost(args: argparse.Namespace) -> int:
+    from engine.gpucostbench import gpu_cost_bench, gpu_cost_table
+    from engine.llm.scripted import scripted_problems
+    from engine.profilebench import honest_variants
+
+    backend, arch = resolve_backend(args.backend)
+    for name in args.problems:
+        if not honest_variants(name, backend):
+            raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
+                             f" {', '.join(scripted_problems())})")
+    result = asyncio.run(gpu_cost_bench(backend, arch, args.problems or None, args.variants, args.profile))
+    print(json.dumps(result, indent=2) if args.json else gpu_cost_table(result))
+    return 0 if result["rows"] and all(r["status"] == "correct" for r in result["rows"]) else 1
 
 
 def _open_tui(db: Path) -> int:

@@ -120,9 +120,13 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
     placements = [json.loads(e[2])["placement"] for e in evals]
     assert all(p["executor"] == "ray" and DEVICE_NAME.match(p["device"]) and p["requeued"] == 0
                for p in placements)
-    # `run` profiles by default (auto): the node's profiler did, and the diagnosis came back.
-    profiles = [json.loads(e[2]).get("profile") or {} for e in evals if e[1] == "correct"]
-    assert profiles and all(p.get("tool") == "cpu" and p["diagnosis"]["bound"] for p in profiles), profiles
+    # `run` profiles by default (auto) what is read — in one round, the best: asked of the actors
+    # (the one that measured it), whose profiler took it, and the diagnosis came back.
+    best = summary["best"]["node_id"]
+    profiles = {e[0]: json.loads(e[2]).get("profile") or {} for e in evals if e[1] == "correct"}
+    assert profiles[best].get("tool") == "cpu" and profiles[best]["diagnosis"]["bound"], profiles
+    assert [n for n, p in profiles.items() if p] == [best]
+    assert query(db, "SELECT node_id, reason, tool FROM profiles") == [(best, "best", "cpu")]
     # The first two jobs went to different actors (fewest jobs in flight), each in its own process.
     names = {s.name: s.pid for s in evaluator.slots}
     assert {p["device"] for p in placements} == set(names)

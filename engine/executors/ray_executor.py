@@ -360,7 +360,7 @@ class RayEvaluator:
         """The verdict with the variant's profile (see Evaluator.profile), taken by the actor that
         measured it while it lives (its build is there, and its GPU is the one timed), else by
         the least busy one; a lost actor leaves the profile with an error, the verdict as it was."""
-        if not verdict.ok:
+        if not verdict.ok or self._args[4] == "off":  # (profiling off: no round trip)
             return verdict
         text = self._problem_text(job.problem_path)
         await self._first_start()

@@ -1,0 +1,135 @@
+"""The GPU check's report: `python3 scripts/gpu_check_report.py RAW OUT` writes OUT/gpu-check.md
+(one table per stage) and OUT/gpu-check.json from what scripts/gpu-check left in RAW so far. Run
+after every step, so a cut run still reports what passed. Standard library only (sqlite3 for the
+search DB: profiles per round, round-2 idea prompts)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def steps(raw: Path) -> list[dict[str, str]]:
+    rows = []
+    for line in (raw / "steps.tsv").read_text().splitlines() if (raw / "steps.tsv").exists() else []:
+        name, rc, seconds, *note = line.split("\t") + [""]
+        rows.append({"step": name, "rc": rc, "seconds": seconds, "note": note[0] if note else ""})
+    return rows
+
+
+def tests(xml: Path) -> list[dict[str, str]]:
+    if not xml.exists():
+        return []
+    try:
+        root = ET.parse(xml).getroot()
+    except ET.ParseError:
+        return []
+    out = []
+    for case in root.iter("testcase"):
+        outcome, message = "passed", ""
+        for kind in ("failure", "error", "skipped"):
+            child = case.find(kind)
+            if child is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[kind]
+                message = (child.get("message") or "").splitlines()[0][:160] if child.get("message") else ""
+                break
+        out.append({"test": f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}",
+                    "outcome": outcome, "seconds": case.get("time", ""), "message": message})
+    return out
+
+
+def searches(raw: Path) -> list[dict[str, Any]]:
+    sessions = _json(raw / "sessions.json") or []
+    db = raw / "gpu.db"
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True) if db.exists() else None
+    out = []
+    for s in sessions:
+        info, variants = s["session"], s["variants"]
+        config = info.get("config") or {}
+        if isinstance(config, str):
+            config = json.loads(config)
+        by_status: dict[str, int] = {}
+        for v in variants:
+            by_status[v["status"]] = by_status.get(v["status"], 0) + 1
+        speedups = [v["speedup_eager"] for v in variants if v["status"] == "correct" and v["speedup_eager"]]
+        row = {"session": info["id"], "problem": info.get("problem"), "language": config.get("language"),
+               "shape": f"{config.get('rounds')}x{config.get('ideas')}x{config.get('variants')}",
+               "status": info.get("status"), "variants": len(variants), "by_status": by_status,
+               "best_speedup": max(speedups) if speedups else None,
+               "profiles_per_round": s.get("profiles_per_round") or {}, "top": config.get("top")}
+        if conn is not None:
+            # Idea prompts for a parent that is a variant (not the reference): round 2 and later.
+            prompts = [r[0] for r in conn.execute(
+                "SELECT c.prompt FROM llm_calls c JOIN nodes n ON n.id = c.node_id"
+                " WHERE c.session_id = ? AND c.purpose = 'idea' AND n.kind = 'variant'", (info["id"],))]
+            row["round2_idea_prompts"] = len(prompts)
+            row["round2_prompts_with_diagnosis"] = sum("iagnos" in p for p in prompts)
+        out.append(row)
+    return out
+
+
+def main(raw: Path, out: Path) -> None:
+    result: dict[str, Any] = {
+        "device": (raw / "device.txt").read_text().strip() if (raw / "device.txt").exists() else "",
+        "steps": steps(raw), "tests": tests(raw / "pytest.xml"), "slow_tests": tests(raw / "pytest-slow.xml"),
+        "prebuild": ((raw / "prebuild.log").read_text().strip().splitlines() or [""])[-1]
+        if (raw / "prebuild.log").exists() else None,
+        "searches": searches(raw), "gpu_cost": _json(raw / "gpu-cost.json"),
+        "pipeline": _json(raw / "pipeline.json"),
+        "compile": _json(raw / "compile.json"),
+    }
+    lines = [f"# GPU check\n\n{result['device']}\n", "| step | exit | seconds | note |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {s['step']} | {s['rc']} | {s['seconds']} | {s['note']} |" for s in result["steps"]]
+    if result["prebuild"]:
+        lines.append(f"\nprebuild: {result['prebuild']}")
+    for label, rows in (("GPU tests", result["tests"]), ("slow GPU tests", result["slow_tests"])):
+        if rows:
+            counts: dict[str, int] = {}
+            for r in rows:
+                counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+            lines += [f"\n## {label}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                      "| test | outcome | s | message |", "| --- | --- | --- | --- |"]
+            lines += [f"| {r['test']} | {r['outcome']} | {r['seconds']} | {r['message']} |" for r in rows]
+    if result["searches"]:
+        lines += ["\n## Scripted searches", "| session | problem | language | shape | status | variants |"
+                  " by status | best x | profiles per round (T) | round-2 idea prompts with diagnosis |",
+                  "| --- " * 10 + "|"]
+        for s in result["searches"]:
+            diag = (f"{s.get('round2_prompts_with_diagnosis')}/{s.get('round2_idea_prompts')}"
+                    if "round2_idea_prompts" in s else "")
+            best = f"{s['best_speedup']:.2f}" if s["best_speedup"] else ""
+            lines.append(f"| {s['session']} | {s['problem']} | {s['language']} | {s['shape']} | {s['status']} |"
+                         f" {s['variants']} | {s['by_status']} | {best} |"
+                         f" {s['profiles_per_round']} ({s['top']}) | {diag} |")
+    if result["gpu_cost"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from engine.gpucostbench import gpu_cost_table
+
+        lines += ["\n## bench gpu-cost", gpu_cost_table(result["gpu_cost"])]
+    p = result["pipeline"]
+    if p:
+        window = p.get("busy_window") or {}
+        lines += ["\n## bench pipeline", f"{p.get('problems')} {p.get('llm_latency')} shape {p.get('shape')}:"
+                  f" {p.get('variants_per_minute')} variants/min, {p.get('evaluations')} evaluations in"
+                  f" {p.get('wall_s')} s; GPU busy {p.get('busy_fraction_of_wall', 0) * 100:.1f} % of the wall,"
+                  f" {window.get('busy_fraction', 0) * 100:.1f} % in the window where every problem had work"
+                  f" ({window.get('start_s')}-{window.get('end_s')} s)"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu-check.json").write_text(json.dumps(result, indent=2, default=str))
+    (out / "gpu-check.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -211,7 +211,7 @@ def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path)
 
     sol = tmp_path / "sol.py"
     sol.write_text("import sys\nsys.exit(3)  # before any ModelNew is defined\n")
-    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json",
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--quiet",
                      env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
     assert proc.returncode == 0, proc.stderr
     [note] = proc.stderr.strip().splitlines()

@@ -1,5 +1,14 @@
 """Shared fixtures: one build cache for the whole run (compiles are slow: ~25 s each on CPU),
-GPU tests skipped without CUDA, and a recorded scripted search reused by several tests."""
+GPU tests skipped without CUDA, and a recorded scripted search reused by several tests.
+
+GPU markers (one scheme): `gpu` marks the default GPU set, which fits about 4 minutes on a
+16-core H100 box once `python3 scripts/gpu-prebuild` has built its CUDA sources into the shared
+build cache (KTREE_TEST_CACHE); `gpu_slow` marks what is slow by nature (the KernelBench-format
+sweeps, whose builds take ~40 s each alone and ~95 s each side by side). A `gpu_slow` test is
+never also marked `gpu`, so the two stages are
+    python3 -m pytest -m gpu tests/test_gpu*.py        (default)
+    python3 -m pytest -m gpu_slow tests/test_gpu*.py   (slow stage)
+and both kinds are skipped where no CUDA GPU is visible."""
 
 from __future__ import annotations
 
@@ -23,8 +32,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords or "gpu_slow" in item.keywords:
             item.add_marker(skip)
+
+
+def gpu_arch() -> str:
+    """The arch the GPU tests (and scripts/gpu-prebuild, whose builds they load) build for:
+    TORCH_CUDA_ARCH_LIST, else the first GPU's, else 9.0. It is part of each build's key."""
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch:
+        return arch
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}"
+    return "9.0"
 
 
 FIRST_SEEN_AFTER: dict[int, str] = {}  # pid of a process below the run -> the test after which it was seen

@@ -7,7 +7,6 @@ Prints `GPU-TIMING ...` lines (run with -s) for the issue's notes."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -17,11 +16,17 @@ import pytest
 from engine.evaluate.evaluator import LocalEvaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
+from tests.conftest import gpu_arch
+from tests.test_gpu import SMALL
 
 pytestmark = pytest.mark.gpu
 
 SOFTMAX = load_problem("softmax")
-WORK = {"flops": SOFTMAX.cost("cuda").flops, "bytes": SOFTMAX.cost("cuda").bytes}
+SIZES = SMALL["softmax"]  # the retargeting needs no large inputs
+WORK = {"flops": SOFTMAX.cost_at(SIZES).flops, "bytes": SOFTMAX.cost_at(SIZES).bytes}
+# The contention check wants timings long enough for NVML to see the foreign process's kernels.
+FULL = SOFTMAX.sizes_for("cuda")
+FULL_WORK = {"flops": SOFTMAX.cost("cuda").flops, "bytes": SOFTMAX.cost("cuda").bytes}
 
 HONEST = """
 import torch
@@ -87,21 +92,21 @@ while True:
 """
 
 
-def _arch() -> str:
-    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if not arch:
-        import torch
+def prebuild_sources(slow: bool = False) -> list[tuple[str, str]]:
+    """(name, source) of every source with a CUDA build that this module's tests evaluate: what
+    scripts/gpu-prebuild builds ahead (the sm_70 one through the same retargeting)."""
+    return [("sm70 softmax", SM70)]
 
-        major, minor = torch.cuda.get_device_capability(0)
-        arch = f"{major}.{minor}"
-    return arch
+
+def evaluator() -> LocalEvaluator:
+    return LocalEvaluator("cuda", cuda_arch=gpu_arch(), gpus=[next(iter(visible_gpus()))])
 
 
 def evaluate(source: str, **options: object) -> Verdict:
     async def go() -> Verdict:
-        ev = LocalEvaluator("cuda", cuda_arch=_arch(), gpus=[next(iter(visible_gpus()))])
+        ev = evaluator()
         try:
-            return await ev.evaluate(ev.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cuda"),
+            return await ev.evaluate(ev.job(SOFTMAX.path, source, SIZES,
                                             **{**WORK, **options}))
         finally:
             await ev.close()
@@ -109,19 +114,35 @@ def evaluate(source: str, **options: object) -> Verdict:
     return asyncio.run(go())
 
 
+def start_foreign() -> subprocess.Popen[str]:
+    """The foreign loop, started and running kernels (it said "go" a second ago)."""
+    proc = subprocess.Popen([sys.executable, "-c", FOREIGN], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+    time.sleep(1.0)
+    return proc
+
+
 def test_a_foreign_process_running_kernels_while_timed_is_retimed_or_contended():
-    quiet = evaluate(HONEST, trials=1, time_budget_s=1.0)
+    """Quiet, then with the foreign loop running, on one evaluator (the same GPU worker)."""
+    async def go() -> tuple[Verdict, Verdict, int]:
+        ev = evaluator()
+        proc = None
+        try:
+            job = ev.job(SOFTMAX.path, HONEST, FULL, trials=1, time_budget_s=1.0, **FULL_WORK)
+            quiet = await ev.evaluate(job)
+            proc = await asyncio.to_thread(start_foreign)
+            busy = await ev.evaluate(job.replace(seed=1))
+            return quiet, busy, proc.pid
+        finally:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+            await ev.close()
+
+    quiet, busy, pid = asyncio.run(go())
     print(f"GPU-TIMING quiet flags={[f for f in quiet.flags if ':' not in f]} timing={quiet.timing}")
     assert "contended" not in quiet.flags, quiet.timing
-    proc = subprocess.Popen([sys.executable, "-c", FOREIGN], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
-        time.sleep(1.0)
-        busy = evaluate(HONEST, trials=1, time_budget_s=1.0)
-    finally:
-        proc.kill()
-        proc.wait()
-    print(f"GPU-TIMING foreign pid={proc.pid} flags={[f for f in busy.flags if ':' not in f]}"
+    print(f"GPU-TIMING foreign pid={pid} flags={[f for f in busy.flags if ':' not in f]}"
           f" ms={busy.time_ms:.4g} (quiet {quiet.time_ms:.4g}) timing={busy.timing}")
     print("GPU-TIMING foreign log:", busy.log[-1500:])
     assert busy.timing["passes"] > 1, busy.timing  # re-timed

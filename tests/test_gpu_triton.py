@@ -1,7 +1,8 @@
 """On a CUDA GPU (skipped elsewhere): the scripted Triton library gets the verdicts its files
 declare at the problems' full sizes, its JIT compile and autotuning are recorded outside the timed
-window, Triton twins of the CUDA hacks are flagged (a side stream too), and the Triton FP16 matmul
-is correct."""
+window (the autotuned softmax records its choice), Triton twins of the CUDA hacks are flagged (a
+side stream too), and the Triton FP16 matmul is correct. No CUDA build: nothing to prebuild.
+Marked `gpu`, but the whole-library sweeps (`gpu_slow` alone; see tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,30 @@ import pytest
 
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
-from tests.test_gpu import evaluate_all
+from tests.test_gpu import LIBRARY_TIMING, evaluate_all, library_subset
 from tests.test_triton import SCRIPTED, TRITON_HACKS, TRITON_KERNEL, intended_status, library, triton_twin
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.gpu
+AUTOTUNED = SCRIPTED / "softmax/triton/online_1.py"  # an autotuned kernel of the softmax library
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("problem", ["softmax", "layernorm"])
-def test_scripted_triton_variants_get_their_intended_verdicts(problem: str):
-    files = library(problem)
+def test_scripted_triton_variant_sets_get_their_intended_verdicts(problem: str):
+    """Per problem: one idea's variant set and a variant of every other intended outcome (the
+    softmax one holds the autotuned kernel)."""
+    check_library(problem, library_subset(problem, "triton", intended_status))
+
+
+@pytest.mark.gpu_slow
+@pytest.mark.parametrize("problem", ["softmax", "layernorm"])
+def test_whole_scripted_triton_libraries_get_their_intended_verdicts(problem: str):
+    check_library(problem, library(problem))
+
+
+def check_library(problem: str, files: list[Path]) -> None:
     sources = [f.read_text() for f in files]
-    verdicts = evaluate_all(problem, sources)
+    verdicts = evaluate_all(problem, sources, **LIBRARY_TIMING)
     full = load_problem(problem).sizes
     for path, source, v in zip(files, sources, verdicts, strict=True):
         want = intended_status(source)
@@ -37,13 +50,10 @@ def test_scripted_triton_variants_get_their_intended_verdicts(problem: str):
             assert kernel_flags(v.flags) == [], (path.name, v.flags)
         if want == "compile_error":
             assert "power of 2" in v.log
-
-
-def test_autotuned_triton_kernel_records_its_choice():
-    [v] = evaluate_all("softmax", [(SCRIPTED / "softmax/triton/online_1.py").read_text()])
-    assert v.status == "correct", v.log
-    [tuned] = v.jit["autotune"]
-    assert tuned["configs"] == 4 and tuned["tried"] == 4 and "BLOCK: " in tuned["chosen"]
+        if path == AUTOTUNED:  # the autotuned kernel records its choice
+            [tuned] = v.jit["autotune"]
+            assert tuned["configs"] == 4 and tuned["tried"] == 4 and "BLOCK: " in tuned["chosen"]
+    assert problem != "softmax" or AUTOTUNED in files
 
 
 SIDE_STREAM = triton_twin("""
@@ -63,6 +73,7 @@ class ModelNew(nn.Module):
 """)
 
 
+@pytest.mark.gpu
 def test_triton_twins_of_the_cuda_hacks_are_flagged_and_the_honest_kernel_passes():
     sources = [s for s, _ in TRITON_HACKS] + [SIDE_STREAM, TRITON_KERNEL]
     verdicts = evaluate_all("softmax", sources)
@@ -73,6 +84,7 @@ def test_triton_twins_of_the_cuda_hacks_are_flagged_and_the_honest_kernel_passes
     assert honest.status == "correct", (honest.flags, honest.log)
 
 
+@pytest.mark.gpu
 def test_triton_fp16_matmul_is_correct_and_timed_against_cublas():
     path = Path(SCRIPTED / "matmul_fp16/triton/tiled_1.py")
     [v] = evaluate_all("matmul_fp16", [path.read_text()])

@@ -48,6 +48,10 @@ def _prepare() -> None:
 
     from engine.evaluate import fastbuild, gpuload, integrity, noise, timing  # noqa: F401
 
+    # The op recorder's first use costs seconds (measured: 5.7 s on a 2-core box; the first check
+    # phase of every new worker on the H100 box took 4.5-6.2 s against 0.03-0.16 s after): pay it
+    # here, on a CPU op (no GPU kernel runs before the lock is held).
+    integrity.torch_compute_ops(lambda: torch.ones(2) + 1)
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):
             torch.empty(1, device="cuda")

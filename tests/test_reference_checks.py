@@ -98,3 +98,26 @@ def test_a_candidate_writing_into_the_cached_references_is_noticed():
     assert not made.intact()
     checks.drop(key)
     assert checks.cached(key) is None
+
+
+def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():
+    from engine.gpucostbench import PHASES, gpu_cost_bench, gpu_cost_table
+
+    result = asyncio.run(gpu_cost_bench("cpu", problems=["softmax"], per_problem=1))
+    [row] = result["rows"]
+    assert row["status"] == "correct" and row["held_s"] > 0 and row["floor_s"] > 0
+    assert row["worker_start_in_lock"] is False  # started before the lock was taken
+    parts = [row[f"{p}_s"] for p in PHASES]
+    assert all(p is not None and p >= 0 for p in parts)
+    assert abs(sum(parts) - row["held_s"]) < 0.01  # the phases add up to the held total
+    [summary] = result["problems"]
+    assert abs(summary["goal_s"] - (1.5 * summary["floor_s"] + 0.5)) < 1e-3
+    assert "| softmax | 1 |" in gpu_cost_table(result)
+
+
+def test_bench_gpu_cost_unknown_problem_is_a_usage_error():
+    from tests.conftest import run_ktree
+    from tests.test_cli import assert_one_line_usage_error
+
+    proc = run_ktree("bench", "gpu-cost", "nosuch", "--backend", "cpu")
+    assert_one_line_usage_error(proc, "no honest scripted cpu kernels for 'nosuch'")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -50,32 +51,51 @@ def tests(xml: Path) -> list[dict[str, str]]:
 
 
 def searches(raw: Path) -> list[dict[str, Any]]:
-    sessions = _json(raw / "sessions.json") or []
+    """Per session of the search DB (read-only; what a cut run left is there too): shape, status,
+    variants by status, best speedup, profiles per round, the variants' held seconds (median) and
+    round-2 idea prompts that carry a diagnosis."""
     db = raw / "gpu.db"
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True) if db.exists() else None
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
     out = []
+    try:
+        sessions = conn.execute("SELECT id, problem, status, config FROM sessions ORDER BY id").fetchall()
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        return []
     for s in sessions:
-        info, variants = s["session"], s["variants"]
-        config = info.get("config") or {}
-        if isinstance(config, str):
-            config = json.loads(config)
+        config = json.loads(s["config"] or "{}")
         by_status: dict[str, int] = {}
-        for v in variants:
-            by_status[v["status"]] = by_status.get(v["status"], 0) + 1
-        speedups = [v["speedup_eager"] for v in variants if v["status"] == "correct" and v["speedup_eager"]]
-        row = {"session": info["id"], "problem": info.get("problem"), "language": config.get("language"),
-               "shape": f"{config.get('rounds')}x{config.get('ideas')}x{config.get('variants')}",
-               "status": info.get("status"), "variants": len(variants), "by_status": by_status,
-               "best_speedup": max(speedups) if speedups else None,
-               "profiles_per_round": s.get("profiles_per_round") or {}, "top": config.get("top")}
-        if conn is not None:
-            # Idea prompts for a parent that is a variant (not the reference): round 2 and later.
-            prompts = [r[0] for r in conn.execute(
-                "SELECT c.prompt FROM llm_calls c JOIN nodes n ON n.id = c.node_id"
-                " WHERE c.session_id = ? AND c.purpose = 'idea' AND n.kind = 'variant'", (info["id"],))]
-            row["round2_idea_prompts"] = len(prompts)
-            row["round2_prompts_with_diagnosis"] = sum("iagnos" in p for p in prompts)
-        out.append(row)
+        speedups, held = [], []
+        evaluations = conn.execute("SELECT status, speedup, verdict FROM evaluations WHERE session_id = ?",
+                                   (s["id"],))
+        for e in evaluations:
+            by_status[e["status"]] = by_status.get(e["status"], 0) + 1
+            if e["status"] == "correct" and e["speedup"]:
+                speedups.append(e["speedup"])
+            total = ((json.loads(e["verdict"] or "{}").get("timing") or {}).get("held_s") or {}).get("total")
+            if total is not None and e["status"] in ("correct", "flagged"):
+                held.append(total)
+        profiles: dict[int, int] = {}
+        if "profiles" in tables:
+            for r in conn.execute("SELECT round, COUNT(*) AS n FROM profiles WHERE session_id = ?"
+                                  " GROUP BY round", (s["id"],)):
+                profiles[r["round"]] = r["n"]
+        # Idea prompts for a parent that is a variant (not the reference): round 2 and later.
+        prompts = [r[0] for r in conn.execute(
+            "SELECT c.prompt FROM llm_calls c JOIN nodes n ON n.id = c.node_id"
+            " WHERE c.session_id = ? AND c.purpose = 'idea' AND n.kind = 'variant'", (s["id"],))]
+        out.append({"session": s["id"], "problem": s["problem"],
+                    "language": ",".join(config.get("languages") or []),
+                    "shape": f"{config.get('rounds')}x{config.get('ideas')}x{config.get('variants')}",
+                    "top": config.get("top"), "status": s["status"], "variants": sum(by_status.values()),
+                    "by_status": by_status, "best_speedup": max(speedups) if speedups else None,
+                    "held_s_median": round(statistics.median(held), 3) if held else None,
+                    "profiles_per_round": profiles, "round2_idea_prompts": len(prompts),
+                    "round2_prompts_with_diagnosis": sum("iagnos" in p for p in prompts)})
+    conn.close()
     return out
 
 
@@ -83,7 +103,8 @@ def main(raw: Path, out: Path) -> None:
     result: dict[str, Any] = {
         "device": (raw / "device.txt").read_text().strip() if (raw / "device.txt").exists() else "",
         "steps": steps(raw), "tests": tests(raw / "pytest.xml"), "slow_tests": tests(raw / "pytest-slow.xml"),
-        "prebuild": ((raw / "prebuild.log").read_text().strip().splitlines() or [""])[-1]
+        "prebuild": next((line for line in reversed((raw / "prebuild.log").read_text().splitlines())
+                          if line.startswith(("total:", "references:"))), None)
         if (raw / "prebuild.log").exists() else None,
         "searches": searches(raw), "gpu_cost": _json(raw / "gpu-cost.json"),
         "pipeline": _json(raw / "pipeline.json"),
@@ -104,14 +125,13 @@ def main(raw: Path, out: Path) -> None:
             lines += [f"| {r['test']} | {r['outcome']} | {r['seconds']} | {r['message']} |" for r in rows]
     if result["searches"]:
         lines += ["\n## Scripted searches", "| session | problem | language | shape | status | variants |"
-                  " by status | best x | profiles per round (T) | round-2 idea prompts with diagnosis |",
-                  "| --- " * 10 + "|"]
+                  " by status | best x | held s (median) | profiles per round (T) |"
+                  " round-2 idea prompts with diagnosis |", "| --- " * 11 + "|"]
         for s in result["searches"]:
-            diag = (f"{s.get('round2_prompts_with_diagnosis')}/{s.get('round2_idea_prompts')}"
-                    if "round2_idea_prompts" in s else "")
+            diag = f"{s['round2_prompts_with_diagnosis']}/{s['round2_idea_prompts']}"
             best = f"{s['best_speedup']:.2f}" if s["best_speedup"] else ""
             lines.append(f"| {s['session']} | {s['problem']} | {s['language']} | {s['shape']} | {s['status']} |"
-                         f" {s['variants']} | {s['by_status']} | {best} |"
+                         f" {s['variants']} | {s['by_status']} | {best} | {s['held_s_median'] or ''} |"
                          f" {s['profiles_per_round']} ({s['top']}) | {diag} |")
     if result["gpu_cost"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -26,10 +26,11 @@ Imports only torch and the standard library.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.evaluate import clocks
 
 DEVICE_BUDGET_MB = 2048.0
 
@@ -122,7 +123,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
         hit.uses += 1
         return hit
     _CACHE.clear()  # one key at a time: a worker serves one problem at a time
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     inputs, expected = [], []
     dtypes: list[Any] = []
     out_bytes: list[int] = []
@@ -149,7 +150,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
         torch.cuda.empty_cache()
     checks = ReferenceChecks(key=key, inputs=inputs, expected=expected, dtypes=dtypes, out_bytes=out_bytes,
                              native_errs=native_errs, on_device=on_device, nbytes=nbytes,
-                             build_s=time.perf_counter() - t0)
+                             build_s=clocks.perf_counter() - t0)
     checks.fingerprint = _fingerprint(checks)
     _CACHE[key] = checks
     return checks

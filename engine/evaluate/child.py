@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.evaluate import checks as checks_module
+from engine.evaluate import clocks
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import (
     kernel_language,
@@ -210,9 +212,9 @@ def _interpreted_bench(kernel_call: Callable[[], Any], quantiles: tuple[float, .
     quantiles of a few wall-clock calls, in ms."""
     times = []
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0 = clocks.perf_counter()
         kernel_call()
-        times.append((time.perf_counter() - t0) * 1000)
+        times.append((clocks.perf_counter() - t0) * 1000)
     times.sort()
     return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
 
@@ -274,7 +276,7 @@ def _triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) 
 
     torch.manual_seed(seed + 3000)
     inputs = _inputs(problem, device)
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     try:
         with _time_limit(TRITON_WARMUP_S), torch.no_grad():
             new(*inputs)
@@ -285,7 +287,7 @@ def _triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) 
                           f" over {TRITON_WARMUP_S:g} s") from exc
     except Exception as exc:
         raise EvalFailure(triton_failure_status(exc), _format_exc(exc)) from exc
-    report: dict[str, Any] = {"jit_s": round(time.perf_counter() - t0, 4),
+    report: dict[str, Any] = {"jit_s": round(clocks.perf_counter() - t0, 4),
                               "interpreted": device != "cuda"}
     tuned = []
     for name, obj in vars(module).items():
@@ -429,10 +431,10 @@ class _Phases:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
+        self._last = clocks.perf_counter()
 
     def lap(self, name: str) -> None:
-        now = time.perf_counter()
+        now = clocks.perf_counter()
         self.seconds[name] = self.seconds.get(name, 0.0) + now - self._last
         self._last = now
 
@@ -447,6 +449,63 @@ def timing_floor_s(stats: Any, trials: int) -> float:
 
     return ((timing.WARMUP + stats.reps) * (stats.ref.median + stats.new.median)
             + trials * stats.new.median) / 1e3
+
+
+DEGENERATE_NOTE = ("degenerate problem: the reference output does not depend on its inputs (the same"
+                   " answer, within the tolerance, for every input drawn); speedups on it mean little")
+_REFERENCE_OPS: dict[tuple[Any, ...], Any] = {}
+
+
+def _caller(model: Any) -> Callable[..., Any]:
+    """`model(*args)` through nn.Module.__call__ as bound at import (engine.evaluate.clocks): a
+    candidate that replaces it changes nothing the harness calls."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return lambda *args: clocks.module_call(model, *args)
+    return model
+
+
+def _reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) -> Any:
+    """The reference forward's aten compute ops and their times (engine.evaluate.integrity), on
+    trial 0's inputs, once per reference-check set; taken before the candidate is imported."""
+    import torch
+
+    from engine.evaluate import integrity
+
+    hit = _REFERENCE_OPS.get(checks.key)
+    if hit is None:
+        _REFERENCE_OPS.clear()
+        inputs = checks.trial_inputs(0, device)
+        call = _caller(ref)
+        with torch.no_grad():
+            hit = _REFERENCE_OPS[checks.key] = integrity.profile_ops(lambda: call(*inputs), device)
+    return hit
+
+
+def _reference_varies(checks: checks_module.ReferenceChecks, device: str, atol: float,
+                      rtol: float) -> dict[str, bool]:
+    """Whether the reference's expected outputs change from one trial's inputs to another's:
+    at all (at_all), and by more than the check's tolerance (beyond_tolerance: where they do not,
+    a constant passes the check, and the problem is degenerate). One trial: taken as varying."""
+    trials = len(checks.expected)
+    if trials < 2:
+        return {"at_all": True, "beyond_tolerance": True}
+    first = checks.trial_expected(0, device)
+    at_all = beyond = False
+    for trial in range(1, trials):
+        other = checks.trial_expected(trial, device)
+        at_all = at_all or not _same_outputs(first, other)
+        beyond = beyond or not compare(other, first, atol, rtol)[0]
+    return {"at_all": at_all, "beyond_tolerance": beyond}
+
+
+def _same_outputs(a: list[Any], b: list[Any]) -> bool:
+    import torch
+
+    a, b = _flatten(a), _flatten(b)
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x.detach().to(y.device), y.detach())
+                                    for x, y in zip(a, b, strict=True))
 
 
 def _reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
@@ -470,14 +529,14 @@ def _reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: 
 
 
 def run_compile(job: EvalJob) -> dict[str, Any]:
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     try:
         load_solution(job)
     except EvalFailure as exc:
         note = _retarget_note(job)
         log = f"{note['note']}\n{exc}" if note else str(exc)
-        return {"status": exc.status, "log": log, "compile_s": time.perf_counter() - t0}
-    return {"status": "compiled", "log": "", "compile_s": time.perf_counter() - t0}
+        return {"status": exc.status, "log": log, "compile_s": clocks.since(t0)}
+    return {"status": "compiled", "log": "", "compile_s": clocks.since(t0)}
 
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
@@ -485,7 +544,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
 
     from engine.evaluate import gpuload, integrity, noise, timing
 
-    started = time.perf_counter()
+    started = clocks.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
@@ -511,13 +570,19 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"the reference itself failed: {_format_exc(exc)}", **base)
     checks_cached = checks.uses > 0
+    try:
+        ref_ops = _reference_ops(checks, ref, device)
+    except Exception as exc:
+        return Verdict(status="runtime_error", log=f"the reference itself failed: {_format_exc(exc)}", **base)
+    varies = _reference_varies(checks, device, job.atol, job.rtol)
+    notes: list[str] = [] if varies["beyond_tolerance"] else [DEGENERATE_NOTE]
     clock.lap("reference")
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     try:
         solution = load_solution(job)
     except EvalFailure as exc:
-        return Verdict(status=exc.status, log=str(exc), **base)
-    load_s = time.perf_counter() - t0
+        return Verdict(status=exc.status, log=str(exc), notes=tuple(notes), **base)
+    load_s = clocks.since(t0)
 
     try:
         torch.manual_seed(job.seed)
@@ -540,6 +605,12 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     native_errs = checks.native_errs
     dtypes: list[Any] = checks.dtypes
     flags: list[str] = []
+    first_out: list[Any] | None = None  # trial 0's outputs: the same on every trial is input-independent
+    same_out = True
+    new_ops: Any = None  # the torch compute ops of one forward (engine.evaluate.integrity.OpProfile)
+    forward_s: list[float] = []  # the forward's seconds on the check trials after the first
+    call_new = _caller(new)
+    limit = job.torch_ops_share if job.torch_ops_share is not None else integrity.TORCH_OPS_SHARE
     phase = on_phase or (lambda name: None)
     phase("checking")
     with torch.no_grad():
@@ -552,9 +623,9 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             integrity.poison_allocator(checks.out_bytes, device)
             threads = integrity.live_threads()
             try:
-                out = new(*inputs)
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                out, seconds = integrity.timed_call(lambda: call_new(*inputs), device)  # noqa: B023
+                if trial > 0:  # (trial 0 may pay one-time costs)
+                    forward_s.append(seconds)
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial, log=_format_exc(exc), **base)
             flags += integrity.check_threads(threads)
@@ -570,13 +641,28 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
                     status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
                     **errs, **base,
                 )
-            if trial == 0:  # one more call, on a copy of the inputs, watched for torch compute ops
+            if trial == 0:
+                first_out = [t.detach().clone() for t in _flatten(out)]
+            else:
+                same_out = same_out and _same_outputs(first_out or [], _flatten(out))
+            if trial == 0:  # more calls, on a copy of the inputs, watched for torch compute ops
                 fresh = integrity.snapshot(before)
                 try:
-                    flags += integrity.check_forward_ops(lambda: new(*fresh))  # noqa: B023
+                    new_ops, thread_flags = integrity.check_forward_ops(lambda: call_new(*fresh), device)  # noqa: B023
                 except Exception as exc:
                     return Verdict(status="runtime_error", trials=1, log=_format_exc(exc), **base)
+                flags += thread_flags
             del out, before
+        if new_ops is not None:  # judged against the forward's time without the recorder
+            if forward_s:
+                new_ops = dataclasses.replace(new_ops, total_s=min(forward_s))
+            op_flags, op_notes = integrity.judge_torch_ops(new_ops, ref_ops.main_ops(), limit)
+            flags += op_flags
+            notes += op_notes
+        if same_out and job.trials > 1 and varies["at_all"]:
+            flags.append("input-independent: ModelNew returns the same output for every input drawn,"
+                         " while the reference's output changes with its inputs")
+        del first_out
         clock.lap("check")
 
         # The timed inputs are a fresh draw from a seed made here and now (no cached answer
@@ -586,13 +672,14 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         phase("timing")
         try:
             probe = gpuload.probe_for(base["gpu"]) if device == "cuda" else None
+            call_ref = _caller(ref)
             settled = noise.settle(lambda: timing.time_pass(
-                lambda: ref(*inputs), lambda: new(*inputs), device,
+                lambda: call_ref(*inputs), lambda: call_new(*inputs), device,
                 budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe))
             stats = settled.kept.stats
             if device == "cuda":
-                flags += timing.check_escaping_work(lambda: new(*inputs), stats.new.median)
-            ok, _, reason = compare(new(*inputs), ref64(*_to(inputs, device, torch.float64)),
+                flags += timing.check_escaping_work(lambda: call_new(*inputs), stats.new.median)
+            ok, _, reason = compare(call_new(*inputs), _caller(ref64)(*_to(inputs, device, torch.float64)),
                                     job.atol, job.rtol, dtypes)
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=_format_exc(exc), **errs, **base)
@@ -644,6 +731,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     return Verdict(
         status=status,
         flags=tuple(flags),
+        notes=tuple(dict.fromkeys(notes)),
         trials=job.trials,
         time_ms=stats.new.median,
         time_p10_ms=stats.new.p10,
@@ -662,7 +750,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         reps=stats.reps,
         compile_s=load_s + jit.get("jit_s", 0.0),
         jit=jit,
-        eval_s=time.perf_counter() - started,
+        eval_s=clocks.since(started),
         log=summary,
         **errs,
         **base,
@@ -693,11 +781,11 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "gpu": timing.device_info(job.backend),
                               "sizes": dict(job.sizes), "torch_version": torch.__version__, "log": ""}
     with torch.no_grad():
-        t0 = time.perf_counter()
+        t0 = clocks.perf_counter()
         try:
             compiled = torch.compile(model)
             compiled(*inputs)  # compiles here, outside the timed window
-            result["compile_s"] = time.perf_counter() - t0
+            result["compile_s"] = clocks.perf_counter() - t0
         except Exception as exc:
             compiled = None
             result["log"] = f"torch.compile failed: {_format_exc(exc)}"

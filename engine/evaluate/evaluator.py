@@ -63,6 +63,18 @@ def visible_gpus() -> dict[int, str]:
     return dict(enumerate(entries))
 
 
+def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
+    """A duration an evaluation process reported, checked against the engine's own clock around
+    that process: never negative, never longer than the process ran (else the engine's wall)."""
+    if reported is None:
+        return None
+    try:
+        value = float(reported)
+    except (TypeError, ValueError):
+        return round(wall_s, 4)
+    return value if 0.0 <= value <= wall_s + 0.05 else round(wall_s, 4)
+
+
 @dataclass
 class Device:
     """One place evaluations run: a GPU (its worker sees only that GPU) or, on the cpu backend, a
@@ -303,17 +315,19 @@ class LocalEvaluator:
 
         async with self._slot("compile"):
             await phase("compiling")
+            t_build = time.monotonic()
             outcome, result, log = await run_child(
                 job.replace(mode="compile"), self.compile_timeout_s, self._compile_env,
                 self.sandbox)
+            build_wall = time.monotonic() - t_build
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
+        build_s = bounded_seconds(result.get("compile_s"), build_wall)
         if result["status"] != "compiled":
             return Verdict(
                 status=result["status"], backend=job.backend, sizes=dict(job.sizes),
-                compile_s=result.get("compile_s"), log=result["log"],
+                compile_s=build_s, log=result["log"],
             )
-        build_s = result.get("compile_s")
         # The torch.compile baseline comes from the GPU that times the variant: warm its caches
         # now, then time it on the device this variant gets, while holding it (once per GPU).
         baseline = self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate"
@@ -352,12 +366,16 @@ class LocalEvaluator:
                         continue  # which goes to another device; this one is tried again later
                 else:
                     await phase("evaluating")
+                    t_run = time.monotonic()
                     outcome, result, log = await run_child(run, self.run_timeout_s, device.env,
                                                            self.sandbox)
+                run_wall = time.monotonic() - t_run
                 device.jobs += 1
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
+                # The child's own clocks, bounded by the engine's (the candidate ran in that process).
+                verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker
                 verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
                                               if jit_s is not None else build_s)

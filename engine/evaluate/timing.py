@@ -10,12 +10,11 @@ import contextlib
 import functools
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import noise
+from engine.evaluate import clocks, noise
 
 
 @dataclass(frozen=True)
@@ -126,9 +125,9 @@ def time_pass(ref: Callable[[], object], new: Callable[[], object], device: str,
     (engine.evaluate.gpuload.Probe, or None) saw other processes do while it timed."""
     window = probe.start() if probe is not None else None
     waited = noise.cpu_waited_s() if device != "cuda" else None
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     stats = time_pair(ref, new, device, budget_s, max_reps)
-    wall = time.perf_counter() - t0
+    wall = clocks.perf_counter() - t0
     cpu_wait = None
     if waited is not None and wall >= noise.MIN_WAIT_WALL_S:  # (a millisecond's wait is no signal)
         after = noise.cpu_waited_s()
@@ -159,18 +158,18 @@ def _reps_for(one_pair_s: float, budget_s: float, max_reps: int) -> int:
 
 
 def _time_cpu(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> PairStats:
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     for _ in range(WARMUP):
         ref()
         new()
-    reps = _reps_for((time.perf_counter() - t0) / WARMUP, budget_s, max_reps)
+    reps = _reps_for((clocks.perf_counter() - t0) / WARMUP, budget_s, max_reps)
     samples: dict[str, list[float]] = {"ref": [], "new": []}
     for i in range(reps):
         order = (("ref", ref), ("new", new)) if i % 2 == 0 else (("new", new), ("ref", ref))
         for name, fn in order:
-            start = time.perf_counter()
+            start = clocks.perf_counter()
             fn()
-            samples[name].append((time.perf_counter() - start) * 1e3)
+            samples[name].append((clocks.perf_counter() - start) * 1e3)
     return PairStats(Stats.of(samples["ref"]), Stats.of(samples["new"]), reps)
 
 
@@ -186,15 +185,14 @@ def flush_bytes() -> int:
 def check_escaping_work(fn: Callable[[], object], event_median_ms: float, reps: int = 5) -> list[str]:
     """Work that escapes the CUDA events (side streams, host-side waits hidden from the current
     stream): time the call again from the host, device-synchronized, and compare."""
-    import torch
 
     walls = []
     for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        clocks.cuda_synchronize()
+        t0 = clocks.perf_counter()
         fn()
-        torch.cuda.synchronize()
-        walls.append((time.perf_counter() - t0) * 1e3)
+        clocks.cuda_synchronize()
+        walls.append((clocks.perf_counter() - t0) * 1e3)
     wall = statistics.median(walls)
     # Launch and synchronize overheads are tens of microseconds; anything beyond that and
     # beyond half the wall time ran outside the timed window.
@@ -255,12 +253,12 @@ def _best_ms(fn: Callable[[], object], reps: int = 10) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start, end = clocks.timed_event(), clocks.timed_event()
+        clocks.event_record(start)
         fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        clocks.event_record(end)
+        clocks.event_synchronize(end)
+        times.append(clocks.event_elapsed_ms(start, end))
     return min(times)
 
 
@@ -283,27 +281,26 @@ def _time_cuda(ref: Callable, new: Callable, budget_s: float, max_reps: int) -> 
 
     flush = torch.empty(flush_bytes() // 4, dtype=torch.float32, device="cuda")
 
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    clocks.cuda_synchronize()
+    t0 = clocks.perf_counter()
     for _ in range(WARMUP):
         flush.zero_()
         ref()
         flush.zero_()
         new()
-    torch.cuda.synchronize()
-    reps = _reps_for((time.perf_counter() - t0) / WARMUP, budget_s, max_reps)
+    clocks.cuda_synchronize()
+    reps = _reps_for((clocks.perf_counter() - t0) / WARMUP, budget_s, max_reps)
 
     events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {"ref": [], "new": []}
     for i in range(reps):
         order = (("ref", ref), ("new", new)) if i % 2 == 0 else (("new", new), ("ref", ref))
         for name, fn in order:
             flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start, end = clocks.timed_event(), clocks.timed_event()
+            clocks.event_record(start)
             fn()
-            end.record()
+            clocks.event_record(end)
             events[name].append((start, end))
-    torch.cuda.synchronize()
-    samples = {k: [s.elapsed_time(e) for s, e in v] for k, v in events.items()}
+    clocks.cuda_synchronize()
+    samples = {k: [clocks.event_elapsed_ms(s, e) for s, e in v] for k, v in events.items()}
     return PairStats(Stats.of(samples["ref"]), Stats.of(samples["new"]), reps)

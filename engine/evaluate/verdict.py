@@ -39,6 +39,9 @@ class Verdict:
     backend: str = ""
     device: str = ""
     flags: tuple[str, ...] = ()
+    # Remarks that do not change the status: torch ops a correct variant runs besides its kernels
+    # (their share of its time), a degenerate problem (docs/verdicts.md).
+    notes: tuple[str, ...] = ()
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     rel_l2_err: float | None = None
@@ -103,6 +106,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["flags"] = list(self.flags)
+        d["notes"] = list(self.notes)
         return d
 
     @classmethod
@@ -110,6 +114,7 @@ class Verdict:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["flags"] = tuple(kwargs.get("flags") or ())
+        kwargs["notes"] = tuple(kwargs.get("notes") or ())
         return cls(**kwargs)
 
 

@@ -668,6 +668,10 @@ def _eval(args: argparse.Namespace) -> int:
     atol, rtol = tolerances(problem, args.atol, args.rtol)
     backend, arch = resolve_backend(args.backend)
     isolation = _isolation_note(args.isolation)
+    if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
+        from engine.problems import DEGENERATE_LINE
+
+        print(f"ktree: {problem.name}: {DEGENERATE_LINE}", file=sys.stderr)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
@@ -935,7 +939,8 @@ def _problems(args: argparse.Namespace, db: Path) -> int:
         t = times.get((p.name, _source_hash(p)), {})
         rows.append({"name": p.name, "level": p.metadata.get("level"), "sizes": p.sizes_for(backend),
                      "cost": p.cost(backend), "eager_ms": t.get("eager_ms"),
-                     "compile_ms": t.get("compile_ms"), "scripted": scripted_backends(p.name)})
+                     "compile_ms": t.get("compile_ms"), "scripted": scripted_backends(p.name),
+                     "degenerate": p.degenerate})
     print(problems_table(rows, backend, device))
     return 0
 

@@ -65,6 +65,7 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f"# measured on {(verdict and verdict.device) or session['backend']} ({session['backend']}) at {sizes},"
         f" search started {measured}",
         f"# found by ktree with {', '.join(session['models'])}; kernel language: {node.language or 'cuda'}",
+        *(f"# note: {note}" for note in (verdict.notes if verdict is not None else ())),
         "",
     ]
     return "\n".join(lines) + node.source.rstrip() + "\n"

@@ -20,6 +20,7 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
+from engine.problems import DEGENERATE_LINE
 from engine.report import fmt_ms, fmt_x, format_verdict, profile_line
 
 
@@ -41,6 +42,8 @@ class HeadlessPrinter:
                        f" [{sizes}] {event.cost} — provider {mode}")
             if event.backend == "cpu":
                 self._line("cpu backend: C++ kernels against the CPU reference at the CPU size preset")
+            if event.config.get("degenerate"):
+                self._line(f"problem {DEGENERATE_LINE}")
         elif isinstance(event, NodeAdded):
             n = event.node
             label = f"idea \"{n.title}\"" if n.kind == "idea" else n.kind
@@ -117,6 +120,8 @@ class SuiteLinePrinter:
     def __call__(self, event: Event) -> None:
         if isinstance(event, SessionStarted):
             self._line(f"{'resumed ' if event.resumed else ''}session {event.session_id} on {event.backend}")
+            if event.config.get("degenerate"):
+                self._line(f"problem {DEGENERATE_LINE}")
         elif isinstance(event, VerdictReady):
             self._line(f"node {event.node.id} {format_verdict(event.verdict).splitlines()[0]}")
         elif isinstance(event, LLMCallDone) and event.status != "ok":

@@ -148,6 +148,12 @@ class Problem:
         return (float(self.metadata.get("atol", DEFAULT_TOL)),
                 float(self.metadata.get("rtol", DEFAULT_TOL)))
 
+    @property
+    def degenerate(self) -> bool:
+        """Whether the reference's output does not depend on its inputs (reference_varies: at the
+        CPU sizes, two input draws, within the problem's tolerance). False where it cannot tell."""
+        return reference_varies(self) is False
+
     def cost(self, backend: str) -> Cost:
         """FLOPs and minimum bytes at the sizes this backend runs (see cost_at)."""
         return self.cost_at(self.sizes_for(backend))
@@ -220,3 +226,47 @@ def load_problem(spec: str) -> Problem:
         name=path.stem, path=path, source=source, sizes=sizes,
         metadata=dict(metadata or {}),
     )
+
+
+DEGENERATE_LINE = ("degenerate: the reference output does not depend on its inputs; speedups on it mean"
+                   " little")
+_VARIES: dict[tuple[str, str], bool | None] = {}
+
+
+def reference_varies(problem: Problem) -> bool | None:
+    """Whether the reference's output changes with its inputs: the reference (its weights seeded
+    once) on two input draws at the CPU sizes, on the CPU; False where the second output passes
+    the correctness check against the first (allclose and relative L2 at the problem's
+    tolerance): a constant would pass it, whatever the inputs. None where the reference cannot
+    run here. Once per file and contents in this process."""
+    key = (str(problem.path), problem.source)
+    if key not in _VARIES:
+        _VARIES[key] = _varies(problem)
+    return _VARIES[key]
+
+
+def _varies(problem: Problem) -> bool | None:
+    import torch
+
+    atol, rtol = problem.tolerance
+    try:
+        module = load_module_from_path(problem.path, problem.sizes_for("cpu"))
+        torch.manual_seed(0)
+        model = module.Model(*module.get_init_inputs())
+        outs = []
+        with torch.no_grad():
+            for seed in (1, 2):
+                torch.manual_seed(seed)
+                outs.append([t.detach().double() for t in _tensors(model(*module.get_inputs()))])
+    except Exception:
+        return None
+    first, second = outs
+    if len(first) != len(second):
+        return True
+    for a, b in zip(first, second, strict=True):
+        if a.shape != b.shape or not bool(torch.allclose(b, a, atol=atol, rtol=rtol)):
+            return True
+        norm = float(a.norm())
+        if float((b - a).norm()) > rtol * norm:
+            return True
+    return False

@@ -58,6 +58,7 @@ def describe_verdict(verdict: Verdict | None, ref_ms: float | None = None) -> st
         lines.append(f"- max abs error vs fp64 reference: {v.max_abs_err:.3g}")
     if v.sol_fraction is not None:
         lines.append(f"- fraction of speed-of-light: {v.sol_fraction:.1%}")
+    lines += [f"- note: {note}" for note in v.notes or ()]
     lines += describe_profile(v)
     if v.status != "correct" and v.log:
         lines.append("- log tail:\n" + v.log[-1500:])

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.evaluate.profile import BOUND_LABELS, summary_lines
+from engine.problems import DEGENERATE_LINE
 
 if TYPE_CHECKING:
     from engine.evaluate.verdict import Verdict
@@ -55,6 +56,8 @@ def format_verdict(v: Verdict) -> str:
     line = ", ".join(parts)
     for flag in v.flags or ():
         line += f"\n    flag: {flag[:200]}"
+    for note in v.notes or ():
+        line += f"\n    note: {note[:240]}"
     if v.status not in ("correct", "flagged") and v.log:
         error = v.log.split("\n\ncompute-sanitizer", 1)[0]
         first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
@@ -127,10 +130,13 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
         sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
         cost = r["cost"]
         est = " (est.)" if cost.estimated else ""
-        lines.append(f"| {r['name']} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
+        name = f"{r['name']} (degenerate)" if r.get("degenerate") else r["name"]
+        lines.append(f"| {name} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
                      f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |"
                      f" {', '.join(r.get('scripted') or []) or '-'} |")
     lines += ["", "scripted: the backends on which the offline `scripted` provider (no LLM key) has answers"]
+    if any(r.get("degenerate") for r in rows):
+        lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)
 
 
@@ -183,6 +189,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             f" best {fmt_x(session.get('best_speedup'))}")
     if session.get("stop_reason"):
         head += f" ({session['stop_reason']})"
+    if (session.get("config") or {}).get("degenerate"):
+        head += f"\nproblem {DEGENERATE_LINE}"
     children: dict[int | None, list[Any]] = {}
     for n in nodes:
         children.setdefault(n.parent_id, []).append(n)
@@ -199,6 +207,7 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
         flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
+        flags += "".join(f" [note: {note.split(':')[0]}]" for note in (v.notes if v is not None else ()))
         lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
         return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 
@@ -246,7 +255,8 @@ def suite_markdown(report: dict[str, Any]) -> str:
         status = p["status"] if p["correct"] or p["status"] != "finished" else "finished, none correct"
         if p["reason"] and p["status"] in ("failed", "stopped"):
             status += f": {p['reason'][:90]}"
-        lines.append(f"| {p['session_id'] or '-'} | {p['problem']} | {status} | {fmt_x(p['speedup_eager'])}"
+        problem = f"{p['problem']} (degenerate)" if p.get("degenerate") else p["problem"]
+        lines.append(f"| {p['session_id'] or '-'} | {problem} | {status} | {fmt_x(p['speedup_eager'])}"
                      f" | {fmt_x(p['speedup_compile'])} | {p['variants']} | {p['tokens']}"
                      f" | ${p['cost_usd']:.4f} |")
     thresholds = list(sc["fast_p_eager"])
@@ -260,4 +270,6 @@ def suite_markdown(report: dict[str, Any]) -> str:
               f" {sc['tokens']} tokens, ${sc['cost_usd']:.4f}",
               "fast_p: the fraction of all problems (failed and unloadable ones included) with a correct"
               " kernel more than p times faster than the baseline (KernelBench's definition)."]
+    if any(p.get("degenerate") for p in report["problems"]):
+        lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)

@@ -205,3 +205,40 @@ def test_reported_durations_are_bounded_by_the_engine_clock():
     assert bounded_seconds(1.2, 2.5) == 1.2
     assert bounded_seconds(500.0, 2.5) == 2.5
     assert bounded_seconds(None, 2.5) is None
+
+
+def test_a_degenerate_problem_is_seen_where_problems_are_listed(tmp_path: Path):
+    from engine.problems import DEGENERATE_LINE, reference_varies
+    from tests.conftest import run_ktree
+
+    path = tmp_path / "max_mean_gelu.py"
+    path.write_text(DEGENERATE)
+    assert reference_varies(load_problem(str(path))) is False
+    assert load_problem(str(path)).degenerate and not load_problem("softmax").degenerate
+    nearly = tmp_path / "nearly_constant.py"
+    nearly.write_text(NEARLY_CONSTANT)
+    assert load_problem(str(nearly)).degenerate  # moves, but less than the tolerance
+    out = run_ktree("problems", str(path), "--db", str(tmp_path / "k.db"), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "| max_mean_gelu (degenerate) |" in out.stdout and DEGENERATE_LINE in out.stdout
+    assert "| softmax |" in out.stdout
+
+
+def test_notes_are_shown_by_show_export_and_the_prompt():
+    from engine.prompts import describe_verdict
+    from engine.report import format_verdict, suite_markdown
+
+    note = "torch-ops: 0.8 % of ModelNew.forward's time in torch ops (aten.eq 0.5 %)"
+    v = Verdict(status="correct", notes=(note,), time_ms=1.0)
+    assert f"note: {note}" in format_verdict(v)
+    assert f"- note: {note}" in describe_verdict(v)
+    assert Verdict.from_dict(v.to_dict()).notes == (note,)
+    row = {"session_id": 1, "problem": "p", "status": "finished", "reason": None, "correct": True,
+           "speedup_eager": 2.0, "speedup_compile": 1.0, "variants": 1, "cost_usd": 0.0, "tokens": 0,
+           "degenerate": True}
+    scores = {"problems": 1, "correct": 1, "fast_p_eager": {1.0: 1.0}, "fast_p_compile": {1.0: 1.0},
+              "geomean_speedup_eager": 2.0, "geomean_speedup_compile": 1.0, "correctness_rate": 1.0,
+              "tokens": 0, "cost_usd": 0.0}
+    text = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"}, "problems": [row],
+                           "scores": scores})
+    assert "| p (degenerate) |" in text and "does not depend on its inputs" in text

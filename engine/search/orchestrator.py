@@ -494,7 +494,9 @@ class Search:
             strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
             config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
                     "cost_estimated": self.cost.estimated,
-                    "gpus": self.evaluator.gpus},  # a resume uses them again
+                    "gpus": self.evaluator.gpus,  # a resume uses them again
+                    # The reference's output does not depend on its inputs (engine.problems).
+                    "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},
             sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,
         )
         await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
@@ -549,7 +551,8 @@ class Search:
             self.evaluator.session = self._sid
         await self.bus.publish(SessionStarted(
             self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
-            dict(self.sizes), asdict(self.config), self.cost.describe(), resumed=self.resuming,
+            dict(self.sizes), {**asdict(self.config), "degenerate": self.problem.degenerate},
+            self.cost.describe(), resumed=self.resuming,
             elapsed_s=round(self.run_before_s, 2),
         ))
 

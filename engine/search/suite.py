@@ -147,6 +147,7 @@ class ProblemResult:
     variants: int
     cost_usd: float
     tokens: int
+    degenerate: bool = False  # the reference's output does not depend on its inputs (engine.problems)
 
 
 def fast_p(results: Sequence[ProblemResult], p: float, baseline: str = "eager") -> float:
@@ -185,7 +186,8 @@ async def suite_results(store: Store, suite_id: int) -> list[ProblemResult]:
             session_id=s["id"], problem=s["problem"], status=s["status"], reason=s.get("stop_reason"),
             correct=bool(correct), speedup_eager=max(eager, default=None),
             speedup_compile=max(compiled, default=None), variants=s["variants"],
-            cost_usd=float(totals["cost_usd"]), tokens=int(totals["tokens"])))
+            cost_usd=float(totals["cost_usd"]), tokens=int(totals["tokens"]),
+            degenerate=bool((s.get("config") or {}).get("degenerate"))))
     suite = await store.suite(suite_id)
     listed = list((suite or {}).get("problems", []))
     recorded = {s["problem_path"] for s in sessions}

@@ -153,7 +153,21 @@ class NewSearchScreen(Screen):
             return
         scripted = all(m.startswith("scripted:") for m in result["models"])
         note = "  (scripted: canned answers, no LLM: $0 in fact)" if scripted else ""
-        box.update(f"Pre-run estimate{note}\n{format_estimate(result)}")
+        text = f"Pre-run estimate{note}\n{format_estimate(result)}"
+        box.update(text)
+        self.run_worker(self._say_degenerate(request.problem, text), group="degenerate", exclusive=True)
+
+    async def _say_degenerate(self, spec: str, text: str) -> None:
+        """A degenerate problem (its reference ignores its inputs: engine.problems) said above the
+        estimate; checked in a thread (it runs the reference, once per file)."""
+        from engine.problems import DEGENERATE_LINE, load_problem
+
+        try:
+            degenerate = await asyncio.to_thread(lambda: load_problem(spec).degenerate)
+        except Exception:
+            return
+        if degenerate:
+            self.query_one("#estimate", Static).update(f"problem {DEGENERATE_LINE}\n{text}")
 
     @on(Button.Pressed, "#start")
     async def _start_pressed(self) -> None:

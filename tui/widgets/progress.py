@@ -69,7 +69,10 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
     text = Text()
     text.append(f"round {rnd}/{rounds}", style="bold")
     text.append(f" · {state}", style="yellow" if model.paused else "")
-    text.append(f" · {duration(elapsed)}\n")
+    text.append(f" · {duration(elapsed)}")
+    if cfg.get("degenerate"):  # said once, on every screen that shows the search (engine.problems)
+        text.append(" · degenerate problem: the reference ignores its inputs", style="bold red")
+    text.append("\n")
     running = f" ({p['llm_running']} running)" if p.get("llm_running") else ""
     llm = f" · LLM calls {model.llm_calls}{running}"
     device = "GPU" if model.info.get("backend") == "cuda" else "timing"

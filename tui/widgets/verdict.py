@@ -106,6 +106,8 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) ->
     out.append(f" · SOL {'-' if sol is None else f'{100 * sol:.1f}%'}")
     for flag in v.flags or ():
         out.append(f"\nflag: {flag}", style="magenta")
+    for note in v.notes or ():
+        out.append(f"\nnote: {note}", style="yellow")
     out.append_text(profile_text(v))
     log = (v.log or "").rstrip()
     if log:

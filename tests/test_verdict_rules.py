@@ -242,3 +242,28 @@ def test_notes_are_shown_by_show_export_and_the_prompt():
     text = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"}, "problems": [row],
                            "scores": scores})
     assert "| p (degenerate) |" in text and "does not depend on its inputs" in text
+
+
+@pytest.mark.gpu
+def test_on_cuda_an_epilogue_is_a_note_and_f_conv2d_is_flagged():
+    """The same two cases on the GPU (ops timed by CUDA events): the scripted CUDA fused kernel
+    with the masked_fill epilogue, then with F.conv2d computing the answer. Not in
+    scripts/gpu-prebuild's set: two CUDA builds on a first run."""
+    kernel = (SCRIPTED / "conv_relu_maxpool" / "cuda" / "fused_1.py").read_text()
+    problem = load_problem("conv_relu_maxpool")
+    cost = problem.cost("cuda")
+    sources = [EPILOGUE.replace(FUSED, kernel), FALLBACK.replace(FUSED, kernel)]
+
+    async def go() -> list[Verdict]:
+        evaluator = LocalEvaluator("cuda")
+        try:
+            sizes = problem.sizes_for("cuda")
+            jobs = [evaluator.job(problem.path, s, sizes, flops=cost.flops, bytes=cost.bytes) for s in sources]
+            return [await evaluator.evaluate(job) for job in jobs]
+        finally:
+            await evaluator.close()
+
+    epilogue, fallback = asyncio.run(go())
+    assert epilogue.status == "correct", f"{epilogue.flags}\n{epilogue.log}"
+    assert any(n.startswith("torch-ops") and "aten.masked_fill_" in n for n in epilogue.notes), epilogue.notes
+    assert fallback.status == "flagged" and any("aten.convolution" in f for f in fallback.flags), fallback.flags

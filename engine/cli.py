@@ -231,6 +231,35 @@ def build_parser() -> argparse.ArgumentParser:
     probs = command("problems", help="the built-in problems (and any files given) as a table")
     probs.add_argument("paths", nargs="*", help="more problem files to list")
 
+    dataset = command("dataset", help="the searches as training data: Parquet/JSONL tables,"
+                                      " sft/preference/reward views and a dataset card (docs/dataset.md)")
+    dataset_sub = dataset.add_subparsers(dest="dataset", parser_class=_Parser, required=True)
+    ds_export = dataset_sub.add_parser("export", parents=[common], help="write the selection to a folder")
+    ds_export.add_argument("--out", required=True, metavar="DIR", help="the folder (new or empty)")
+    ds_export.add_argument("--force", action="store_true", help="write over a previous export in DIR")
+    ds_export.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both")
+    ds_stats = dataset_sub.add_parser("stats", parents=[common], help="count what export would write")
+    for p in (ds_export, ds_stats):
+        p.add_argument("sessions", nargs="*", type=_positive, metavar="SESSION", help="session ids")
+        p.add_argument("--suite", type=_positive, metavar="N", help="the sessions of suite N")
+        p.add_argument("--all", action="store_true", help="every session (the default without SESSION)")
+        p.add_argument("--include-scripted", action="store_true",
+                       help="also scripted sessions (canned answers), marked `scripted`")
+        p.add_argument("--view", action="append", choices=["tables", "sft", "preference", "reward", "all"],
+                       help="what to write (repeatable; default tables: variants, ideas, problems)")
+        p.add_argument("--correct-only", action="store_true", help="only correct variants")
+        p.add_argument("--min-speedup", type=float, metavar="X",
+                       help="only correct variants at least X times eager")
+        p.add_argument("--dedupe", action="store_true",
+                       help="one variant per source (hash without comments and whitespace), the first")
+        p.add_argument("--exclude-flagged", action=argparse.BooleanOptionalAction, default=None,
+                       help="leave out flagged variants (default: out of sft and preference only)")
+        p.add_argument("--split-by", choices=["problem"], help="train/test split; a problem never in both")
+        p.add_argument("--test-fraction", type=float, metavar="F",
+                       help="share of problems in test (default 0.2)")
+        p.add_argument("--seed", type=int, metavar="S", help="the split's seed (default 0)")
+        p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
     bench = command("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", parser_class=_Parser, required=True)
 
@@ -300,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     bg.add_argument("--profile", default="off", choices=PROFILE_MODES,
                     help="also profile each correct variant on demand (the profile column; default off)")
     bg.add_argument("--json", action="store_true")
+    bd = bench_command("dataset", help="seconds and peak memory of `ktree dataset export` on synthetic rows")
+    bd.add_argument("--rows", type=_positive, default=10_000, help="variant rows (default 10000)")
+    bd.add_argument("--sessions", type=_positive, default=20, help="sessions they are spread over (default 20)")
+    bd.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
@@ -353,6 +386,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sessions(_db_path(args))
     if args.command == "problems":
         return _problems(args, _db_path(args))
+    if args.command == "bench" and args.bench == "dataset":
+        from engine.commands import dataset
+
+        return dataset.bench(args)
+    if args.command == "dataset":
+        from engine.commands import dataset
+
+        return getattr(dataset, args.dataset)(args, _db_path(args))
     if args.command == "bench" and args.bench == "compile":
         return _bench_compile(args)
     if args.command == "bench" and args.bench == "profile":

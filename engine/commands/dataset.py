@@ -1,0 +1,103 @@
+"""`ktree dataset export|stats` and `ktree bench dataset`: flags -> engine.dataset -> a few lines.
+Bad input (an unknown session, an empty selection, a non-empty --out without --force) is one line
+and exit 2, through UsageError."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.launch import UsageError
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from engine.dataset.export import VIEWS, ExportOptions
+    from engine.dataset.sink import FORMATS
+    from engine.dataset.source import DatasetError, Selection
+
+    if args.all and (args.sessions or args.suite is not None):
+        raise UsageError("--all exports every session: give no SESSION or --suite with it")
+    if args.sessions and args.suite is not None:
+        raise UsageError("give SESSION ids or --suite N, not both")
+    if args.split_by is None and (args.test_fraction is not None or args.seed is not None):
+        raise UsageError("--test-fraction and --seed choose the split: they need --split-by problem")
+    views = tuple(dict.fromkeys(v for v in args.view or ["tables"] for v in (VIEWS if v == "all" else (v,))))
+    try:
+        return ExportOptions(
+            selection=Selection(sessions=tuple(args.sessions), suite=args.suite,
+                                include_scripted=args.include_scripted),
+            views=views, formats=FORMATS if getattr(args, "format", "both") == "both" else (args.format,),
+            correct_only=args.correct_only, min_speedup=args.min_speedup, dedupe=args.dedupe,
+            exclude_flagged=args.exclude_flagged, split_by=args.split_by,
+            test_fraction=0.2 if args.test_fraction is None else args.test_fraction,
+            seed=args.seed or 0)
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _rows(manifest: dict[str, Any]) -> str:
+    return ", ".join(f"{table} {n if isinstance(n, int) else ' + '.join(f'{v} {k}' for k, v in n.items())}"
+                     for table, n in manifest["rows"].items())
+
+
+def export(args: argparse.Namespace, db: Path) -> int:
+    from engine.dataset.export import run
+    from engine.dataset.source import DatasetError
+
+    options = _options(args)
+    out = Path(args.out)
+    try:
+        manifest = run(db, options, out, force=args.force)
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc}") from None
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        sessions = manifest["sessions"]
+        left = manifest["scripted_left_out"]
+        print(f"wrote {out}: {_rows(manifest)} from {len(sessions)} session(s) in {manifest['seconds']:.2f} s;"
+              f" card {out / 'README.md'}, manifest {out / 'manifest.json'}")
+        if left:
+            print(f"left out {len(left)} scripted session(s) ({', '.join(map(str, left))}): --include-scripted"
+                  " exports them")
+    return 0
+
+
+def stats(args: argparse.Namespace, db: Path) -> int:
+    """What `export` would write, counted, nothing written."""
+    from engine.dataset.export import run
+    from engine.dataset.source import DatasetError
+
+    options = _options(args)
+    try:
+        manifest = run(db, options, None)
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+        return 0
+    counts = manifest["counts"]
+    scripted = sum(s["scripted"] for s in manifest["sessions"])
+    lines = [f"{len(manifest['sessions'])} session(s) ({scripted} scripted), {len(counts['by_problem'])}"
+             f" problem(s), {counts['variants']} variant(s) selected",
+             f"rows: {_rows(manifest)}"]
+    if manifest["scripted_left_out"]:
+        lines.append(f"scripted sessions left out: {', '.join(map(str, manifest['scripted_left_out']))}"
+                     " (--include-scripted)")
+    for key in ("status", "language", "problem", "model", "gpu"):
+        got = counts[f"by_{key}"]
+        lines.append(f"by {key}: " + (", ".join(f"{k} {n}" for k, n in got.items()) or "-"))
+    print("\n".join(lines))
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    from engine.dataset.bench import dataset_bench, dataset_table
+
+    result = dataset_bench(args.rows, args.sessions)
+    print(json.dumps(result, indent=2) if args.json else dataset_table(result))
+    return 0

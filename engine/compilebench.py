@@ -33,7 +33,8 @@ EXAMPLES = HERE / "templates" / "examples"
 # in the sources, bindings made by load_inline. The scripted CUDA libraries are all in the ctypes
 # structure now, so the CUDA ones are stock copies of three layernorm kernels kept among the examples;
 # the CPU ones are the scripted softmax CPU library's.
-STOCK = {"cuda": [EXAMPLES / f"layernorm_stock_{k}.py" for k in ("split", "twopass", "onepass")],
+STOCK = {"cuda": [EXAMPLES / "softmax_stock.py",
+                  *(EXAMPLES / f"layernorm_stock_{k}.py" for k in ("split", "twopass", "onepass"))],
          "cpu": [SCRIPTED / "softmax" / "cpu" / f for f in ("online_1.py", "naive_1.py", "naive_2.py")]}
 FAST_EXAMPLE = EXAMPLES / "softmax_fast.py"
 CTYPES_EXAMPLE = EXAMPLES / "softmax_ctypes.py"
@@ -44,6 +45,7 @@ CONFIGS = {
         ("stock, no lever", "stock", "none"),
         ("stock + pch", "stock", "pch"),
         ("stock + pch + slim", "stock", "pch,slim"),
+        ("stock + pch + mini", "stock", "pch,slim,mini"),
         ("fast structure, no lever", "fast", "none"),
         ("fast structure + pch", "fast", "pch,slim"),
         ("raw launchers via ctypes", "ctypes", "none"),

@@ -121,3 +121,10 @@ def test_bench_gpu_cost_unknown_problem_is_a_usage_error():
 
     proc = run_ktree("bench", "gpu-cost", "nosuch", "--backend", "cpu")
     assert_one_line_usage_error(proc, "no honest scripted cpu kernels for 'nosuch'")
+
+
+def test_the_compile_baseline_can_be_skipped_where_nothing_reads_it(monkeypatch):
+    assert LocalEvaluator("cpu").compile_baseline is True
+    monkeypatch.setenv("KTREE_COMPILE_BASELINE", "0")
+    assert LocalEvaluator("cpu").compile_baseline is False
+    assert LocalEvaluator("cpu", compile_baseline=True).compile_baseline is True  # an explicit choice wins

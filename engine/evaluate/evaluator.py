@@ -135,6 +135,7 @@ class LocalEvaluator:
         profile_budget_s: float = DEFAULT_BUDGET_S,
         cpu_timer: str | None = None,
         profile_each: bool = True,
+        compile_baseline: bool | None = None,
     ):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
@@ -200,6 +201,12 @@ class LocalEvaluator:
         self._builds_allowed.set()
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
             worker = os.environ.get("KTREE_WORKER", "1") != "0"
+        # The torch.compile baseline (cuda): compiled and timed once per problem and GPU, tens of
+        # seconds to minutes cold (conv2d: 213 s on a fresh H100 box). KTREE_COMPILE_BASELINE=0
+        # skips it (speedup vs torch.compile then unknown), for checks that do not read it.
+        if compile_baseline is None:
+            compile_baseline = os.environ.get("KTREE_COMPILE_BASELINE", "1") != "0"
+        self.compile_baseline = compile_baseline
         self.gpus: list[int] | None = None
         if backend == "cuda":
             visible = visible_gpus()
@@ -330,7 +337,8 @@ class LocalEvaluator:
             )
         # The torch.compile baseline comes from the GPU that times the variant: warm its caches
         # now, then time it on the device this variant gets, while holding it (once per GPU).
-        baseline = self.backend == "cuda" and job.ref_compile_ms is None and job.mode == "evaluate"
+        baseline = (self.compile_baseline and self.backend == "cuda" and job.ref_compile_ms is None
+                    and job.mode == "evaluate")
         if baseline:
             await self._warm(job.problem_path, job.sizes, job.precision)
 

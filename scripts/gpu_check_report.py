@@ -146,6 +146,11 @@ def main(raw: Path, out: Path) -> None:
                   f" {p.get('wall_s')} s; GPU busy {p.get('busy_fraction_of_wall', 0) * 100:.1f} % of the wall,"
                   f" {window.get('busy_fraction', 0) * 100:.1f} % in the window where every problem had work"
                   f" ({window.get('start_s')}-{window.get('end_s')} s)"]
+    if result["compile"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from engine.compilebench import compile_table
+
+        lines += ["\n## bench compile", compile_table(result["compile"])]
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-check.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "gpu-check.md").write_text("\n".join(lines) + "\n")

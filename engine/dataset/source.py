@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class Selection:
     sessions: tuple[int, ...] = ()
     suite: int | None = None
     include_scripted: bool = False
-    left_out: list[int] = field(default_factory=list)
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:
@@ -63,12 +62,22 @@ def open_readonly(path: Path) -> sqlite3.Connection:
         raise DatasetError(f"no database at {path}")
     if path.is_dir():
         raise DatasetError(f"{path} is a directory, not a database file")
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        conn.row_factory = sqlite3.Row
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.Error as exc:
-        raise DatasetError(f"{path} is not a usable ktree database ({exc})") from None
+    conn, tables = None, set()
+    # mode=ro; a WAL database in a folder this user cannot write (no -shm to make) opens only as
+    # immutable, which is safe while no engine writes to it.
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=30)
+            conn.row_factory = sqlite3.Row
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            break
+        except sqlite3.OperationalError as exc:
+            error = exc
+        except sqlite3.Error as exc:
+            raise DatasetError(f"{path} is not a usable ktree database ({exc})") from None
+    else:
+        raise DatasetError(f"cannot read {path} ({error})")
+    assert conn is not None
     if "meta" not in tables or "sessions" not in tables:
         conn.close()
         raise DatasetError(f"{path} is not a ktree database")

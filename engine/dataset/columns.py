@@ -46,7 +46,8 @@ VARIANTS: list[Column] = [
     ("status", STR, "compile_error | runtime_error | timeout | crashed | incorrect | flagged | correct;"
                     " failed: no code came back; cancelled: never evaluated"),
     ("flags", STRS, "integrity checks that fired, review marks, and timing remarks (noisy, contended)"),
-    ("notes", STR, "the node's note (why it failed or was cancelled, 'fix', 'edited by hand')"),
+    ("notes", STR, "the node's note (why it failed or was cancelled, 'fix', 'edited by hand') and the"
+                   " verdict's notes (torch ops' share, a degenerate problem), joined by '; '"),
     ("max_abs_err", FLOAT, "largest |out - ref| against the fp64 reference, over the trials"),
     ("max_rel_err", FLOAT, "largest relative error"),
     ("rel_l2_err", FLOAT, "||out - ref|| / ||ref||"),

@@ -96,7 +96,8 @@ class SessionReader:
                 "prompt": row["prompt"], "reply": row["reply"], "source": row["source"] or None,
                 "source_hash": source_hash(row["source"] or "") or None,
                 "status": status, "flags": [str(f) for f in verdict.get("flags") or ()],
-                "notes": node["text"] or None,
+                "notes": "; ".join([*([node["text"]] if node["text"] else []),
+                                    *(str(n) for n in verdict.get("notes") or ())]) or None,
                 **{k: _num(verdict.get(k)) for k in (
                     "max_abs_err", "max_rel_err", "rel_l2_err", "time_ms", "time_p10_ms", "time_p90_ms",
                     "ref_eager_ms", "ref_compile_ms")},

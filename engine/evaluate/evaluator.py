@@ -354,6 +354,10 @@ class LocalEvaluator:
         await phase("waiting")
         while True:
             async with self._device(gate, prepare) as device:
+                if (device.worker is not None and not device.worker.started_ok
+                        and any(d.alive for d in self.devices if d is not device)):
+                    device.resting = True  # its worker could not start (in prepare): not the
+                    continue  # variant's fault, which goes to another device; this one rests
                 held_from = time.monotonic()
                 held: dict[str, float] = {}
                 run = job

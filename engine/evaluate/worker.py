@@ -32,6 +32,7 @@ from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_w
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
 START_TIMEOUT_S = 300.0
+CLOSE_WAIT_S = 30.0  # how long close() lets a replacement that is starting finish first
 
 
 def _dead(pid: int) -> bool:
@@ -144,11 +145,16 @@ class Worker:
         await proc.wait()
 
     async def close(self) -> None:
+        # A replacement still starting is let finish (cancelled mid-spawn, its process would be
+        # left unowned), then stopped with the rest.
         task, self._starting = self._starting, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -32,7 +32,6 @@ from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_w
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
 START_TIMEOUT_S = 300.0
-CLOSE_WAIT_S = 30.0  # how long close() lets a replacement that is starting finish first
 
 
 def _dead(pid: int) -> bool:
@@ -65,9 +64,6 @@ class Worker:
         self.busy_s = 0.0  # time spent evaluating (for idle fractions)
         self.started_ok = True  # False after its last start failed
         self.last_start_s = 0.0  # how long the last start took (Python, torch, the CUDA context)
-        # A replacement being started in the background after a restart, so that the next job
-        # finds it ready (its start is not paid while the device's lock is held).
-        self._starting: asyncio.Task[str | None] | None = None
         self._dir = make_workdir("worker")
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -100,10 +96,10 @@ class Worker:
         return None
 
     async def ready(self, problem_path: str = "") -> str | None:
-        """A process ready for a job of this problem file, started now if there is none (or one
-        is still starting in the background: waited for). Called before the device's lock is
-        taken. None when ready, else why it could not start (the job then tries once more)."""
-        await self._settle_start()
+        """A process ready for a job of this problem file, started now if there is none (a
+        retired one is replaced here). Called before the device's lock is taken, so that a start
+        (Python, torch, the CUDA context) is never paid while holding it. None when ready, else
+        why it could not start."""
         if self.proc is not None and problem_path and problem_path not in self._problems:
             await self.stop("a new problem file")
         if self.proc is not None and (self.proc.returncode is not None or _dead(self.proc.pid)):
@@ -111,18 +107,6 @@ class Worker:
         if self.proc is None:
             return await self._start((problem_path,) if problem_path else ())
         return None
-
-    async def _settle_start(self) -> None:
-        """Wait for a background start, if one is under way."""
-        task, self._starting = self._starting, None
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _restart_soon(self) -> None:
-        """Start a replacement in the background (for the same problem files)."""
-        if self._starting is None and self.proc is None:
-            self._starting = asyncio.ensure_future(self._start(self._problems))
 
     async def _readline(self) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -145,16 +129,6 @@ class Worker:
         await proc.wait()
 
     async def close(self) -> None:
-        # A replacement still starting is let finish (cancelled mid-spawn, its process would be
-        # left unowned), then stopped with the rest.
-        task, self._starting = self._starting, None
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
         await self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -175,7 +149,6 @@ class Worker:
         self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
     ) -> tuple[str, dict[str, Any] | None, str] | None:
         """One try; None when the process died before taking the job."""
-        await self._settle_start()
         if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
             await self.stop("a new problem file")
         if self.proc is not None and self.proc.returncode is None and _dead(self.proc.pid):
@@ -232,7 +205,6 @@ class Worker:
                 raise
             if isinstance(exc, TimeoutError):
                 await self.stop("timeout")
-                self._restart_soon()
                 return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
             await self.stop("died")
             return None  # it never read the job
@@ -244,8 +216,6 @@ class Worker:
         self.jobs_done += 1
         if result.get("status") not in KEEP_AFTER:
             await self.stop(f"after {result.get('status')}")
-            self._restart_soon()
         elif self.jobs_done >= self.max_jobs:
             await self.stop(f"after {self.max_jobs} evaluations")
-            self._restart_soon()
         return "ok", result, log

@@ -1084,15 +1084,23 @@ def _bench_compile(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _bench_profile(args: argparse.Namespace) -> int:
+def _check_honest_problems(problems: list[str], backend: str) -> None:
+    """UsageError for a problem with no honest scripted kernels on this backend (the benches
+    that evaluate the scripted library's honest kernels)."""
     from engine.llm.scripted import scripted_problems
-    from engine.profilebench import honest_variants, profile_bench, profile_table
+    from engine.profilebench import honest_variants
 
-    backend, arch = resolve_backend(args.backend)
-    for name in args.problems:
+    for name in problems:
         if not honest_variants(name, backend):
             raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
                              f" {', '.join(scripted_problems())})")
+
+
+def _bench_profile(args: argparse.Namespace) -> int:
+    from engine.profilebench import profile_bench, profile_table
+
+    backend, arch = resolve_backend(args.backend)
+    _check_honest_problems(args.problems, backend)
     if backend == "cpu" and args.path and set(args.path) & {"ncu", "torch"}:
         raise UsageError("--path ncu and torch profile GPU kernels: on cpu only auto")
     result = asyncio.run(profile_bench(backend, arch, args.problems or None, args.path, args.variants))
@@ -1102,14 +1110,9 @@ def _bench_profile(args: argparse.Namespace) -> int:
 
 def _bench_gpu_cost(args: argparse.Namespace) -> int:
     from engine.gpucostbench import gpu_cost_bench, gpu_cost_table
-    from engine.llm.scripted import scripted_problems
-    from engine.profilebench import honest_variants
 
     backend, arch = resolve_backend(args.backend)
-    for name in args.problems:
-        if not honest_variants(name, backend):
-            raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
-                             f" {', '.join(scripted_problems())})")
+    _check_honest_problems(args.problems, backend)
     result = asyncio.run(gpu_cost_bench(backend, arch, args.problems or None, args.variants, args.profile))
     print(json.dumps(result, indent=2) if args.json else gpu_cost_table(result))
     return 0 if result["rows"] and all(r["status"] == "correct" for r in result["rows"]) else 1

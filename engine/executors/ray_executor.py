@@ -30,6 +30,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,30 +181,27 @@ class EvalActor:
         return self.info
 
     async def evaluate(self, key: str, job: dict[str, Any], problem_text: str) -> dict[str, Any]:
-        evaluator = self.evaluator
-        path = self._problem_file(job["problem_path"], problem_text)
-        local = EvalJob.from_dict(job).replace(problem_path=str(path), cache_dir=evaluator.cache_dir)
-
-        async def on_phase(name: str) -> None:
-            self.phases[key] = name
-
-        try:
-            return (await evaluator.evaluate(local, on_phase)).to_dict()
-        finally:
-            self.phases.pop(key, None)
+        return await self._run(key, job, problem_text, lambda local, on_phase: self.evaluator.evaluate(
+            local, on_phase))
 
     async def profile(self, key: str, job: dict[str, Any], verdict: dict[str, Any],
                       problem_text: str) -> dict[str, Any]:
         """The verdict with the variant's profile, taken on this node (see Evaluator.profile)."""
-        evaluator = self.evaluator
+        return await self._run(key, job, problem_text, lambda local, on_phase: self.evaluator.profile(
+            local, Verdict.from_dict(verdict), on_phase))
+
+    async def _run(self, key: str, job: dict[str, Any], problem_text: str,
+                   call: Callable[[EvalJob, PhaseCallback], Awaitable[Verdict]]) -> dict[str, Any]:
+        """`call` on the job made local to this node (its problem file here, this node's build
+        cache), its phases kept under `key` while it runs."""
         path = self._problem_file(job["problem_path"], problem_text)
-        local = EvalJob.from_dict(job).replace(problem_path=str(path), cache_dir=evaluator.cache_dir)
+        local = EvalJob.from_dict(job).replace(problem_path=str(path), cache_dir=self.evaluator.cache_dir)
 
         async def on_phase(name: str) -> None:
             self.phases[key] = name
 
         try:
-            return (await evaluator.profile(local, Verdict.from_dict(verdict), on_phase)).to_dict()
+            return (await call(local, on_phase)).to_dict()
         finally:
             self.phases.pop(key, None)
 

@@ -71,6 +71,8 @@ class LLMCallDone:
     latency_s: float
     status: str
     reasoning_tokens: int = 0
+    error: str = ""  # why a failed call failed (the provider's one-line reason)
+    attempts: int = 1
 
     @property
     def tokens(self) -> int:

@@ -57,6 +57,10 @@ class HeadlessPrinter:
             self._line(f"node {event.node.id} verdict: {format_verdict(event.verdict)}")
         elif isinstance(event, ProfileTaken):
             self._line(f"node {event.node.id} profiled ({event.reason}): {profile_line(event.verdict.profile)}")
+        elif isinstance(event, LLMCallDone) and event.status != "ok":
+            self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}"
+                       f" after {event.latency_s:.1f} s, {event.attempts}"
+                       f" attempt{'' if event.attempts == 1 else 's'}: {event.error}")
         elif isinstance(event, LLMCallDone):
             self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}:"
                        f" {event.input_tokens} in / {event.output_tokens} out tokens,"
@@ -125,7 +129,7 @@ class SuiteLinePrinter:
         elif isinstance(event, VerdictReady):
             self._line(f"node {event.node.id} {format_verdict(event.verdict).splitlines()[0]}")
         elif isinstance(event, LLMCallDone) and event.status != "ok":
-            self._line(f"llm {event.purpose} call {event.call_id} failed")
+            self._line(f"llm {event.purpose} call {event.call_id} failed: {event.error}")
         elif isinstance(event, BudgetReached):
             self._line(f"{event.reason}: no new work starts")
         elif isinstance(event, SessionDone):

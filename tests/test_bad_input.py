@@ -125,3 +125,19 @@ def test_an_unknown_cpu_timer_is_one_line(tmp_path: Path):
                      env={"KTREE_CPU_TIMER": "bogus"})
     assert proc.returncode == 2
     assert proc.stderr == "ktree: error: KTREE_CPU_TIMER='bogus': choose from pause, pin\n"
+
+
+def test_a_failed_call_says_why_and_what_it_cost(tmp_path: Path):
+    """An unreachable server: the provider retries, then the call is recorded with its attempts,
+    the seconds they took and the reason; the reason reaches the failed node and the run's log."""
+    db = tmp_path / "k.db"
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url", url,
+                     "--model", "m", *SEARCH, "--db", str(db))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [(attempts, latency, error)] = query(db, "SELECT attempts, latency_s, error FROM llm_calls")
+    assert attempts == 5 and latency > 0.5, (attempts, latency)  # five tries with backoff between
+    assert "cannot reach" in error and "connection refused" in error
+    [(text,)] = query(db, "SELECT text FROM nodes WHERE status = 'failed'")
+    assert text == f"the LLM call failed: {error}"
+    assert f"error after {latency:.1f} s, 5 attempts: {error}" in proc.stderr

@@ -38,7 +38,12 @@ class Completion:
 
 
 class LLMError(Exception):
-    """A provider call that failed (auth, rate limit, server error, bad reply)."""
+    """A provider call that failed (auth, rate limit, server error, bad reply). `attempts` and
+    `latency_s` say what the failure cost: HTTP requests made and seconds from the first to the
+    give-up (the HTTP providers set them; 1 and 0.0 where nothing was sent)."""
+
+    attempts: int = 1
+    latency_s: float = 0.0
 
 
 class LLMAuthError(LLMError):

@@ -123,7 +123,9 @@ class HTTPProvider:
                         attempts += 1
                         response = await send()
             except Exception as exc:  # noqa: BLE001 - every failure becomes an LLMError
-                raise self._error(exc, attempts) from exc
+                error = self._error(exc, attempts)
+                error.attempts, error.latency_s = max(1, attempts), time.perf_counter() - started
+                raise error from exc
             latency_s = time.perf_counter() - started
         text, usage = self._parse(response)
         return Completion(text, usage, self.prices.cost_usd(model, usage), latency_s, model, attempts)

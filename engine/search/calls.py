@@ -70,8 +70,10 @@ async def call_llm(store: Store, bus: EventBus, budget: Budget, session_id: int,
         call_id = await store.add_llm_call(
             session_id=session_id, node_id=node_id, provider=provider.name, model=model,
             purpose=purpose, prompt=prompt, reply="", status="error", error=str(exc),
+            latency_s=exc.latency_s, attempts=exc.attempts,
         )
-        await bus.publish(LLMCallDone(call_id, node_id, purpose, model, 0, 0, 0.0, 0.0, "error"))
+        await bus.publish(LLMCallDone(call_id, node_id, purpose, model, 0, 0, 0.0, exc.latency_s, "error",
+                                      error=str(exc), attempts=exc.attempts))
         return LLMResult("auth" if isinstance(exc, LLMAuthError) else "error", "", str(exc))
     u = completion.usage
     budget.charge(completion.cost_usd, u)

@@ -251,7 +251,7 @@ class Search:
             self.problem.source, parent.source, self._describe(parent), self._tried(parent), k,
             self.backend))
         if reply is None:
-            await self.update(node.id, status="failed", text="the LLM call failed")
+            await self.update(node.id, status="failed", text=self._call_failed(node, "idea"))
             return
         try:
             ideas = prompts.parse_ideas(reply)[:k]
@@ -276,10 +276,10 @@ class Search:
         """Generate (unless the code is there), evaluate (unless the verdict is recorded); a
         compile error gets a fix child, up to `fixes` deep."""
         if not node.source:
-            reply = await self._llm(node, node.origin if node.origin == "fix" else "implement",
-                                    lambda: self._code_prompt(node), counts_variant=True)
+            purpose = node.origin if node.origin == "fix" else "implement"
+            reply = await self._llm(node, purpose, lambda: self._code_prompt(node), counts_variant=True)
             if reply is None:
-                await self.update(node.id, status="failed", text="the LLM call failed")
+                await self.update(node.id, status="failed", text=self._call_failed(node, purpose))
                 return
             try:
                 source = prompts.extract_code(reply)
@@ -424,6 +424,12 @@ class Search:
         if result.status == "auth":
             raise SearchAborted(result.error)
         return result.reply if result.ok else None
+
+    def _call_failed(self, node: Node, purpose: str) -> str:
+        """A failed node's text: that its call failed, and the provider's reason."""
+        done = self.replies.get((node.id, purpose))
+        reason = done.error if done is not None else None
+        return f"the LLM call failed: {reason}" if reason else "the LLM call failed"
 
     # -- budgets ----------------------------------------------------------------------------
 

@@ -81,3 +81,17 @@ def best_variant(nodes: Mapping[int, Node] | Iterable[Node]) -> Node | None:
                   if n.kind == "variant" and n.status == "correct" and n.speedup is not None
                   and not excluded(n, by_id)]
     return max(candidates, key=lambda n: (n.speedup, -n.id), default=None)
+
+
+def where_label(backend: str, device: str | None) -> str:
+    """Where a session ran, the same words everywhere: the backend, then the device's name where
+    it says more ("cpu (x86_64)", "cuda (NVIDIA H100 80GB HBM3)")."""
+    return f"{backend} ({device})" if device and device != backend else backend
+
+
+def language_label(language: str | None, backend: str) -> str:
+    """A variant's kernel language as a reader would name it: the cuda contract's C++ extension
+    on the cpu backend is C++, not CUDA."""
+    if (language or "cuda") == "triton":
+        return "Triton"
+    return "C++ (cpu)" if backend == "cpu" else "CUDA"

@@ -129,11 +129,17 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     }
 
 
+def count(n: int, one: str, many: str = "") -> str:
+    """`n` things, in number: "1 round", "2 rounds", "1 fix", "0 fixes"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def format_estimate(e: dict[str, Any]) -> str:
     s, c = e["shape"], e["calls"]
     lines = [
-        f"Estimate for a {e['strategy']} search: {s['rounds']} rounds x {s['ideas']} ideas x"
-        f" {s['variants']} variants, top {s['top']}, {s['fixes']} fix(es); models {', '.join(e['models'])}",
+        f"Estimate for a {e['strategy']} search: {count(s['rounds'], 'round')} x {count(s['ideas'], 'idea')} x"
+        f" {count(s['variants'], 'variant')}, top {s['top']}, {count(s['fixes'], 'fix', 'fixes')};"
+        f" models {', '.join(e['models'])}",
         f"  LLM calls: {c['idea']} idea + {c['implement']} implement (+ up to {c['fix_at_most']} fix)",
     ]
     for label, key in (("expected (every variant builds)", "expected"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from engine.domain import best_variant as domain_best
+from engine.domain import language_label, where_label
 from engine.evaluate.verdict import TIMING_FLAGS
 from engine.store import Store
 
@@ -54,17 +55,19 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
     marks = [f for f in (verdict.flags if verdict is not None else ()) if f in TIMING_FLAGS]
     noise = (f" (95% interval {span[0]:.2f}-{span[1]:.2f}x)" if span else "") + (
         f" [{', '.join(marks)}: see the verdict's log]" if marks else "")
+    versus = (f"vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}"
+              if session["backend"] != "cpu" else "torch.compile: no baseline on the cpu backend")
     measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
     err = verdict.max_abs_err if verdict is not None else None
     lines = [
         f"# ktree solution for {session['problem']} ({session['problem_path']})",
         f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
         f"# verdict: {node.status}; max abs error {'-' if err is None else f'{err:.3g}'}",
-        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')}{noise},"
-        f" vs torch.compile {ms('ref_compile_ms')} = {x('speedup_compile')}",
-        f"# measured on {(verdict and verdict.device) or session['backend']} ({session['backend']}) at {sizes},"
+        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')}{noise}, {versus}",
+        f"# measured on {where_label(session['backend'], verdict and verdict.device)} at {sizes},"
         f" search started {measured}",
-        f"# found by ktree with {', '.join(session['models'])}; kernel language: {node.language or 'cuda'}",
+        f"# found by ktree with {', '.join(session['models'])};"
+        f" kernel language: {language_label(node.language, session['backend'])}",
         *(f"# note: {note}" for note in (verdict.notes if verdict is not None else ())),
         "",
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.domain import where_label
 from engine.evaluate.profile import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
@@ -102,7 +103,7 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
     sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
     device = next((v["device"] for v in variants if v.get("device")), session["backend"])
     lines = [
-        f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
+        f"Session {session['id']}: {session['problem']} on {where_label(session['backend'], device)} [{sizes}],"
         f" provider {session['provider']}, {session['status']}, best {fmt_x(session.get('best_speedup'))}",
         "",
         "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err | on |",
@@ -184,7 +185,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
     `nodes` are store Nodes; `verdicts` maps node id to its recorded verdict."""
     sizes = ", ".join(f"{k}={v}" for k, v in session["sizes"].items())
     device = next((v.device for v in verdicts.values() if v.device), session["backend"])
-    head = (f"Session {session['id']}: {session['problem']} on {device} [{sizes}],"
+    head = (f"Session {session['id']}: {session['problem']} on {where_label(session['backend'], device)}"
+            f" [{sizes}],"
             f" {session.get('strategy', 'tree')}, provider {session['provider']}, {session['status']},"
             f" best {fmt_x(session.get('best_speedup'))}")
     if session.get("stop_reason"):

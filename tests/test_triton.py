@@ -273,7 +273,7 @@ def test_a_mixed_search_records_both_languages_and_exports_a_triton_file_eval_ju
     out = tmp_path / "exported.py"
     proc = run_ktree("export", "1", "--node", str(node_id), "--out", str(out), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
-    assert "kernel language: triton" in out.read_text()
+    assert "kernel language: Triton" in out.read_text()
     proc = run_ktree("eval", "softmax", str(out), "--backend", "cpu", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)

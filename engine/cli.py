@@ -1,48 +1,32 @@
 """`ktree`: the command line. With no arguments it opens the sessions screen.
 
-A thin translation: argparse flags become a request (engine.launch), launch builds the search,
-and this prints. Usage errors print one line and exit 2; nothing here prints a traceback for bad
-input. This is the entry point, at the top: it may import the TUI; nothing below imports it.
+The parser and a dispatch table: each subcommand's body is a function of engine/commands/ from
+the parsed flags to an exit code. Usage errors print one line and exit 2; nothing here prints a
+traceback for bad input. This is the entry point, at the top; nothing below imports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
-import signal
 import sqlite3
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn
 
+from engine.commands import bench as bench_cmd
+from engine.commands import dataset as dataset_cmd
+from engine.commands import eval as eval_cmd
+from engine.commands import export as export_cmd
+from engine.commands import problems as problems_cmd
+from engine.commands import run as run_cmd
+from engine.commands import sessions as sessions_cmd
+from engine.commands import show as show_cmd
+from engine.commands import suite as suite_cmd
+from engine.commands._common import USAGE_ERROR, db_path
+from engine.commands._output import error, say
 from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
 from engine.evaluate.profile import PROFILE_MODES
-from engine.launch import (
-    Prepared,
-    ResumeRequest,
-    RunRequest,
-    UsageError,
-    check_cpu_timer,
-    check_local_flags,
-    check_scripted,
-    checked_gpus,
-    checked_problem,
-    estimate_run,
-    job_cost,
-    local_evaluator,
-    make_evaluator,
-    parse_languages,
-    prepare_resume,
-    prepare_run,
-    resolve_backend,
-    resolve_isolation,
-    tolerances,
-)
-
-USAGE_ERROR = 2
-
+from engine.launch import UsageError, check_cpu_timer
 
 PROFILE_HELP = ("how correct variants are profiled after their verdict, holding the GPU: ncu (Nsight"
                 " Compute counters), torch (torch.profiler kernel table; diagnosis from speed-of-light),"
@@ -346,818 +330,60 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--json", action="store_true")
     return parser
 
+def _browse(args: argparse.Namespace) -> int:
+    """No subcommand: the sessions screen."""
+    from engine.commands._tui import open_app
+
+    return open_app(db_path(args))
+
+
+# `ktree COMMAND [SUBCOMMAND]` -> its body: parsed flags in, exit code out.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "": _browse,
+    "run": run_cmd.run,
+    "suite": suite_cmd.suite,
+    "eval": eval_cmd.evaluate,
+    "sessions": sessions_cmd.sessions,
+    "problems": problems_cmd.problems,
+    "show": show_cmd.show,
+    "export": export_cmd.export,
+    "dataset export": dataset_cmd.export,
+    "dataset stats": dataset_cmd.stats,
+    "bench pipeline": bench_cmd.pipeline,
+    "bench timing": bench_cmd.timing,
+    "bench compile": bench_cmd.compile,
+    "bench profile": bench_cmd.profile,
+    "bench gpu-cost": bench_cmd.gpu_cost,
+    "bench dataset": dataset_cmd.bench,
+}
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The dispatch table's key for parsed flags: `bench timing`, `run`, or "" for none."""
+    words = [args.command, getattr(args, "bench", None), getattr(args, "dataset", None)]
+    return " ".join(w for w in words if w)
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_cpu_timer()  # every evaluator reads it, the benches' and eval's too
-        return _dispatch(args)
+        name = command_name(args)
+        if name not in COMMANDS:
+            raise UsageError(f"unknown command {args.command}")
+        return COMMANDS[name](args)
     except UsageError as exc:
-        print(f"ktree: error: {exc}", file=sys.stderr)
+        error(str(exc))
         return USAGE_ERROR
     except KeyboardInterrupt:
-        print("ktree: interrupted", file=sys.stderr)
+        say("ktree: interrupted")
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
     except sqlite3.DatabaseError as exc:  # damage deeper in the file than opening it reads
-        print(f"ktree: error: {_db_path(args)} is damaged ({exc}); `sqlite3 DB .recover` may save"
-              " its rows", file=sys.stderr)
+        error(f"{db_path(args)} is damaged ({exc}); `sqlite3 DB .recover` may save its rows")
         return USAGE_ERROR
-
-
-def _db_path(args: argparse.Namespace) -> Path:
-    from engine.store import default_db_path
-
-    chosen = getattr(args, "db", None)
-    return Path(chosen) if chosen else default_db_path()
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command is None:
-        return _open_tui(_db_path(args))
-    if args.command == "run":
-        return _run(args)
-    if args.command == "eval":
-        return _eval(args)
-    if args.command == "suite":
-        return _suite(args, _db_path(args))
-    if args.command == "sessions":
-        return _sessions(_db_path(args))
-    if args.command == "problems":
-        return _problems(args, _db_path(args))
-    if args.command == "bench" and args.bench == "dataset":
-        from engine.commands import dataset
-
-        return dataset.bench(args)
-    if args.command == "dataset":
-        from engine.commands import dataset
-
-        return getattr(dataset, args.dataset)(args, _db_path(args))
-    if args.command == "bench" and args.bench == "compile":
-        return _bench_compile(args)
-    if args.command == "bench" and args.bench == "profile":
-        return _bench_profile(args)
-    if args.command == "bench" and args.bench == "gpu-cost":
-        return _bench_gpu_cost(args)
-    if args.command == "bench":
-        if getattr(args, "cpu_timer", None):
-            os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
-        if args.bench == "pipeline":
-            return _bench_pipeline(args)
-        return _bench_timing(args, _db_path(args))
-    if args.command == "show":
-        return _show(args, _db_path(args))
-    if args.command == "export":
-        return _export(args, _db_path(args))
-    raise UsageError(f"unknown command {args.command}")
-
-
-def _isolation_note(requested: str) -> str:
-    """The isolation level, with a fallback from strict said once on stderr (the CLI's; the TUI
-    never prints, it would garble the screen)."""
-    level, note = resolve_isolation(requested)
-    if note:
-        print(f"ktree: note: {note}", file=sys.stderr)
-    return level
-
-
-async def _open_store(path: Path) -> Any:
-    from engine.store import Store, StoreError
-
-    try:
-        return await Store.open(path)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _check_run_args(args: argparse.Namespace) -> None:
-    """What only a combination of `ktree run` flags can get wrong (a request cannot say it)."""
-    if args.json and not (args.headless or args.estimate):
-        raise UsageError("--json needs --headless")
-    if args.resume is not None:
-        if args.problem is not None:
-            raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
-        if args.estimate:
-            raise UsageError("--estimate is for a new search, not with --resume")
-    elif args.problem is None:
-        raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
-
-
-def run_request(args: argparse.Namespace) -> RunRequest:
-    """`ktree run PROBLEM ...`'s flags as a request."""
-    return RunRequest(
-        problem=args.problem, strategy=args.strategy, provider=args.provider, models=tuple(args.model),
-        base_url=args.base_url, reasoning=args.reasoning, llm_timeout=args.llm_timeout,
-        llm_concurrency=args.llm_concurrency, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
-        max_variants=args.max_variants, time_limit=args.time_limit, fixes=args.fixes, rounds=args.rounds,
-        ideas=args.ideas, variants=args.variants, top=args.top, atol=args.atol, rtol=args.rtol,
-        precision=args.precision,
-        seed=args.seed, backend=args.backend, language=args.language, compile_workers=args.compile_workers,
-        gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
-        executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
-        profile=args.profile,
-    )
-
-
-def resume_request(args: argparse.Namespace) -> ResumeRequest:
-    """`ktree run --resume SESSION ...`'s flags as a request (the shape flags are the session's)."""
-    return ResumeRequest(
-        session=args.resume, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
-        max_variants=args.max_variants, time_limit=args.time_limit,
-        gpus=None if args.gpus is None else tuple(args.gpus), compile_workers=args.compile_workers,
-        isolation=args.isolation, executor=args.executor, ray_address=args.ray_address,
-        ray_workers=args.ray_workers, base_url=args.base_url, llm_timeout=args.llm_timeout, seed=args.seed,
-        profile=args.profile,
-    )
-
-
-def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
-    """`ktree run`'s flags as a prepared search (a resume reads the session from `db`)."""
-    _check_run_args(args)
-    if args.resume is not None:
-        return asyncio.run(_prepare_resume(resume_request(args), db or _db_path(args)))
-    return prepare_run(run_request(args))
-
-
-async def _prepare_resume(request: ResumeRequest, db: Path) -> Prepared:
-    if not db.exists():
-        raise UsageError(f"no database at {db}")
-    store = await _open_store(db)
-    try:
-        return await prepare_resume(request, store)
-    finally:
-        await store.close()
-
-
-def _run(args: argparse.Namespace) -> int:
-    db = _db_path(args)
-    _check_run_args(args)
-    if args.estimate:
-        from engine.estimate import format_estimate
-
-        result = estimate_run(run_request(args), reasoning_history=_reasoning_history(db))
-        print(json.dumps(result, indent=2) if args.json else format_estimate(result))
-        return 0
-    prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
-    if args.executor == "local":  # (on ray, each node resolves it for itself)
-        _isolation_note(args.isolation)
-    if args.headless:
-        return asyncio.run(_run_headless(args, prepared, db))
-    from tui.app import KtreeApp
-
-    # The store opens inside the app's event loop (aiosqlite binds to it).
-    app = KtreeApp(db_path=db, search_factory=prepared.search, keymap=_keymap())
-    app.run()
-    return app.return_code or 0
-
-
-async def _run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -> int:
-    from engine.events import EventBus
-    from engine.headless import HeadlessPrinter
-
-    store = await _open_store(db)
-    # Ctrl-C or a plain `kill`: cancel the search, which records the session as interrupted and
-    # kills its compile and evaluation processes, then print the summary as usual.
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    bus = EventBus()
-    search = prepared.search(store, bus)
-    printer = HeadlessPrinter(quiet=args.json)
-    bus.subscribe(printer)
-    try:
-        summary = await search.run()
-    except asyncio.CancelledError:
-        summary = search.summary("interrupted")
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await prepared.evaluator.close()
-        await store.close()
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        printer.print_summary(summary)
-    if summary["status"] == "failed":
-        print(f"ktree: error: {summary['stop_reason']}", file=sys.stderr)
-        return USAGE_ERROR
-    return 130 if summary["status"] == "interrupted" else 0
-
-
-def _suite(args: argparse.Namespace, db: Path) -> int:
-    """`ktree suite`: every problem at once, one line per event of note, then the report."""
-    from engine.launch import SuiteRequest, SuiteResumeRequest, prepare_suite, prepare_suite_resume
-
-    if args.json and not (args.headless or args.estimate):
-        args.headless = True  # a suite always prints lines; --json asks for the report as JSON
-    if args.resume is not None:
-        if args.problems:
-            raise UsageError("--resume continues a recorded suite: give no problems with it")
-        if args.estimate:
-            raise UsageError("--estimate is for a new suite, not with --resume")
-        request = SuiteResumeRequest(
-            suite=args.resume, gpus=None if args.gpus is None else tuple(args.gpus),
-            compile_workers=args.compile_workers,
-            executor=args.executor if args.executor != "local" else None, ray_address=args.ray_address,
-            ray_workers=args.ray_workers, suite_budget_usd=args.suite_budget_usd)
-
-        async def resume() -> Any:
-            store = await _open_store(db)
-            try:
-                return await prepare_suite_resume(request, store)
-            finally:
-                await store.close()
-
-        prepared = asyncio.run(resume())
-    else:
-        if not args.problems:
-            raise UsageError("ktree suite needs problems (a directory, level1, level2, files)"
-                             " or --resume SUITE")
-        args.problem = args.problems[0]
-        run = run_request(args)
-        if args.estimate:
-            return _suite_estimate(args, SuiteRequest(tuple(args.problems), run, args.suite_budget_usd))
-        _isolation_note(args.isolation)
-        prepared = prepare_suite(SuiteRequest(tuple(args.problems), run, args.suite_budget_usd))
-    for entry in prepared.entries:
-        if entry.error:
-            print(f"ktree: note: {entry.name}: {entry.error} (recorded; the suite goes on)", file=sys.stderr)
-    return asyncio.run(_run_suite(args, prepared, db))
-
-
-async def _run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
-    from engine.events import EventBus
-    from engine.headless import SuiteLinePrinter
-    from engine.report import suite_markdown
-    from engine.search.suite import suite_report
-
-    store = await _open_store(db)
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    out = sys.stderr if args.json else sys.stdout
-
-    def bus_for(entry: Any) -> EventBus:
-        bus = EventBus()
-        bus.subscribe(SuiteLinePrinter(entry.name, out))
-        return bus
-
-    suite = prepared.suite(store, bus_for)
-    status = "interrupted"
-    try:
-        status = (await suite.run())["status"]
-    except asyncio.CancelledError:
-        pass
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await prepared.evaluator.close()
-        report = await suite_report(store, suite.suite_id) if suite.suite_id is not None else None
-        await store.close()
-    if report is not None:
-        print(json.dumps(report, indent=2, default=str) if args.json else "\n" + suite_markdown(report))
-    return 130 if status == "interrupted" else 0
-
-
-def _show_suite(args: argparse.Namespace, db: Path) -> int:
-    from engine.report import suite_markdown
-    from engine.search.suite import suite_report
-
-    async def go() -> Any:
-        store = await _open_store(db)
-        try:
-            return await suite_report(store, args.suite)
-        finally:
-            await store.close()
-
-    report = asyncio.run(go())
-    if report is None:
-        raise UsageError(f"no suite {args.suite} in {db}")
-    text = suite_markdown(report)
-    if args.markdown:
-        try:
-            Path(args.markdown).write_text(text + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.markdown}: {exc}") from None
-        print(f"wrote {args.markdown}", file=sys.stderr)
-    print(json.dumps(report, indent=2, default=str) if args.json else text)
-    return 0
-
-
-def _suite_estimate(args: argparse.Namespace, request: Any) -> int:
-    from engine.estimate import format_estimate
-    from engine.launch import estimate_suite
-
-    result = estimate_suite(request, _reasoning_history(_db_path(args)))
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    cap = f", suite cap ${result['suite_budget_usd']:g}" if result["suite_budget_usd"] else ""
-    print(f"Suite of {result['problems']} problems (sums){cap}:")
-    print(format_estimate(result))
-    for spec, why in result["skipped"].items():
-        print(f"  not estimated: {spec}: {why}")
-    return 0
-
-
-def _reasoning_history(db: Path) -> dict[str, list[int]] | None:
-    """Reasoning tokens per call by model from the DB's sessions, if there is a DB."""
-    if not db.exists():
-        return None
-
-    async def go() -> dict[str, list[int]]:
-        store = await _open_store(db)
-        try:
-            return await store.reasoning_by_model()
-        finally:
-            await store.close()
-
-    return asyncio.run(go())
-
-
-def _solution_files(given: list[str]) -> list[tuple[Path, str]]:
-    """Each solution file named (a directory: its *.py, sorted) with its text; UsageError for a
-    missing or unreadable one, one without ModelNew, or a directory with no .py file."""
-    files: list[Path] = []
-    for entry in given:
-        path = Path(entry)
-        if path.is_dir():
-            found = sorted(p for p in path.glob("*.py") if p.is_file())
-            if not found:
-                raise UsageError(f"{path}: is a directory with no solution files (*.py)")
-            files.extend(found)
-        else:
-            files.append(path)
-    out = []
-    for path in files:
-        try:
-            source = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: cannot read: {exc}") from None
-        if "ModelNew" not in source:
-            raise UsageError(f"{path}: defines no ModelNew")
-        out.append((path, source))
-    return out
-
-
-def _eval(args: argparse.Namespace) -> int:
-    problem = checked_problem(args.reference)
-    solutions = _solution_files(args.solution)
-    atol, rtol = tolerances(problem, args.atol, args.rtol)
-    backend, arch = resolve_backend(args.backend)
-    isolation = _isolation_note(args.isolation)
-    if not args.quiet:  # what a solution can reach, said before it runs
-        from engine.evaluate import sandbox
-
-        how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
-        print(f"ktree: isolation: {isolation}{how}", file=sys.stderr)
-    if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
-        from engine.problems import DEGENERATE_LINE
-
-        print(f"ktree: {problem.name}: {DEGENERATE_LINE}", file=sys.stderr)
-    sizes = problem.sizes_for(backend)
-    flops, nbytes = job_cost(problem, sizes)
-    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
-
-    from engine.eval_progress import EvalProgress, labels
-
-    progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
-
-    async def go() -> list[Any]:
-        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
-                for _, source in solutions]
-        names = labels([path for path, _ in solutions])
-        try:  # one evaluator: the builds share its compile pool, its devices time one at a time
-            return list(await asyncio.gather(*(
-                progress.run(name, lambda on_phase, job=job: evaluator.evaluate(job, on_phase))
-                for name, job in zip(names, jobs, strict=True))))
-        finally:
-            await evaluator.close()
-
-    verdicts = asyncio.run(go())
-    single = len(args.solution) == 1 and not Path(args.solution[0]).is_dir()
-    if single:  # one solution: its verdict, as before
-        if args.json:
-            print(json.dumps(verdicts[0].to_dict(), indent=2))
-        else:
-            from engine.report import format_verdict
-
-            print(format_verdict(verdicts[0]))
-        return 0
-    named = [(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]
-    if args.json:
-        print(json.dumps([{"file": path, **v.to_dict()} for path, v in named], indent=2))
-    else:
-        from engine.report import eval_table
-
-        print(eval_table(named))
-    return 0
-
-
-def _sessions(db: Path) -> int:
-    from engine.report import format_session_row
-
-    async def go() -> list[dict[str, Any]]:
-        store = await _open_store(db)
-        try:
-            return await store.sessions()
-        finally:
-            await store.close()
-
-    if not db.exists():
-        print(f"no database at {db}")
-        return 0
-    for row in asyncio.run(go()):
-        print(format_session_row(row))
-    return 0
-
-
-def _show(args: argparse.Namespace, db: Path) -> int:
-    from engine.report import session_table, tree_outline
-
-    if not db.exists():
-        raise UsageError(f"no database at {db}")
-    if args.suite is not None:
-        return _show_suite(args, db)
-    if args.markdown:
-        raise UsageError("--markdown needs --suite")
-    if args.follow:
-        return _follow(args, db)
-    if args.profile is not None:
-        return _show_profile(args, db)
-
-    async def go() -> list[dict[str, Any]]:
-        store = await _open_store(db)
-        try:
-            sessions = await store.sessions()
-            if args.session is not None:
-                sessions = [s for s in sessions if s["id"] == args.session]
-                if not sessions:
-                    raise UsageError(f"no session {args.session} in {db}")
-            elif not args.all:
-                sessions = sessions[:1]
-            out = []
-            for s in reversed(sessions):
-                evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
-                nodes = await store.nodes(s["id"])
-                rows = []
-                for n in nodes:
-                    if n.kind != "variant":
-                        continue
-                    v = evals.get(n.id)
-                    rows.append({"node": n.id, "parent": n.parent_id, "round": n.round, "idea": n.title,
-                                 "origin": n.origin, "status": n.status, "pinned": n.pinned,
-                                 "pruned": n.pruned, "time_ms": v and v.time_ms,
-                                 "ref_eager_ms": v and v.ref_eager_ms,
-                                 "speedup_eager": v and v.speedup_eager,
-                                 "max_abs_err": v and v.max_abs_err, "device": v and v.device,
-                                 "slot": (v.gpu or {}).get("slot") if v else None,
-                                 "bound": (v.bound or None) if v else None,
-                                 "profile": (v.profile or None) if v else None,
-                                 "sanitizer": (v.sanitizer or None) if v else None})
-                out.append({"session": s, "variants": rows, "nodes": nodes, "verdicts": evals,
-                            "profiles_per_round": await store.profiles_per_round(s["id"])})
-            return out
-        finally:
-            await store.close()
-
-    tables = asyncio.run(go())
-    if args.json:
-        print(json.dumps([{"session": t["session"], "variants": t["variants"],
-                           "profiles_per_round": t["profiles_per_round"]} for t in tables], indent=2))
-    elif args.table:
-        print("\n\n".join(session_table(t["session"], t["variants"]) for t in tables))
-    else:
-        print("\n\n".join(tree_outline(t["session"], t["nodes"], t["verdicts"]) for t in tables))
-    return 0
-
-
-def _show_profile(args: argparse.Namespace, db: Path) -> int:
-    """`ktree show SESSION --profile NODE`: a running session's engine is asked (a steering
-    command); a session no engine runs is profiled here, and the profile recorded."""
-    from engine import control
-    from engine.launch import profile_evaluator
-    from engine.report import profile_line
-    from engine.search.profiles import ProfileRequestError, profile_recorded, profile_target
-    from engine.store import session_state
-
-    if args.session is None:
-        raise UsageError("--profile NODE needs the SESSION it belongs to: ktree show SESSION --profile NODE")
-    if args.json or args.table or args.all:
-        raise UsageError("--profile prints one line: not with --json, --table or --all")
-
-    async def go() -> tuple[str, int]:
-        store = await _open_store(db)
-        try:
-            target = await profile_target(store, args.session, args.profile)
-            node = args.profile
-            if target.verdict.profile:
-                return f"node {node}: profiled already: {profile_line(target.verdict.profile)}", 0
-            if session_state(target.session) == "running":
-                cid = await store.add_command(args.session, *control.encode(control.Profile(node)))
-                return (f"node {node}: profile asked of the engine running session {args.session}"
-                        f" (command {cid}); `ktree show {args.session} --json` shows it once taken"), 0
-            evaluator = await asyncio.to_thread(profile_evaluator, target.session)
-            try:
-                verdict = await profile_recorded(store, target, evaluator)
-            finally:
-                await evaluator.close()
-            if not verdict.profile:
-                return f"node {node}: no profile taken (profiling is off)", 1
-            return f"node {node}: {profile_line(verdict.profile)}", 1 if verdict.profile.get("error") else 0
-        except ProfileRequestError as exc:
-            raise UsageError(str(exc)) from None
-        finally:
-            await store.close()
-
-    line, code = asyncio.run(go())
-    print(line)
-    return code
-
-
-def _export(args: argparse.Namespace, db: Path) -> int:
-    from engine.export import ExportError, best_variant, solution_text
-
-    if not db.exists():
-        raise UsageError(f"no database at {db}")
-
-    async def go() -> str:
-        store = await _open_store(db)
-        try:
-            node_id = args.node or await best_variant(store, args.session)
-            return await solution_text(store, node_id, session_id=args.session)
-        except ExportError as exc:
-            raise UsageError(str(exc)) from None
-        finally:
-            await store.close()
-
-    text = asyncio.run(go())
-    if args.out:
-        try:
-            Path(args.out).write_text(text)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.out}: {exc}") from None
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        print(text, end="")
-    return 0
-
-
-def _bench_pipeline(args: argparse.Namespace) -> int:
-    from engine.bench import format_pipeline, parse_latency, pipeline_bench
-
-    problem = checked_problem(args.problem)
-    if args.llm_latency is not None:
-        try:
-            parse_latency(args.llm_latency)
-        except ValueError as exc:
-            raise UsageError(f"--llm-latency: {exc}") from None
-    evaluator, arch = None, None  # local: the bench makes its own (with an empty cache if --cold)
-    if args.executor == "ray":
-        if args.cold:
-            raise UsageError("--cold empties this host's build cache: it is for --executor local")
-        backend, evaluator = make_evaluator(args.backend, executor="ray", gpus=args.gpus,
-                                            compile_workers=args.compile_workers,
-                                            ray_address=args.ray_address, ray_workers=args.ray_workers)
-    else:
-        check_local_flags(args.ray_address, args.ray_workers)
-        backend, arch = resolve_backend(args.backend)
-    cuda = backend == "cuda"
-    languages = parse_languages(args.language)
-    for language in languages:
-        check_scripted(problem.name, backend, (language,))
-    if evaluator is not None and len(languages) > 1:
-        raise UsageError("--executor ray benches one language at a time")
-    results = []
-    for language in languages:
-        results.append(asyncio.run(pipeline_bench(
-            problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
-            ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
-            top=args.top, compile_workers=args.compile_workers, cold=args.cold,
-            log=sys.stderr if args.log else None, evaluator=evaluator,
-            gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
-            repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
-            llm_concurrency=args.llm_concurrency, language=language,
-        )))
-    if args.json:
-        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
-    else:
-        print("\n\n".join(format_pipeline(r) for r in results))
-    return 0 if all(r["status"] == "finished" for r in results) else 1
-
-
-def _problem_specs(names: list[str]) -> list[Any]:
-    from engine.problems import builtin_problems
-
-    return [checked_problem(n) for n in (names or [str(p) for p in builtin_problems().values()])]
-
-
-def _source_hash(problem: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(problem.source.encode()).hexdigest()[:16]
-
-
-def _problems(args: argparse.Namespace, db: Path) -> int:
-    from engine.evaluate.timing import device_name
-    from engine.llm.scripted import scripted_backends
-    from engine.report import problems_table
-
-    backend, _ = resolve_backend("auto")
-    device = device_name(backend)
-    problems = _problem_specs([]) + [checked_problem(p) for p in args.paths]
-
-    async def cached() -> dict:
-        if not db.exists():
-            return {}
-        store = await _open_store(db)
-        try:
-            return await store.reference_times(device)
-        finally:
-            await store.close()
-
-    times = asyncio.run(cached())
-    rows = []
-    for p in problems:
-        t = times.get((p.name, _source_hash(p)), {})
-        rows.append({"name": p.name, "level": p.metadata.get("level"), "sizes": p.sizes_for(backend),
-                     "cost": p.cost(backend), "eager_ms": t.get("eager_ms"),
-                     "compile_ms": t.get("compile_ms"), "scripted": scripted_backends(p.name),
-                     "degenerate": p.degenerate})
-    print(problems_table(rows, backend, device))
-    return 0
-
-
-def _bench_timing(args: argparse.Namespace, db: Path) -> int:
-    from engine.evaluate.evaluator import LocalEvaluator
-    from engine.report import load_table, reference_table
-
-    problems = _problem_specs(args.problems)
-    backend, arch = resolve_backend(args.backend)
-    if args.agreement:
-        return _bench_agreement(problems, backend, arch, args.json)
-
-    async def one(evaluator: Any, p: Any) -> dict[str, Any]:
-        print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
-        r = await evaluator.time_reference(str(p.path), p.sizes_for(backend))
-        return {"name": p.name, "sizes": p.sizes_for(backend), **r}
-
-    async def go() -> list[dict[str, Any]]:
-        store = await _open_store(db)
-        evaluator = LocalEvaluator(backend, cuda_arch=arch)
-        try:
-            rows = await asyncio.gather(*(one(evaluator, p) for p in problems))
-            for p, r in zip(problems, rows, strict=True):
-                if "error" not in r:
-                    await store.add_reference_time(
-                        problem=p.name, source_hash=_source_hash(p), sizes=r["sizes"],
-                        backend=backend, device=r["device"], torch_version=r["torch_version"],
-                        eager_ms=r.get("eager_ms"), compile_ms=r.get("compile_ms"))
-        finally:
-            await store.close()
-        return list(rows)
-
-    async def loaded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from engine.bench import host_load
-
-        evaluator = LocalEvaluator(backend, cuda_arch=arch)
-        try:  # (torch.compile's on-disk caches are warm from the idle pass)
-            async with host_load(args.load, evaluator, args.load_cores) as described:
-                print(f"loaded: {described}", file=sys.stderr, flush=True)
-                again = [await one(evaluator, p) for p in problems]
-        finally:
-            await evaluator.close()
-        for row, under in zip(rows, again, strict=True):
-            row["loaded"] = {"load": described, "eager_ms": under.get("eager_ms"),
-                             "compile_ms": under.get("compile_ms"), "error": under.get("error")}
-        return rows
-
-    rows = asyncio.run(go())
-    if args.load:
-        rows = asyncio.run(loaded(rows))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(reference_table(rows))
-        if args.load:
-            print()
-            print(load_table(rows))
-    return 0 if all("error" not in r for r in rows) else 1
-
-
-def _bench_agreement(problems: list[Any], backend: str, arch: str | None, as_json: bool) -> int:
-    from engine.evaluate.evaluator import LocalEvaluator
-    from engine.evaluate.runner import run_child
-    from engine.report import agreement_table
-
-    async def go() -> list[dict[str, Any]]:
-        evaluator = LocalEvaluator(backend, cuda_arch=arch, worker=False)
-        rows = []
-        for p in problems:  # one at a time: timings never share the device
-            print(f"timing {p.name} on {backend} ...", file=sys.stderr, flush=True)
-            sizes = p.sizes_for(backend)
-            flops, nbytes = job_cost(p, sizes)
-            job = evaluator.job(p.path, "", sizes, mode="agreement", flops=flops, bytes=nbytes)
-            outcome, result, log = await run_child(job, evaluator.run_timeout_s, evaluator._run_env)
-            rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
-        return rows
-
-    rows = asyncio.run(go())
-    print(json.dumps(rows, indent=2) if as_json else agreement_table(rows))
-    return 0 if all("error" not in r for r in rows) else 1
-
-
-def _bench_compile(args: argparse.Namespace) -> int:
-    from engine.compilebench import compile_bench, compile_table
-
-    backend, arch = resolve_backend(args.backend)
-    result = asyncio.run(compile_bench(backend, arch or "", sources=args.sources,
-                                       concurrent=max(0, args.concurrent),
-                                       parallel_configs=args.side_by_side,
-                                       structures=args.structure))
-    print(json.dumps(result, indent=2) if args.json else compile_table(result))
-    failed = any(r["compiled"] < r["builds"] for r in result["configs"])
-    return 1 if failed else 0
-
-
-def _check_honest_problems(problems: list[str], backend: str) -> None:
-    """UsageError for a problem with no honest scripted kernels on this backend (the benches
-    that evaluate the scripted library's honest kernels)."""
-    from engine.llm.scripted import scripted_problems
-    from engine.profilebench import honest_variants
-
-    for name in problems:
-        if not honest_variants(name, backend):
-            raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
-                             f" {', '.join(scripted_problems())})")
-
-
-def _bench_profile(args: argparse.Namespace) -> int:
-    from engine.profilebench import profile_bench, profile_table
-
-    backend, arch = resolve_backend(args.backend)
-    _check_honest_problems(args.problems, backend)
-    if backend == "cpu" and args.path and set(args.path) & {"ncu", "torch"}:
-        raise UsageError("--path ncu and torch profile GPU kernels: on cpu only auto")
-    result = asyncio.run(profile_bench(backend, arch, args.problems or None, args.path, args.variants))
-    print(json.dumps(result, indent=2) if args.json else profile_table(result))
-    return 0 if all(s["profiled"] == s["variants"] for s in result["paths"].values()) else 1
-
-
-def _bench_gpu_cost(args: argparse.Namespace) -> int:
-    from engine.gpucostbench import gpu_cost_bench, gpu_cost_table
-
-    backend, arch = resolve_backend(args.backend)
-    _check_honest_problems(args.problems, backend)
-    result = asyncio.run(gpu_cost_bench(backend, arch, args.problems or None, args.variants, args.profile))
-    print(json.dumps(result, indent=2) if args.json else gpu_cost_table(result))
-    return 0 if result["rows"] and all(r["status"] == "correct" for r in result["rows"]) else 1
-
-
-def _open_tui(db: Path) -> int:
-    from tui.app import KtreeApp
-
-    app = KtreeApp(db_path=db, keymap=_keymap())
-    app.run()
-    return app.return_code or 0
-
-
-def _keymap() -> dict[str, str]:
-    """Key bindings from the config file's [bindings] table (binding id = "key")."""
-    from engine.config import ConfigError, load_config
-    from tui.app import keymap_from_config
-
-    try:
-        return keymap_from_config(load_config().raw)
-    except (ConfigError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _follow(args: argparse.Namespace, db: Path) -> int:
-    """`ktree show SESSION --follow`: the search screen on that session, read live from the DB."""
-    from tui.app import KtreeApp
-
-    async def latest() -> int:
-        store = await _open_store(db)
-        try:
-            sessions = await store.sessions()
-        finally:
-            await store.close()
-        if args.session is not None:
-            if not any(s["id"] == args.session for s in sessions):
-                raise UsageError(f"no session {args.session} in {db}")
-            return args.session
-        if not sessions:
-            raise UsageError(f"no sessions in {db}")
-        return sessions[0]["id"]
-
-    app = KtreeApp(db_path=db, session_id=asyncio.run(latest()), follow=True, keymap=_keymap())
-    app.run()
-    return app.return_code or 0
 
 
 if __name__ == "__main__":

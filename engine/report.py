@@ -141,37 +141,6 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
     return "\n".join(lines)
 
 
-def reference_table(rows: list[dict[str, Any]]) -> str:
-    """`ktree bench timing`: eager and torch.compile times of each reference."""
-    lines = ["| problem | device | sizes | eager ms | torch.compile ms | compile/eager | note |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
-        ratio = (f"{r['compile_ms'] / r['eager_ms']:.2f}" if r.get("compile_ms") and r.get("eager_ms")
-                 else "-")
-        note = (r.get("error") or r.get("log") or "").strip().splitlines()
-        lines.append(f"| {r['name']} | {r.get('device', '-')} | {sizes} | {_num(r.get('eager_ms'))} |"
-                     f" {_num(r.get('compile_ms'))} | {ratio} | {note[-1][:80] if note else ''} |")
-    return "\n".join(lines)
-
-
-def load_table(rows: list[dict[str, Any]]) -> str:
-    """`ktree bench timing --load`: each reference idle vs with the host loaded."""
-    lines = ["| problem | load | eager ms idle | eager ms loaded | change | compile ms idle |"
-             " compile ms loaded | change |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-
-    def change(idle: float | None, under: float | None) -> str:
-        return f"{100 * (under / idle - 1):+.1f}%" if idle and under else "-"
-
-    for r in rows:
-        u = r.get("loaded") or {}
-        lines.append(f"| {r['name']} | {u.get('load', '-')} | {_num(r.get('eager_ms'))} |"
-                     f" {_num(u.get('eager_ms'))} | {change(r.get('eager_ms'), u.get('eager_ms'))} |"
-                     f" {_num(r.get('compile_ms'))} | {_num(u.get('compile_ms'))} |"
-                     f" {change(r.get('compile_ms'), u.get('compile_ms'))} |")
-    return "\n".join(lines)
-
-
 def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
@@ -222,24 +191,6 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
 
     for root in children.get(None, []):
         walk(root, "", True, True)
-    return "\n".join(lines)
-
-
-def agreement_table(rows: list[dict[str, Any]]) -> str:
-    """`ktree bench timing --agreement`: run-to-run spread of the timer, and its distance from
-    triton's do_bench, per problem (medians, ms)."""
-    lines = ["| problem | ours run 1 | ours run 2 | run to run | do_bench | ours vs do_bench |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['name']} | error: {r['error'][:60]} | | | | |")
-            continue
-        a, b = r["ours_ms"]
-        spread = abs(a - b) / min(a, b) if min(a, b) > 0 else 0.0
-        db = r.get("do_bench_ms")
-        versus = f"{((a + b) / 2 - db) / db:+.1%}" if db else "-"
-        lines.append(f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | {db:.4g} | {versus} |"
-                     if db else f"| {r['name']} | {a:.4g} | {b:.4g} | {spread:.1%} | - | - |")
     return "\n".join(lines)
 
 

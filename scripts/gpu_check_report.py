@@ -135,7 +135,7 @@ def main(raw: Path, out: Path) -> None:
                          f" {s['profiles_per_round']} ({s['top']}) | {diag} |")
     if result["gpu_cost"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from engine.gpucostbench import gpu_cost_table
+        from engine.bench.gpu_cost import gpu_cost_table
 
         lines += ["\n## bench gpu-cost", gpu_cost_table(result["gpu_cost"])]
     p = result["pipeline"]
@@ -148,7 +148,7 @@ def main(raw: Path, out: Path) -> None:
                   f" ({window.get('start_s')}-{window.get('end_s')} s)"]
     if result["compile"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from engine.compilebench import compile_table
+        from engine.bench.compile import compile_table
 
         lines += ["\n## bench compile", compile_table(result["compile"])]
     out.mkdir(parents=True, exist_ok=True)

@@ -275,11 +275,12 @@ def test_the_tui_bench_is_a_script_of_the_checkout():
                                   ["sessions"], ["show", "1"], ["export", "1"], ["problems"],
                                   ["bench", "timing"], ["bench", "pipeline"], ["bench", "compile"]])
 def test_db_before_or_after_the_subcommand(args: list[str]):
-    from engine.cli import _db_path, build_parser
+    from engine.cli import build_parser
+    from engine.commands._common import db_path
 
     parser = build_parser()
-    assert _db_path(parser.parse_args([*args, "--db", "after.db"])) == Path("after.db")
-    assert _db_path(parser.parse_args(["--db", "before.db", *args])) == Path("before.db")  # survives
+    assert db_path(parser.parse_args([*args, "--db", "after.db"])) == Path("after.db")
+    assert db_path(parser.parse_args(["--db", "before.db", *args])) == Path("before.db")  # survives
 
 
 @pytest.mark.parametrize("args", [["sessions"], ["show", "1"], ["export", "1"], ["problems"]])

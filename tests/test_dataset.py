@@ -17,8 +17,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from engine.bench.dataset import synthetic_db
 from engine.cli import main
-from engine.dataset.bench import synthetic_db
 from engine.dataset.hygiene import is_flagged, normalised_source, reward, source_hash
 from tests.conftest import query
 
@@ -251,7 +251,7 @@ def test_reward_orders_outcomes() -> None:
 
 def test_bench_dataset_reports_seconds_and_memory(tmp_path: Path) -> None:
     """The benchmark runs (its numbers are reported, not asserted: it is not a timed test)."""
-    from engine.dataset.bench import dataset_bench, dataset_table
+    from engine.bench.dataset import dataset_bench, dataset_table
 
     result = dataset_bench(rows=40, sessions=2)
     assert [r["variants"] for r in result["runs"]] == [4, 40]

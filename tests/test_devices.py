@@ -181,7 +181,8 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
 
     from textual.widgets import Static, Tree
 
-    from engine.cli import build_parser, prepare_search
+    from engine.cli import build_parser
+    from engine.commands.run import prepare_search
     from tests.conftest import query
     from tui.app import KtreeApp
     from tui.screens.search import SearchScreen
@@ -228,7 +229,7 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
 
 
 def test_pipeline_bench_reports_each_device():
-    from engine.bench import format_pipeline, pipeline_bench
+    from engine.bench.pipeline import format_pipeline, pipeline_bench
 
     r = asyncio.run(pipeline_bench(SOFTMAX, "cpu", None, rounds=1, ideas=2, variants=2, devices=2))
     assert r["status"] == "finished" and r["evaluations"] == 4

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.cli import build_parser, prepare_search
+from engine.cli import build_parser
+from engine.commands.run import prepare_search
 from engine.events import EventBus, LLMCallDone, NodeAdded, NodeUpdated, SessionDone, VerdictReady
 from engine.store import Store
 from tests.conftest import run_ktree

@@ -274,7 +274,7 @@ def test_bench_compile_measures_each_lever_on_this_backend(tmp_path: Path):
 def test_bench_compile_sources_are_the_structures_they_are_labelled():
     """Each configuration of `ktree bench compile` builds what its label says: stock sources carry
     torch/extension.h and load_inline bindings, the ctypes structure no torch header at all."""
-    from engine.compilebench import CONFIGS, _sources
+    from engine.bench.compile import CONFIGS, _sources
 
     for backend, configs in CONFIGS.items():
         for _, structure, _ in configs:

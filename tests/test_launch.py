@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import build_parser, resume_request, run_request
+from engine.cli import build_parser
+from engine.commands._common import run_request
+from engine.commands.run import resume_request
 from engine.evaluate.base import Evaluator
 from engine.events import EventBus
 from engine.launch import (

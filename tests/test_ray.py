@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import _run_headless, build_parser, prepare_search
+from engine.cli import build_parser
+from engine.commands.run import prepare_search, run_headless
 from tests.conftest import REPO, query, run_ktree
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
@@ -108,7 +109,7 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
     prepared = prepare_search(args, db)
     evaluator = prepared.evaluator
     assert isinstance(evaluator, RayEvaluator) and len(evaluator.slots) == 2
-    assert await _run_headless(args, prepared, db) == 0
+    assert await run_headless(args, prepared, db) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["status"] == "finished" and summary["by_status"].get("correct", 0) >= 1
 
@@ -189,11 +190,11 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
 
 @needs_ray
 def test_bench_pipeline_on_ray_workers(cluster, capsys):
-    from engine.cli import _bench_pipeline
+    from engine.commands.bench import pipeline
 
     args = build_parser().parse_args(["bench", "pipeline", "--backend", "cpu", "--executor", "ray",
                                       "--ideas", "1", "--variants", "2", "--json"])
-    assert _bench_pipeline(args) == 0
+    assert pipeline(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "finished" and result["evaluations"] == result["variants"] >= 2
     assert result["compile_workers"] == 2 and result["device_active_s"] > 0
@@ -203,13 +204,13 @@ def test_bench_pipeline_on_ray_workers(cluster, capsys):
 def test_a_suite_runs_on_ray_workers(cluster, tmp_path: Path, capsys):
     """`ktree suite --executor ray`: the suite's problems share the cluster's workers; every
     verdict was taken there, and the report scores both problems."""
-    from engine.cli import _suite
+    from engine.commands.suite import suite
 
     db = tmp_path / "k.db"
     args = build_parser().parse_args([
         "suite", "softmax", "layernorm", "--provider", "scripted", "--backend", "cpu", "--executor", "ray",
         "--rounds", "1", "--ideas", "1", "--variants", "1", "--json", "--db", str(db)])
-    assert _suite(args, db) == 0
+    assert suite(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["scores"]["problems"] == 2
     sessions = query(db, "SELECT id, problem, status FROM sessions WHERE suite_id = 1")

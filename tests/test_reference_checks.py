@@ -101,7 +101,7 @@ def test_a_candidate_writing_into_the_cached_references_is_noticed():
 
 
 def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():
-    from engine.gpucostbench import PHASES, gpu_cost_bench, gpu_cost_table
+    from engine.bench.gpu_cost import PHASES, gpu_cost_bench, gpu_cost_table
 
     result = asyncio.run(gpu_cost_bench("cpu", problems=["softmax"], per_problem=1))
     [row] = result["rows"]

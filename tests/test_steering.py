@@ -281,7 +281,8 @@ async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
     await store.add_command(sid, *control.encode(control.EditVariant(variant, edited)))
     await store.close()
 
-    from engine.cli import build_parser, prepare_search
+    from engine.cli import build_parser
+    from engine.commands.run import prepare_search
 
     args = build_parser().parse_args(["run", "--resume", str(sid), "--db", str(db), "--headless"])
     prepared = await asyncio.to_thread(prepare_search, args)

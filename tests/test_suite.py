@@ -123,7 +123,7 @@ def test_suite_bad_input_is_one_line(tmp_path: Path) -> None:
 
 
 def test_llm_latency_specs() -> None:
-    from engine.bench import parse_latency
+    from engine.bench.pipeline import parse_latency
 
     draw, words = parse_latency("40")
     assert draw() == 40.0 and "40 s" in words

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from textual.widgets import DataTable, RichLog, Static, Tree
 
-from engine.cli import build_parser, prepare_search
+from engine.cli import build_parser
+from engine.commands.run import prepare_search
 from tests.tui_helpers import label_of, log_text, table_row, tree_labels, without_line_numbers
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen

@@ -267,15 +267,16 @@ async def test_command_palette_offers_steering(running):
 
 
 def test_bindings_come_from_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from engine.cli import UsageError, _keymap
+    from engine.commands._tui import keymap
+    from engine.launch import UsageError
 
     config = tmp_path / "config.toml"
     config.write_text('[bindings]\nprune = "delete"\npin = ["p", "ctrl+t"]\n')
     monkeypatch.setenv("KTREE_CONFIG", str(config))
-    assert _keymap() == {"prune": "delete", "pin": "p,ctrl+t"}
+    assert keymap() == {"prune": "delete", "pin": "p,ctrl+t"}
     config.write_text("[bindings]\nprune = 5\n")
     with pytest.raises(UsageError, match="prune"):
-        _keymap()
+        keymap()
 
 
 async def test_profile_key_asks_the_engine_and_the_profile_shows_once_taken(running):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from textual.widgets import Tree
 
-from engine.cli import build_parser, prepare_search
+from engine.cli import build_parser
+from engine.commands.run import prepare_search
 from tests.tui_helpers import label_of, table_row, wait_until
 from tui.app import KtreeApp
 from tui.screens.search import SearchScreen

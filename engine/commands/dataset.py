@@ -5,10 +5,11 @@ and exit 2, through UsageError."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from engine.commands._common import db_path
+from engine.commands._output import emit, emit_json
 from engine.launch import UsageError
 
 
@@ -42,43 +43,43 @@ def _rows(manifest: dict[str, Any]) -> str:
                      for table, n in manifest["rows"].items())
 
 
-def export(args: argparse.Namespace, db: Path) -> int:
+def export(args: argparse.Namespace) -> int:
     from engine.dataset.export import run
     from engine.dataset.source import DatasetError
 
     options = _options(args)
     out = Path(args.out)
     try:
-        manifest = run(db, options, out, force=args.force)
+        manifest = run(db_path(args), options, out, force=args.force)
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc}") from None
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        emit_json(manifest)
     else:
         sessions = manifest["sessions"]
         left = manifest["scripted_left_out"]
-        print(f"wrote {out}: {_rows(manifest)} from {len(sessions)} session(s) in {manifest['seconds']:.2f} s;"
+        emit(f"wrote {out}: {_rows(manifest)} from {len(sessions)} session(s) in {manifest['seconds']:.2f} s;"
               f" card {out / 'README.md'}, manifest {out / 'manifest.json'}")
         if left:
-            print(f"left out {len(left)} scripted session(s) ({', '.join(map(str, left))}): --include-scripted"
+            emit(f"left out {len(left)} scripted session(s) ({', '.join(map(str, left))}): --include-scripted"
                   " exports them")
     return 0
 
 
-def stats(args: argparse.Namespace, db: Path) -> int:
+def stats(args: argparse.Namespace) -> int:
     """What `export` would write, counted, nothing written."""
     from engine.dataset.export import run
     from engine.dataset.source import DatasetError
 
     options = _options(args)
     try:
-        manifest = run(db, options, None)
+        manifest = run(db_path(args), options, None)
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        emit_json(manifest)
         return 0
     counts = manifest["counts"]
     scripted = sum(s["scripted"] for s in manifest["sessions"])
@@ -91,13 +92,16 @@ def stats(args: argparse.Namespace, db: Path) -> int:
     for key in ("status", "language", "problem", "model", "gpu"):
         got = counts[f"by_{key}"]
         lines.append(f"by {key}: " + (", ".join(f"{k} {n}" for k, n in got.items()) or "-"))
-    print("\n".join(lines))
+    emit("\n".join(lines))
     return 0
 
 
 def bench(args: argparse.Namespace) -> int:
-    from engine.dataset.bench import dataset_bench, dataset_table
+    from engine.bench.dataset import dataset_bench, dataset_table
 
     result = dataset_bench(args.rows, args.sessions)
-    print(json.dumps(result, indent=2) if args.json else dataset_table(result))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(dataset_table(result))
     return 0

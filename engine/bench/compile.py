@@ -15,18 +15,18 @@ import json
 import os
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from engine.bench.summary import markdown_table, median
 from engine.evaluate.jobs import make_job
 from engine.evaluate.runner import run_child
 from engine.evaluate.sandbox import scrubbed_env
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # engine/
 SCRIPTED = HERE / "llm" / "scripted" / "data"
 EXAMPLES = HERE / "templates" / "examples"
 # Stock-structure kernels that build (each declares "Intended outcome: correct"): torch/extension.h
@@ -126,7 +126,7 @@ async def compile_bench(backend: str, arch: str = "", sources: int = 2, concurre
                                        arch, timeout))
         ok = [b["wall_s"] for b in builds if b["status"] == "compiled"]
         row.update(builds=len(builds), compiled=len(ok),
-                   median_wall_s=round(statistics.median(ok), 2) if ok else None,
+                   median_wall_s=median(ok, 2),
                    walls_s=[round(b["wall_s"], 2) for b in builds],
                    errors=[b["log"] for b in builds if b["status"] != "compiled"][:1])
         return row
@@ -160,11 +160,9 @@ def compile_table(result: dict[str, Any]) -> str:
              f" configurations {'side by side' if result['parallel_configs'] else 'one after another'})",
              "",
              f"precompiled headers, built once up front: {result['pch_build_s']} s", "",
-             "| configuration | levers | builds ok | median wall s | walls s |",
-             "| --- | --- | --- | --- | --- |"]
-    for r in result["configs"]:
-        lines.append(f"| {r['config']} | {r['levers']} | {r['compiled']}/{r['builds']} |"
-                     f" {r['median_wall_s']} | {', '.join(map(str, r['walls_s']))} |")
+             markdown_table(("configuration", "levers", "builds ok", "median wall s", "walls s"),
+                            [(r["config"], r["levers"], f"{r['compiled']}/{r['builds']}", r["median_wall_s"],
+                              ", ".join(map(str, r["walls_s"]))) for r in result["configs"]])]
     b = result.get("concurrent")
     if b:
         lines += ["", f"{b['builds']} concurrent builds ({b['config']}): {b['compiled']} ok,"

@@ -34,16 +34,16 @@ its code to the moment the first problem's search ends).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.bench.summary import markdown_table, quantile
 from engine.domain import DEVICE_PHASES
 from engine.evaluate.base import Evaluator
 from engine.evaluate.evaluator import LocalEvaluator
@@ -268,13 +268,6 @@ def suite_problems(problem: Any, backend: str, n: int) -> list[Any]:
     return [pool[i % len(pool)] for i in range(n)]
 
 
-def quantile(values: list[float], q: float) -> float | None:
-    """The q-quantile of sorted values (nearest rank), rounded; None for none."""
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
-
-
 def format_pipeline(r: dict[str, Any]) -> str:
     s = r["shape"]
     pct = r["idle_fraction_while_waiting"] * 100
@@ -282,6 +275,29 @@ def format_pipeline(r: dict[str, Any]) -> str:
     n = len(r["problems"])
     what = r["problem"] if n == 1 else f"a suite of {n} ({', '.join(r['problems'])})"
     window = r["busy_window"]
+    rows = [
+        ("variants / evaluations", f"{r['variants']} / {r['evaluations']}", ""),
+        ("distinct sources",
+         f"{r['distinct_sources']}{' (library files as they are)' if r['repeat_sources'] else ''}", ""),
+        ("wall time", f"{r['wall_s']:.2f} s", ""),
+        ("total compile time (slot-seconds)", f"{r['compile_s']:.2f} s", ""),
+        ("total device time (device-seconds held)", f"{r['device_s']:.2f} s", ""),
+        ("of which checking / timing", f"{r['device_active_s']:.2f} s", ""),
+        ("ideal = compile / workers + device / devices", f"{r['ideal_s']:.2f} s", ""),
+        ("wall / ideal", "-" if ratio is None else f"{ratio:.3f}", "<= 1.15"),
+        ("time compiled variants waited for the device", f"{r['waiting_s']:.2f} s", ""),
+        ("device idle while they waited", f"{r['idle_while_waiting_s']:.3f} s ({pct:.1f} %)", "< 5 %"),
+        ("variants evaluated per minute", f"{r['variants_per_minute']:.2f}", ""),
+        ("devices busy, of the wall", f"{r['busy_fraction_of_wall'] * 100:.1f} %", ""),
+        ("devices busy once every problem has variants in flight",
+         f"{window['busy_fraction'] * 100:.1f} % ({window['start_s']:.1f}-{window['end_s']:.1f} s)"
+         if window else "-", ">= 60 % (suite)"),
+    ]
+    per = r.get("compile_s_per_variant") or {}
+    if per.get("n"):
+        what_build = "import + JIT + autotune" if r.get("language") == "triton" else "build"
+        rows.append((f"{what_build} seconds per variant, median / p90 (n={per['n']})",
+                     f"{per['median']:.2f} / {per['p90']:.2f} s", ""))
     lines = [
         f"Pipeline bench: {what} in {r.get('language', 'cuda')} on {r['backend']},"
         f" scripted provider ({r['llm_latency']}),"
@@ -289,87 +305,12 @@ def format_pipeline(r: dict[str, Any]) -> str:
         f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"
         f" {r['status']}",
         "",
-        "| measure | value | target (cuda) |",
-        "| --- | --- | --- |",
-        f"| variants / evaluations | {r['variants']} / {r['evaluations']} | |",
-        f"| distinct sources | {r['distinct_sources']}"
-        f"{' (library files as they are)' if r['repeat_sources'] else ''} | |",
-        f"| wall time | {r['wall_s']:.2f} s | |",
-        f"| total compile time (slot-seconds) | {r['compile_s']:.2f} s | |",
-        f"| total device time (device-seconds held) | {r['device_s']:.2f} s | |",
-        f"| of which checking / timing | {r['device_active_s']:.2f} s | |",
-        f"| ideal = compile / workers + device / devices | {r['ideal_s']:.2f} s | |",
-        f"| wall / ideal | {'-' if ratio is None else f'{ratio:.3f}'} | <= 1.15 |",
-        f"| time compiled variants waited for the device | {r['waiting_s']:.2f} s | |",
-        f"| device idle while they waited | {r['idle_while_waiting_s']:.3f} s ({pct:.1f} %) | < 5 % |",
-        f"| variants evaluated per minute | {r['variants_per_minute']:.2f} | |",
-        f"| devices busy, of the wall | {r['busy_fraction_of_wall'] * 100:.1f} % | |",
-        "| devices busy once every problem has variants in flight | "
-        + (f"{window['busy_fraction'] * 100:.1f} % ({window['start_s']:.1f}-{window['end_s']:.1f} s) |"
-           if window else "- |") + " >= 60 % (suite) |",
+        markdown_table(("measure", "value", "target (cuda)"), rows),
     ]
-    per = r.get("compile_s_per_variant") or {}
-    if per.get("n"):
-        what = "import + JIT + autotune" if r.get("language") == "triton" else "build"
-        lines.append(f"| {what} seconds per variant, median / p90 (n={per['n']})"
-                     f" | {per['median']:.2f} / {per['p90']:.2f} s | |")
     if len(r["devices"]) > 1:
-        lines += ["", "| device | evaluations | busy | idle (of wall) | idle while variants waited |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {d['name']} | {d['jobs']} | {d['busy_s']:.2f} s"
-                  f" | {d['idle_fraction_of_wall'] * 100:.1f} % | {d['idle_while_waiting_s']:.3f} s"
-                  f" ({d['idle_fraction_while_waiting'] * 100:.1f} %) |" for d in r["devices"]]
+        lines += ["", markdown_table(
+            ("device", "evaluations", "busy", "idle (of wall)", "idle while variants waited"),
+            [(d["name"], d["jobs"], f"{d['busy_s']:.2f} s", f"{d['idle_fraction_of_wall'] * 100:.1f} %",
+              f"{d['idle_while_waiting_s']:.3f} s ({d['idle_fraction_while_waiting'] * 100:.1f} %)")
+             for d in r["devices"]])]
     return "\n".join(lines)
-
-
-# -- `ktree bench timing --load`: the host loaded while references are timed -------------------
-
-_SCRIPTED = Path(__file__).resolve().parent / "llm" / "scripted" / "data" / "softmax"
-
-
-@contextlib.asynccontextmanager
-async def host_load(kind: str, evaluator: LocalEvaluator, cores: int | None = None) -> AsyncIterator[str]:
-    """Load the host while the body runs; yields what the load is, in words. `cores`: that many
-    busy-loop processes (default: one per core). `compile`: ktree's own compile pool kept full
-    (every slot builds a distinct softmax solution of the backend, again and again)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    if kind == "cores":
-        n = cores or os.cpu_count() or 1
-        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-        try:
-            yield f"{n} busy loops"
-        finally:
-            for p in procs:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        return
-    from engine.evaluate.runner import run_child
-    from engine.problems import load_problem
-
-    problem = load_problem("softmax")
-    source = (_SCRIPTED / evaluator.backend / "naive_1.py").read_text()
-    stop = asyncio.Event()
-    built = [0]
-
-    async def builder(slot: int) -> None:
-        while not stop.is_set():
-            unique = f"# load {uuid.uuid4().hex}\n{source}"  # a new build dir every time
-            job = evaluator.job(problem.path, unique, problem.sizes_for(evaluator.backend), flops=None,
-                                bytes=None, mode="compile")
-            async with evaluator._slot("compile"):
-                await run_child(job, evaluator.compile_timeout_s, evaluator._compile_env, evaluator.sandbox)
-            built[0] += 1
-
-    tasks = [asyncio.create_task(builder(i)) for i in range(evaluator.compile_workers)]
-    await asyncio.sleep(5.0)  # let the builds get going
-    try:
-        yield f"compile pool busy ({evaluator.compile_workers} builds at once)"
-    finally:
-        stop.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

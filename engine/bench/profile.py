@@ -13,26 +13,15 @@ whole cost in a search. Reported per path: median and p90 overhead, and each var
 from __future__ import annotations
 
 import asyncio
-import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from engine.bench import quantile
+from engine.bench.honest import SEED_PROBLEMS, honest_variants
+from engine.bench.summary import cell, median, quantile
 from engine.evaluate.evaluator import LocalEvaluator
-from engine.llm.scripted import DATA, library_dir
 from engine.problems import load_problem
-
-SEED_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
-INTENDED_CORRECT = re.compile(r"Intended outcome:\s*correct\b", re.IGNORECASE)
-
-
-def honest_variants(problem: str, backend: str, language: str = "cuda") -> list[Path]:
-    """The scripted library's files for this problem that declare themselves correct."""
-    folder = DATA / problem / library_dir(backend, language)
-    return [f for f in sorted(folder.glob("*_*.py")) if INTENDED_CORRECT.search(f.read_text())]
 
 
 def paths_for(backend: str) -> list[str]:
@@ -79,9 +68,9 @@ async def profile_bench(backend: str, arch: str | None, problems: list[str] | No
             "variants": sum(r["path"] == path for r in rows),
             "profiled": len(mine),
             "tools": sorted({r["tool"] for r in mine if r["tool"]}),
-            "overhead_median": statistics.median(overheads) if overheads else None,
-            "overhead_p90": quantile(sorted(overheads), 0.9),
-            "profile_s_median": statistics.median(r["profile_s"] for r in mine) if mine else None,
+            "overhead_median": median(overheads),
+            "overhead_p90": quantile(overheads, 0.9),
+            "profile_s_median": median(r["profile_s"] for r in mine),
         }
     return {"backend": backend, "problems": list(chosen), "paths": summary, "rows": rows}
 
@@ -106,9 +95,7 @@ def profile_table(result: dict[str, Any]) -> str:
              " profile) s)", "",
              f"{'path':6} {'problem':18} {'variant':16} {'status':9} {'speedup':>8} {'tool':6} {'bound':12}"
              f" {'profile s':>9} {'eval s':>7} {'build s':>7} {'overhead':>8}"]
-
-    def num(value: float | None, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
+    num = cell
 
     for r in result["rows"]:
         bound = r["bound"] or r["error"] or "-"

@@ -1,6 +1,6 @@
 """`ktree bench gpu-cost`: what each variant costs the device it is judged on.
 
-For each seed problem, the scripted library's honest kernels (engine.profilebench.honest_variants)
+For each seed problem, the scripted library's honest kernels (engine.bench.honest)
 are built all at once in the compile pool, then evaluated one at a time, so the device's busy
 time grows by exactly one variant's held time per evaluation. Per variant, the seconds the
 device was held, split by phase from the verdict's own record (`timing.phases_s` from the worker,
@@ -22,13 +22,13 @@ the phase record (an older evaluator) still gets its held total, from the device
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 from typing import Any
 
+from engine.bench.honest import SEED_PROBLEMS, honest_variants
+from engine.bench.summary import cell, markdown_table, median
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
-from engine.profilebench import SEED_PROBLEMS, honest_variants
 
 WARMUP = 3  # engine.evaluate.timing.WARMUP, as the floor counts it
 PHASES = ("load", "ref", "check", "time", "profile", "baseline", "other")
@@ -122,31 +122,30 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not timed:
             out.append({"problem": name, "variants": 0})
             continue
-        held = statistics.median(r["held_s"] for r in timed)
-        floor = statistics.median(r["floor_s"] for r in timed)
+        held = median(r["held_s"] for r in timed)
+        floor = median(r["floor_s"] for r in timed)
         goal = 1.5 * floor + 0.5
         summary = {"problem": name, "variants": len(timed), "held_s": round(held, 4),
                    "floor_s": round(floor, 4), "goal_s": round(goal, 4), "meets_goal": held <= goal}
         for phase in PHASES:
             values = [r[f"{phase}_s"] for r in timed if r.get(f"{phase}_s") is not None]
-            summary[f"{phase}_s"] = round(statistics.median(values), 4) if values else None
+            summary[f"{phase}_s"] = median(values, 4)
         out.append(summary)
     return out
 
 
 def gpu_cost_table(result: dict[str, Any]) -> str:
     def num(v: Any) -> str:
-        return "" if v is None else f"{v:.3f}"
+        return cell(v, ".3f", blank="")
 
-    lines = [f"gpu-cost on {result.get('gpu') or result['backend']} (profile {result['profile']});"
-             " medians over each problem's timed honest variants, seconds",
-             "| problem | variants | held | floor | goal 1.5xfloor+0.5 | met | " + " | ".join(PHASES) + " |",
-             "| --- " * (6 + len(PHASES)) + "|"]
+    rows = []
     for p in result["problems"]:
         if not p.get("variants"):
-            lines.append(f"| {p['problem']} | 0 | | | | | " + " | " * len(PHASES))
+            rows.append((p["problem"], 0, *[""] * (4 + len(PHASES))))
             continue
-        lines.append(f"| {p['problem']} | {p['variants']} | {num(p['held_s'])} | {num(p['floor_s'])} |"
-                     f" {num(p['goal_s'])} | {'yes' if p['meets_goal'] else 'NO'} | "
-                     + " | ".join(num(p.get(f'{k}_s')) for k in PHASES) + " |")
-    return "\n".join(lines)
+        rows.append((p["problem"], p["variants"], num(p["held_s"]), num(p["floor_s"]), num(p["goal_s"]),
+                     "yes" if p["meets_goal"] else "NO", *(num(p.get(f"{k}_s")) for k in PHASES)))
+    return "\n".join([f"gpu-cost on {result.get('gpu') or result['backend']} (profile {result['profile']});"
+                      " medians over each problem's timed honest variants, seconds",
+                      markdown_table(("problem", "variants", "held", "floor", "goal 1.5xfloor+0.5", "met",
+                                      *PHASES), rows)])

@@ -1,0 +1,186 @@
+"""`ktree bench pipeline|timing|compile|profile|gpu-cost`: flags -> engine.bench.* -> a table or
+JSON; exit 1 when a measurement failed. (`ktree bench dataset` is the dataset command's.)"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from engine.commands._common import db_path, open_store, problem_specs, source_hash
+from engine.commands._output import emit, emit_json
+from engine.launch import (
+    UsageError,
+    check_local_flags,
+    check_scripted,
+    checked_gpus,
+    checked_problem,
+    job_cost,
+    make_evaluator,
+    parse_languages,
+    resolve_backend,
+)
+
+
+def _cpu_timer(args: argparse.Namespace) -> None:
+    if getattr(args, "cpu_timer", None):
+        os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
+
+
+def pipeline(args: argparse.Namespace) -> int:
+    """A scripted search with no LLM latency: how busy the device is kept."""
+    from engine.bench.pipeline import format_pipeline, parse_latency, pipeline_bench
+
+    _cpu_timer(args)
+    problem = checked_problem(args.problem)
+    if args.llm_latency is not None:
+        try:
+            parse_latency(args.llm_latency)
+        except ValueError as exc:
+            raise UsageError(f"--llm-latency: {exc}") from None
+    evaluator, arch = None, None  # local: the bench makes its own (with an empty cache if --cold)
+    if args.executor == "ray":
+        if args.cold:
+            raise UsageError("--cold empties this host's build cache: it is for --executor local")
+        backend, evaluator = make_evaluator(args.backend, executor="ray", gpus=args.gpus,
+                                            compile_workers=args.compile_workers,
+                                            ray_address=args.ray_address, ray_workers=args.ray_workers)
+    else:
+        check_local_flags(args.ray_address, args.ray_workers)
+        backend, arch = resolve_backend(args.backend)
+    cuda = backend == "cuda"
+    languages = parse_languages(args.language)
+    for language in languages:
+        check_scripted(problem.name, backend, (language,))
+    if evaluator is not None and len(languages) > 1:
+        raise UsageError("--executor ray benches one language at a time")
+    results = []
+    for language in languages:
+        results.append(asyncio.run(pipeline_bench(
+            problem, backend, arch, rounds=args.rounds or (3 if cuda else 1),
+            ideas=args.ideas or (4 if cuda else 2), variants=args.variants or (4 if cuda else 2),
+            top=args.top, compile_workers=args.compile_workers, cold=args.cold,
+            log=sys.stderr if args.log else None, evaluator=evaluator,
+            gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
+            repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
+            llm_concurrency=args.llm_concurrency, language=language,
+        )))
+    if args.json:
+        emit_json(results[0] if len(results) == 1 else results)
+    else:
+        emit("\n\n".join(format_pipeline(r) for r in results))
+    return 0 if all(r["status"] == "finished" for r in results) else 1
+
+
+def timing(args: argparse.Namespace) -> int:
+    """Each problem's reference, eager and torch.compile, recorded in the DB; `--load` again
+    with the host loaded, `--agreement` the timer against itself and triton's do_bench."""
+    from engine.bench.timing import (
+        agreement,
+        agreement_table,
+        load_table,
+        reference_table,
+        time_loaded,
+        time_reference,
+    )
+    from engine.evaluate.evaluator import LocalEvaluator
+
+    _cpu_timer(args)
+    db = db_path(args)
+    problems = problem_specs(args.problems)
+    backend, arch = resolve_backend(args.backend)
+    if args.agreement:
+        rows = asyncio.run(agreement(problems, backend, arch, job_cost))
+        if args.json:
+            emit_json(rows)
+        else:
+            emit(agreement_table(rows))
+        return 0 if all("error" not in r for r in rows) else 1
+
+    async def go() -> list[dict[str, Any]]:
+        store = await open_store(db)
+        evaluator = LocalEvaluator(backend, cuda_arch=arch)
+        try:
+            rows = await asyncio.gather(*(time_reference(evaluator, p) for p in problems))
+            for p, r in zip(problems, rows, strict=True):
+                if "error" not in r:
+                    await store.add_reference_time(
+                        problem=p.name, source_hash=source_hash(p), sizes=r["sizes"],
+                        backend=backend, device=r["device"], torch_version=r["torch_version"],
+                        eager_ms=r.get("eager_ms"), compile_ms=r.get("compile_ms"))
+        finally:
+            await store.close()
+        return list(rows)
+
+    rows = asyncio.run(go())
+    if args.load:
+        rows = asyncio.run(time_loaded(rows, problems, backend, arch, args.load, args.load_cores))
+    if args.json:
+        emit_json(rows)
+    else:
+        emit(reference_table(rows))
+        if args.load:
+            emit()
+            emit(load_table(rows))
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def compile(args: argparse.Namespace) -> int:
+    """Build time per variant with and without each compile lever."""
+    from engine.bench.compile import compile_bench, compile_table
+
+    backend, arch = resolve_backend(args.backend)
+    result = asyncio.run(compile_bench(backend, arch or "", sources=args.sources,
+                                       concurrent=max(0, args.concurrent),
+                                       parallel_configs=args.side_by_side,
+                                       structures=args.structure))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(compile_table(result))
+    failed = any(r["compiled"] < r["builds"] for r in result["configs"])
+    return 1 if failed else 0
+
+
+def _check_honest_problems(problems: list[str], backend: str) -> None:
+    """UsageError for a problem with no honest scripted kernels on this backend (the benches
+    that evaluate the scripted library's honest kernels)."""
+    from engine.bench.honest import honest_variants
+    from engine.llm.scripted import scripted_problems
+
+    for name in problems:
+        if not honest_variants(name, backend):
+            raise UsageError(f"no honest scripted {backend} kernels for {name!r} (scripted problems:"
+                             f" {', '.join(scripted_problems())})")
+
+
+def profile(args: argparse.Namespace) -> int:
+    """What a profile costs per variant, on each profiler path."""
+    from engine.bench.profile import profile_bench, profile_table
+
+    backend, arch = resolve_backend(args.backend)
+    _check_honest_problems(args.problems, backend)
+    if backend == "cpu" and args.path and set(args.path) & {"ncu", "torch"}:
+        raise UsageError("--path ncu and torch profile GPU kernels: on cpu only auto")
+    result = asyncio.run(profile_bench(backend, arch, args.problems or None, args.path, args.variants))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(profile_table(result))
+    return 0 if all(s["profiled"] == s["variants"] for s in result["paths"].values()) else 1
+
+
+def gpu_cost(args: argparse.Namespace) -> int:
+    """Seconds each variant holds the device, by phase."""
+    from engine.bench.gpu_cost import gpu_cost_bench, gpu_cost_table
+
+    backend, arch = resolve_backend(args.backend)
+    _check_honest_problems(args.problems, backend)
+    result = asyncio.run(gpu_cost_bench(backend, arch, args.problems or None, args.variants, args.profile))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(gpu_cost_table(result))
+    return 0 if result["rows"] and all(r["status"] == "correct" for r in result["rows"]) else 1

@@ -1,0 +1,92 @@
+"""`ktree eval REFERENCE SOLUTION...`: solution files checked and timed against a reference, built
+at once and timed one at a time; one verdict, or a table of them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from engine.commands._common import isolation_note
+from engine.commands._output import emit, emit_json, say
+from engine.launch import UsageError, checked_problem, job_cost, local_evaluator, resolve_backend, tolerances
+
+
+def solution_files(given: list[str]) -> list[tuple[Path, str]]:
+    """Each solution file named (a directory: its *.py, sorted) with its text; UsageError for a
+    missing or unreadable one, one without ModelNew, or a directory with no .py file."""
+    files: list[Path] = []
+    for entry in given:
+        path = Path(entry)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.py") if p.is_file())
+            if not found:
+                raise UsageError(f"{path}: is a directory with no solution files (*.py)")
+            files.extend(found)
+        else:
+            files.append(path)
+    out = []
+    for path in files:
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: cannot read: {exc}") from None
+        if "ModelNew" not in source:
+            raise UsageError(f"{path}: defines no ModelNew")
+        out.append((path, source))
+    return out
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    problem = checked_problem(args.reference)
+    solutions = solution_files(args.solution)
+    atol, rtol = tolerances(problem, args.atol, args.rtol)
+    backend, arch = resolve_backend(args.backend)
+    isolation = isolation_note(args.isolation)
+    if not args.quiet:  # what a solution can reach, said before it runs
+        from engine.evaluate import sandbox
+
+        how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
+        say(f"ktree: isolation: {isolation}{how}")
+    if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
+        from engine.problems import DEGENERATE_LINE
+
+        say(f"ktree: {problem.name}: {DEGENERATE_LINE}")
+    sizes = problem.sizes_for(backend)
+    flops, nbytes = job_cost(problem, sizes)
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
+
+    from engine.eval_progress import EvalProgress, labels
+
+    progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
+
+    async def go() -> list[Any]:
+        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
+                for _, source in solutions]
+        names = labels([path for path, _ in solutions])
+        try:  # one evaluator: the builds share its compile pool, its devices time one at a time
+            return list(await asyncio.gather(*(
+                progress.run(name, lambda on_phase, job=job: evaluator.evaluate(job, on_phase))
+                for name, job in zip(names, jobs, strict=True))))
+        finally:
+            await evaluator.close()
+
+    verdicts = asyncio.run(go())
+    single = len(args.solution) == 1 and not Path(args.solution[0]).is_dir()
+    if single:  # one solution: its verdict, as before
+        if args.json:
+            emit_json(verdicts[0].to_dict())
+        else:
+            from engine.report import format_verdict
+
+            emit(format_verdict(verdicts[0]))
+        return 0
+    named = [(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]
+    if args.json:
+        emit_json([{"file": path, **v.to_dict()} for path, v in named])
+    else:
+        from engine.report import eval_table
+
+        emit(eval_table(named))
+    return 0

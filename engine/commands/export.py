@@ -1,0 +1,40 @@
+"""`ktree export SESSION`: the best correct variant (or `--node`) as a KernelBench solution file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from engine.commands._common import db_path, open_store
+from engine.commands._output import emit, say
+from engine.launch import UsageError
+
+
+def export(args: argparse.Namespace) -> int:
+    from engine.export import ExportError, best_variant, solution_text
+
+    db = db_path(args)
+    if not db.exists():
+        raise UsageError(f"no database at {db}")
+
+    async def go() -> str:
+        store = await open_store(db)
+        try:
+            node_id = args.node or await best_variant(store, args.session)
+            return await solution_text(store, node_id, session_id=args.session)
+        except ExportError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            await store.close()
+
+    text = asyncio.run(go())
+    if args.out:
+        try:
+            Path(args.out).write_text(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.out}: {exc}") from None
+        say(f"wrote {args.out}")
+    else:
+        emit(text, end="")
+    return 0

@@ -1,0 +1,116 @@
+"""`ktree run`: one search, in the TUI or headless (`--headless`: one line per event, then the
+summary), or only its estimate (`--estimate`); `--resume SESSION` continues a recorded one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from engine.commands._common import (
+    USAGE_ERROR,
+    db_path,
+    isolation_note,
+    open_store,
+    reasoning_history,
+    run_request,
+)
+from engine.commands._output import emit, emit_json, error
+from engine.launch import Prepared, ResumeRequest, UsageError, estimate_run, prepare_resume, prepare_run
+
+
+def check_run_args(args: argparse.Namespace) -> None:
+    """What only a combination of `ktree run` flags can get wrong (a request cannot say it)."""
+    if args.json and not (args.headless or args.estimate):
+        raise UsageError("--json needs --headless")
+    if args.resume is not None:
+        if args.problem is not None:
+            raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
+        if args.estimate:
+            raise UsageError("--estimate is for a new search, not with --resume")
+    elif args.problem is None:
+        raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
+
+
+def resume_request(args: argparse.Namespace) -> ResumeRequest:
+    """`ktree run --resume SESSION ...`'s flags as a request (the shape flags are the session's)."""
+    return ResumeRequest(
+        session=args.resume, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
+        max_variants=args.max_variants, time_limit=args.time_limit,
+        gpus=None if args.gpus is None else tuple(args.gpus), compile_workers=args.compile_workers,
+        isolation=args.isolation, executor=args.executor, ray_address=args.ray_address,
+        ray_workers=args.ray_workers, base_url=args.base_url, llm_timeout=args.llm_timeout, seed=args.seed,
+        profile=args.profile,
+    )
+
+
+def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
+    """`ktree run`'s flags as a prepared search (a resume reads the session from `db`)."""
+    check_run_args(args)
+    if args.resume is not None:
+        return asyncio.run(_prepare_resume(resume_request(args), db or db_path(args)))
+    return prepare_run(run_request(args))
+
+
+async def _prepare_resume(request: ResumeRequest, db: Path) -> Prepared:
+    if not db.exists():
+        raise UsageError(f"no database at {db}")
+    store = await open_store(db)
+    try:
+        return await prepare_resume(request, store)
+    finally:
+        await store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    db = db_path(args)
+    check_run_args(args)
+    if args.estimate:
+        from engine.estimate import format_estimate
+
+        result = estimate_run(run_request(args), reasoning_history=reasoning_history(db))
+        emit_json(result) if args.json else emit(format_estimate(result))
+        return 0
+    prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
+    if args.executor == "local":  # (on ray, each node resolves it for itself)
+        isolation_note(args.isolation)
+    if args.headless:
+        return asyncio.run(run_headless(args, prepared, db))
+    from engine.commands._tui import open_app
+
+    return open_app(db, search_factory=prepared.search)
+
+
+async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -> int:
+    from engine.events import EventBus
+    from engine.headless import HeadlessPrinter
+
+    store = await open_store(db)
+    # Ctrl-C or a plain `kill`: cancel the search, which records the session as interrupted and
+    # kills its compile and evaluation processes, then print the summary as usual.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    bus = EventBus()
+    search = prepared.search(store, bus)
+    printer = HeadlessPrinter(quiet=args.json)
+    bus.subscribe(printer)
+    try:
+        summary = await search.run()
+    except asyncio.CancelledError:
+        summary = search.summary("interrupted")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await prepared.evaluator.close()
+        await store.close()
+    if args.json:
+        emit_json(summary)
+    else:
+        printer.print_summary(summary)
+    if summary["status"] == "failed":
+        error(summary["stop_reason"])
+        return USAGE_ERROR
+    return 130 if summary["status"] == "interrupted" else 0

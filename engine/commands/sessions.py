@@ -1,0 +1,30 @@
+"""`ktree sessions`: the database's sessions, one line each."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from engine.commands._common import db_path, open_store
+from engine.commands._output import emit
+
+
+def sessions(args: argparse.Namespace) -> int:
+    from engine.report import format_session_row
+
+    db = db_path(args)
+
+    async def go() -> list[dict[str, Any]]:
+        store = await open_store(db)
+        try:
+            return await store.sessions()
+        finally:
+            await store.close()
+
+    if not db.exists():
+        emit(f"no database at {db}")
+        return 0
+    for row in asyncio.run(go()):
+        emit(format_session_row(row))
+    return 0

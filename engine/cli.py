@@ -56,6 +56,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _dollars(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -125,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                           " --model openai:o3 --model gemini:gemini-2.5-pro")
     run.add_argument("--base-url", help="server URL for openai-compatible (vLLM, Ollama, ...)")
     run.add_argument("--reasoning", help="reasoning effort (low/medium/high) or thinking budget")
-    run.add_argument("--llm-timeout", type=float, default=600.0, help="seconds per LLM call")
-    run.add_argument("--budget-usd", type=float, default=None, help="stop once this is spent")
+    run.add_argument("--llm-timeout", type=_seconds, default=600.0, help="seconds per LLM call")
+    run.add_argument("--budget-usd", type=_dollars, default=None, help="stop once this is spent")
     run.add_argument("--budget-tokens", type=_positive, default=None,
                      help="stop once this many tokens are used")
     run.add_argument("--max-variants", type=_positive, default=None,
@@ -168,13 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
                             " level1/), a built-in level, problem files or built-in names")
     suite.add_argument("--resume", type=_positive, metavar="SUITE",
                        help="continue an interrupted suite (no problems then)")
-    suite.add_argument("--suite-budget-usd", type=float, default=None,
+    suite.add_argument("--suite-budget-usd", type=_dollars, default=None,
                        help="stop starting LLM work in every problem once the suite has spent this")
     for action in run._actions:  # every search flag of `run`, per problem (as argparse's parents= shares them)
         if action.dest not in ("help", "problem", "resume", "db"):
             suite._add_action(action)
 
-    ev = command("eval", help="evaluate solution files against a reference")
+    ev = command("eval", help="evaluate solution files against a reference",
+                 epilog="exit code 0: every solution correct; 1: one or more not correct (incorrect,"
+                        " flagged, failed to build or run, timed out); 2: a usage error; 3: the"
+                        " reference itself failed, so no solution could be judged")
     ev.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
     ev.add_argument("solution", nargs="+",
                     help="solution file(s) defining ModelNew, or a directory of them (its *.py);"
@@ -358,6 +371,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _times(name: str, args: argparse.Namespace) -> bool:
+    """Whether the command may time something on the cpu (and so reads KTREE_CPU_TIMER): a
+    listing, an export or a dataset does not; the TUI may start a search."""
+    if name == "show":
+        return bool(getattr(args, "profile", None))
+    return name in ("", "run", "suite", "eval") or (name.startswith("bench ") and name != "bench dataset")
+
+
 def command_name(args: argparse.Namespace) -> str:
     """The dispatch table's key for parsed flags: `bench timing`, `run`, or "" for none."""
     words = [args.command, getattr(args, "bench", None), getattr(args, "dataset", None)]
@@ -367,8 +388,9 @@ def command_name(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_cpu_timer()  # every evaluator reads it, the benches' and eval's too
         name = command_name(args)
+        if _times(name, args):
+            check_cpu_timer()  # every evaluator reads it, the benches' and eval's too
         if name not in COMMANDS:
             raise UsageError(f"unknown command {args.command}")
         return COMMANDS[name](args)

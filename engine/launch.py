@@ -180,6 +180,14 @@ def checked_gpus(backend: str, gpus: Sequence[int] | None) -> list[int] | None:
     return list(gpus)
 
 
+def profile_note(backend: str, profile: str) -> str | None:
+    """What `--profile ncu|torch` does where it cannot run as asked, in words (None where it can)."""
+    if backend == "cpu" and profile in ("ncu", "torch"):
+        return (f"--profile {profile} needs the cuda backend; on cpu the cpu profile is used"
+                " (the kernel's time against this machine's measured bandwidth and FLOP rate)")
+    return None
+
+
 def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
                     **kw: Any) -> LocalEvaluator:
     """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
@@ -318,6 +326,7 @@ def prepare_run(request: RunRequest) -> Prepared:
     _check_choices(request)
     problem = checked_problem(request.problem)
     config = _search_config(request, problem)
+    check_languages(config.languages)
     backend, evaluator = make_evaluator(
         request.backend, executor=request.executor, gpus=request.gpus,
         compile_workers=request.compile_workers, isolation=request.isolation,
@@ -327,6 +336,18 @@ def prepare_run(request: RunRequest) -> Prepared:
     if any(getattr(p, "scripted", False) for p, _ in models):
         check_scripted(problem.name, backend, config.languages)
     return Prepared(problem, models, evaluator, config)
+
+
+def check_languages(languages: Sequence[str]) -> None:
+    """A search's kernel languages can run here: Triton variants need triton importable (on the
+    cpu backend too, under its interpreter). Else a usage error, before anything starts."""
+    if "triton" not in languages:
+        return
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"--language triton: Triton is not installed here ({exc});"
+                         " pip install 'triton>=3.2' or choose --language cuda") from None
 
 
 async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
@@ -432,6 +453,10 @@ def _check_choices(request: RunRequest) -> None:
                           ("backend", BACKEND_CHOICES), ("isolation", ISOLATION_CHOICES),
                           ("executor", EXECUTORS)):
         _choice(name, getattr(request, name), choices)
+    for name in ("budget_usd", "budget_tokens", "time_limit"):
+        value = getattr(request, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name.replace('_', '-')}: {value:g} must be more than 0")
 
 
 def _choice(name: str, value: str, choices: Sequence[str]) -> None:

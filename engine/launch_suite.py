@@ -16,6 +16,7 @@ from engine.launch import (
     _build_models,
     _check_choices,
     _search_config,
+    check_languages,
     check_scripted,
     checked_problem,
     estimate_run,
@@ -173,6 +174,7 @@ def prepare_suite(request: SuiteRequest) -> PreparedSuite:
     if request.suite_budget_usd is not None and request.suite_budget_usd <= 0:
         raise UsageError("--suite-budget-usd: must be more than 0")
     files = suite_files(request.problems)
+    check_languages(parse_languages(run.language))
     backend, evaluator = make_evaluator(
         run.backend, executor=run.executor, gpus=run.gpus, compile_workers=run.compile_workers,
         isolation=run.isolation, ray_address=run.ray_address, ray_workers=run.ray_workers)

@@ -31,6 +31,14 @@ def _file(tmp_path: Path, name: str, data: bytes | str) -> str:
     return str(path)
 
 
+def _no_triton(tmp_path: Path) -> str:
+    """A directory whose `triton` fails to import, as on a machine without it (put first on
+    PYTHONPATH)."""
+    (tmp_path / "shim" / "triton").mkdir(parents=True)
+    (tmp_path / "shim" / "triton" / "__init__.py").write_text("raise ImportError('no triton here')\n")
+    return str(tmp_path / "shim")
+
+
 def _dir(tmp_path: Path, name: str) -> str:
     path = tmp_path / name
     path.mkdir()
@@ -59,6 +67,18 @@ ONE_LINE = {
     "config unreadable": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],
                           {"KTREE_CONFIG": "{tmp}"}, "cannot read config"),
     "unknown provider": (lambda t: ["run", "softmax", "--provider", "anthropic"], {}, "invalid choice"),
+    "negative dollar budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-usd",
+                                          "-1"], {}, "argument --budget-usd: -1 must be more than 0"),
+    "negative token budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-tokens",
+                                         "-5"], {}, "argument --budget-tokens: -5 must be at least 1"),
+    "database in a missing directory": (lambda t: ["--db", str(t / "gone" / "x.db"), "sessions"], {},
+                                        "gone: no such directory"),
+    "triton language without triton": (
+        lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--provider", "scripted",
+                   "--language", "triton"], {"PYTHONPATH": "{tmp}/shim"}, "Triton is not installed"),
+    "mixed languages without triton": (
+        lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--provider", "scripted",
+                   "--language", "cuda,triton"], {"PYTHONPATH": "{tmp}/shim"}, "Triton is not installed"),
     "missing key": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--provider", "openai"],
                     {"OPENAI_API_KEY": "", "KTREE_CONFIG": "{tmp}/none.toml"}, "needs an API key"),
 }
@@ -68,6 +88,7 @@ ONE_LINE = {
 def test_bad_input_is_one_line(tmp_path: Path, case: str):
     args, env, needle = ONE_LINE[case]
     (tmp_path / "config.toml").write_text("[keys\nopenai = ")
+    _no_triton(tmp_path)
     env = {k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()}
     proc = run_ktree("--db", str(tmp_path / "k.db"), *args(tmp_path), env=env)
     assert proc.returncode == 2, proc.stderr
@@ -141,3 +162,9 @@ def test_a_failed_call_says_why_and_what_it_cost(tmp_path: Path):
     [(text,)] = query(db, "SELECT text FROM nodes WHERE status = 'failed'")
     assert text == f"the LLM call failed: {error}"
     assert f"error after {latency:.1f} s, 5 attempts: {error}" in proc.stderr
+
+
+def test_a_bad_cpu_timer_matters_only_where_something_is_timed(tmp_path: Path):
+    db = tmp_path / "k.db"
+    proc = run_ktree("--db", str(db), "sessions", env={"KTREE_CPU_TIMER": "bogus"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

@@ -18,7 +18,10 @@ def db_path(args: argparse.Namespace) -> Path:
     from engine.store import default_db_path
 
     chosen = getattr(args, "db", None)
-    return Path(chosen) if chosen else default_db_path()
+    path = Path(chosen) if chosen else default_db_path()
+    if not path.parent.is_dir():  # never made on the fly: a typo would scatter databases
+        raise UsageError(f"database {path}: {path.parent}: no such directory")
+    return path
 
 
 async def open_store(path: Path) -> Any:

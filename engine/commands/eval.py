@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.commands._common import isolation_note
-from engine.commands._output import emit, emit_json, say
-from engine.launch import UsageError, checked_problem, job_cost, local_evaluator, resolve_backend, tolerances
+from engine.commands._output import emit, emit_json, note, say
+from engine.launch import (
+    UsageError,
+    checked_problem,
+    job_cost,
+    local_evaluator,
+    profile_note,
+    resolve_backend,
+    tolerances,
+)
 
 
 def solution_files(given: list[str]) -> list[tuple[Path, str]]:
@@ -53,6 +61,8 @@ def evaluate(args: argparse.Namespace) -> int:
         from engine.problems import DEGENERATE_LINE
 
         say(f"ktree: {problem.name}: {DEGENERATE_LINE}")
+    if said := profile_note(backend, args.profile):
+        note(said)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
@@ -73,6 +83,7 @@ def evaluate(args: argparse.Namespace) -> int:
             await evaluator.close()
 
     verdicts = asyncio.run(go())
+    code = exit_code(verdicts)
     single = len(args.solution) == 1 and not Path(args.solution[0]).is_dir()
     if single:  # one solution: its verdict, as before
         if args.json:
@@ -81,7 +92,8 @@ def evaluate(args: argparse.Namespace) -> int:
             from engine.report import format_verdict
 
             emit(format_verdict(verdicts[0]))
-        return 0
+        _say_reference_failed(verdicts)
+        return code
     named = [(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]
     if args.json:
         emit_json([{"file": path, **v.to_dict()} for path, v in named])
@@ -89,4 +101,24 @@ def evaluate(args: argparse.Namespace) -> int:
         from engine.report import eval_table
 
         emit(eval_table(named))
-    return 0
+    _say_reference_failed(verdicts)
+    return code
+
+
+def exit_code(verdicts: list[Any]) -> int:
+    """0 when every solution is correct; 3 when the reference itself failed (nothing could be
+    judged); else 1 (`ktree eval --help` says so)."""
+    from engine.evaluate.verdict import REFERENCE_FAILED
+
+    if any((v.log or "").startswith(REFERENCE_FAILED) for v in verdicts):
+        return 3
+    return 0 if all(v.status == "correct" for v in verdicts) else 1
+
+
+def _say_reference_failed(verdicts: list[Any]) -> None:
+    from engine.evaluate.verdict import REFERENCE_FAILED
+
+    failed = next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
+    if failed:  # its last line is the exception
+        reason = next((ln.strip() for ln in reversed(failed.splitlines()) if ln.strip()), "")
+        emit(f"{REFERENCE_FAILED} (not the solution): {reason}")

@@ -16,8 +16,16 @@ from engine.commands._common import (
     reasoning_history,
     run_request,
 )
-from engine.commands._output import emit, emit_json, error
-from engine.launch import Prepared, ResumeRequest, UsageError, estimate_run, prepare_resume, prepare_run
+from engine.commands._output import emit, emit_json, error, note
+from engine.launch import (
+    Prepared,
+    ResumeRequest,
+    UsageError,
+    estimate_run,
+    prepare_resume,
+    prepare_run,
+    profile_note,
+)
 
 
 def check_run_args(args: argparse.Namespace) -> None:
@@ -75,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare_search(args, db)  # bad input: one line and exit 2, before any screen opens
     if args.executor == "local":  # (on ray, each node resolves it for itself)
         isolation_note(args.isolation)
+    if said := profile_note(prepared.evaluator.backend, getattr(args, "profile", "auto")):
+        note(said)
     if args.headless:
         return asyncio.run(run_headless(args, prepared, db))
     from engine.commands._tui import open_app

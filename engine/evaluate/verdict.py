@@ -11,6 +11,8 @@ from typing import Any
 TIMING_FLAGS = ("noisy", "contended")
 
 # Terminal statuses of an evaluation, worst first.
+# How a verdict's log begins when it was the reference, not the solution, that failed.
+REFERENCE_FAILED = "the reference itself failed"
 STATUSES = (
     "compile_error",
     "runtime_error",

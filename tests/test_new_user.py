@@ -1,0 +1,101 @@
+"""What a new user met on the command line (issue 30): `ktree eval`'s exit codes, the reference's
+own failure named as such, and labels that agree between run, show, export and the estimate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_ktree
+
+REFERENCE_RAISES = '''import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        raise RuntimeError("the reference broke")
+def get_inputs():
+    return [torch.randn(4, 8)]
+def get_init_inputs():
+    return []
+'''
+
+REPO = Path(__file__).resolve().parent.parent
+# A correct C++ softmax for the cpu backend: the scripted library's first (built by other tests too).
+RIGHT = next(REPO.glob("engine/**/softmax/cpu/naive_1.py")).read_text()
+
+SOLUTIONS = {
+    "right.py": RIGHT,
+    "torch_op.py": "import torch\nclass ModelNew(torch.nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.softmax(x, dim=1)\n",
+    "wrong.py": "import torch\nclass ModelNew(torch.nn.Module):\n"
+                "    def forward(self, x):\n        return x\n",
+    "syntax.py": "import torch\nclass ModelNew(torch.nn.Module):\n"
+                 "    def forward(self, x)\n        return x\n",
+}
+
+
+@pytest.fixture(scope="module")
+def solutions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("solutions")
+    for name, text in SOLUTIONS.items():
+        (folder / name).write_text(text)
+    (folder / "badref.py").write_text(REFERENCE_RAISES)
+    return folder
+
+
+@pytest.mark.parametrize(("name", "code", "needle"), [
+    ("right.py", 0, "correct"),
+    ("wrong.py", 1, "incorrect"),
+    ("torch_op.py", 1, "flagged"),
+    ("syntax.py", 1, "syntax error"),
+])
+def test_eval_exit_code_says_whether_every_solution_is_correct(solutions: Path, name: str, code: int,
+                                                              needle: str):
+    proc = run_ktree("eval", "softmax", str(solutions / name), "--backend", "cpu", "--quiet")
+    assert proc.returncode == code, (proc.stdout, proc.stderr[-2000:])
+    assert needle in proc.stdout.lower(), proc.stdout
+
+
+def test_eval_of_several_is_1_when_any_is_not_correct(solutions: Path):
+    proc = run_ktree("eval", "softmax", str(solutions / "right.py"), str(solutions / "wrong.py"),
+                     "--backend", "cpu", "--quiet")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+
+
+def test_eval_names_the_reference_when_it_is_the_reference_that_raises(solutions: Path):
+    proc = run_ktree("eval", str(solutions / "badref.py"), str(solutions / "wrong.py"), "--backend", "cpu",
+                     "--quiet")
+    assert proc.returncode == 3, (proc.stdout, proc.stderr[-2000:])
+    assert "the reference itself failed" in proc.stdout and "the reference broke" in proc.stdout
+    documented = " ".join(run_ktree("eval", "--help").stdout.split())
+    assert "exit code 0: every solution correct" in documented
+    assert "3: the reference itself failed" in documented
+
+
+def test_show_and_export_label_a_cpu_search_as_run_did(recorded_search: dict, tmp_path: Path):
+    db = recorded_search["db"]
+    assert "softmax on cpu" in recorded_search["log"]
+    shown = run_ktree("--db", str(db), "show", "1")
+    assert shown.returncode == 0 and "softmax on cpu (x86_64)" in shown.stdout.splitlines()[0], shown.stdout
+    out = tmp_path / "best.py"
+    exported = run_ktree("--db", str(db), "export", "1", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    head = out.read_text().split("\n\n")[0]
+    assert "kernel language: C++ (cpu)" in head, head
+    assert "torch.compile: no baseline on the cpu backend" in head and "= -" not in head, head
+
+
+def test_counts_agree_in_number(tmp_path: Path):
+    proc = run_ktree("run", "softmax", "--provider", "scripted", "--backend", "cpu", "--estimate",
+                     "--rounds", "1", "--ideas", "1", "--variants", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 round x 1 idea x 1 variant" in proc.stdout, proc.stdout
+    assert not re.search(r"\b1 (rounds|ideas|variants)\b", proc.stdout)
+
+
+def test_ncu_on_the_cpu_backend_says_it_falls_back(solutions: Path):
+    proc = run_ktree("eval", "softmax", str(solutions / "right.py"), "--backend", "cpu", "--quiet",
+                     "--profile", "ncu")
+    assert proc.returncode == 0, proc.stderr
+    assert "ktree: note: --profile ncu needs the cuda backend; on cpu the cpu profile is used" in proc.stderr

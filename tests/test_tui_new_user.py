@@ -8,6 +8,9 @@ import asyncio
 from pathlib import Path
 
 from textual.app import App
+from textual.color import Color
+from textual.widgets import Input, Label, Select, Static
+from textual.widgets._select import SelectCurrent
 
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import EventBus
@@ -17,7 +20,11 @@ from engine.problems import load_problem
 from engine.prompts import NoIdeas, ReplyError, parse_ideas
 from engine.search import Search, SearchConfig
 from engine.store import Store
+from tests.conftest import run_ktree
+from tests.tui_helpers import fake_db, wait_until
+from tui.app import KtreeApp
 from tui.model import ScreenModel, read_rows
+from tui.screens.new_search import NewSearchScreen
 from tui.widgets.progress import round_bar
 from tui.widgets.tree import node_label
 
@@ -92,3 +99,55 @@ def test_the_bar_of_a_running_round_counts_what_is_in_flight():
     assert round_bar(model) == (2, 1)
     model.info["status"] = "stopped"
     assert round_bar(model) == (2, 2)
+
+
+# -- 10: the new-search form ------------------------------------------------------------------------
+
+
+def _distance(a: Color, b: Color) -> int:
+    return abs(a.r - b.r) + abs(a.g - b.g) + abs(a.b - b.b)
+
+
+async def test_the_form_shows_where_the_focus_is_and_enter_starts(tmp_path: Path):
+    db, _ = await fake_db(tmp_path / "k.db", 20)
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, NewSearchScreen)
+        problem = form.query_one("#problem", Select)
+        assert app.focused is problem  # the first field has the focus on open
+        # ...and it shows: the field's background and its label stand out from a resting field's.
+        shown = problem.query_one(SelectCurrent).styles.background
+        resting = form.query_one("#provider", Select).query_one(SelectCurrent).styles.background
+        assert _distance(shown, resting) >= 60, (shown, resting)
+        labels = {str(label.content): label for label in form.query(Label)}
+        assert labels["problem"].rich_style.bold and not labels["provider"].rich_style.bold
+        # The estimate's assumptions end in a whole sentence.
+        estimate = str(form.query_one("#estimate", Static).content)
+        assert estimate.rstrip().endswith("(billed as output) counted apart, as a range per model")
+        rounds = form.query_one("#rounds", Input)
+        rounds.focus()
+        await pilot.pause()
+        assert _distance(rounds.styles.background, form.query_one("#ideas", Input).styles.background) >= 60
+        # Enter in a field starts the search: here refused, and the reason said.
+        rounds.value = "0"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "rounds: a whole number" in str(form.query_one("#form-error", Static).content)
+        rounds.value = "1"
+        form.query_one("#path", Input).value = str(tmp_path / "missing.py")
+        form.query_one("#path", Input).focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "missing.py" in str(form.query_one("#form-error", Static).content), 30)
+        assert isinstance(app.screen, NewSearchScreen)
+        await pilot.press("escape")
+
+
+def test_the_estimates_last_sentence_is_whole_in_the_cli(tmp_path: Path):
+    proc = run_ktree("run", "softmax", "--provider", "scripted", "--estimate", "--db", str(tmp_path / "k.db"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "beside" not in proc.stdout
+    assert "counted apart, as a range per model" in proc.stdout.strip().splitlines()[-1]

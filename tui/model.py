@@ -442,7 +442,8 @@ class ScreenModel:
     def _watch_first_build(self, old: Node, node: Node, changes: Changes) -> None:
         """The session's first build: on a cold cache it makes the precompiled header, said on the
         status line and beside each build until a build ends (the header is there, or failed)."""
-        if node.status == "compiling" and not self._build_seen and self.status == "running":
+        cpp = node.language != "triton"  # a Triton kernel's build includes no torch header
+        if node.status == "compiling" and cpp and not self._build_seen and self.status == "running":
             self._build_seen = True
             built = any(n.status in GPU_QUEUE for n in self.nodes.values()) or bool(self.verdicts)
             if not built and self.cold_cache():

@@ -125,7 +125,7 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
         "at_most": {**most, "cost_usd": round(dollars(most), 4)},
         "assumptions": (f"input tokens from the prompts built for {problem.name} (4 characters a token);"
                         f" output {IDEA_OUT_TOKENS} tokens an idea, {code_out} a solution file;"
-                        " reasoning tokens (billed as output) as a range per model, beside"),
+                        " reasoning tokens (billed as output) counted apart, as a range per model"),
     }
 
 

@@ -25,6 +25,10 @@ class ReplyError(ValueError):
     """An LLM reply that could not be turned into ideas or code."""
 
 
+class NoIdeas(ReplyError):
+    """A well-formed reply that proposes nothing: an empty JSON list."""
+
+
 @dataclass(frozen=True)
 class IdeaText:
     title: str
@@ -156,9 +160,19 @@ def parse_ideas(text: str) -> list[IdeaText]:
     ideas = _ideas_from_json(text)
     if not ideas:
         ideas = _ideas_from_list(text)
+    if not ideas and _empty_json_list(text):
+        raise NoIdeas("the LLM returned an empty list of ideas ([])")
     if not ideas:
         raise ReplyError("the reply holds no ideas (neither a JSON list nor a numbered list)")
     return ideas
+
+
+def _empty_json_list(text: str) -> bool:
+    start, end = text.find("["), text.rfind("]")
+    try:
+        return start >= 0 and json.loads(text[start : end + 1]) == []
+    except json.JSONDecodeError:
+        return False
 
 
 def _ideas_from_json(text: str) -> list[IdeaText]:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import singledispatchmethod
+from pathlib import Path
 from typing import Any
 
 from engine import control
@@ -36,6 +37,22 @@ from engine.store import Store, session_state
 COMPILE_QUEUE = frozenset({"queued", "compiling"})
 GPU_QUEUE = frozenset({"waiting", *DEVICE_PHASES})
 IN_FLIGHT = frozenset(WORK_STATUSES)  # a variant or idea whose work is not over
+# Said while the session's first build runs on a build cache with no precompiled torch header: that
+# build makes the header first (about a minute, once per cache), and would otherwise read as a hang.
+PCH_NOTE = "building the precompiled header (first build, ~1 min)"
+PCH_WHY = ("compiling: the first build on this build cache makes the precompiled torch header first"
+           " (once per cache, about a minute); later builds take seconds")
+PCH_DONE = "precompiled header built: later builds take seconds"
+
+
+def pch_cold(cache_dir: str | Path | None = None) -> bool:
+    """Whether the build cache (default: the evaluator's, engine.evaluate.runner) has no
+    precompiled torch header yet, nor a record that one failed to build (engine.evaluate.fastbuild):
+    the next build makes it."""
+    from engine.evaluate.runner import default_cache_dir
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return not any(root.glob("pch/*/torch/extension.h.gch")) and not any(root.glob("pch/*/failed.txt"))
 
 
 # -- what the screen itself feeds in, besides engine events --------------------------------------
@@ -137,6 +154,9 @@ class ScreenModel:
     status_line: str = ""
     seen_ts: float = 0.0  # the followed session's cursors: nodes updated since, evaluations after
     seen_eval: int = 0
+    cold_cache: Callable[[], bool] = pch_cold  # read once, when the session's first build starts
+    first_build: bool = False  # that build runs now, on a cold cache: it makes the precompiled header
+    _build_seen: bool = field(default=False, init=False, repr=False)
     _best_stale: bool = field(default=False, init=False, repr=False)  # during one apply
 
     def __post_init__(self) -> None:
@@ -157,8 +177,10 @@ class ScreenModel:
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
         cpu backend timing waits until no build runs (the timer has the cores to itself); on a GPU
-        it waits for a free device."""
+        it waits for a free device. And why the first build takes long, while it does."""
         node = self.nodes.get(node_id)
+        if node is not None and node.status == "compiling" and self.first_build:
+            return PCH_WHY
         if node is None or node.status != "waiting":
             return None
         if self.paused:
@@ -323,6 +345,10 @@ class ScreenModel:
             self._note_best(node, changes)
         changes.added.extend(n.id for n in new)
         changes.bulk = True
+        for node in new:  # a followed session opened while its first build runs
+            if node.status == "compiling":
+                self._watch_first_build(node, node, changes)
+                break
         changes.rows.extend(n.id for n in new if n.id in self.verdicts and n.kind == "variant")
         for cmd in rows.commands or []:
             if cmd["applied_at"] is None:
@@ -392,6 +418,8 @@ class ScreenModel:
         if node.kind == "variant" and node.id in self.verdicts:
             changes.rows.append(node.id)
         self._best_stale |= _moves_best(None, node)
+        if node.status == "compiling":  # a followed session's poll may first see it building
+            self._watch_first_build(node, node, changes)
 
     def _update(self, node: Node, changes: Changes) -> None:
         old = self.nodes.get(node.id)
@@ -406,9 +434,27 @@ class ScreenModel:
         self._note_best(node, changes)
         changes.relabel.add(node.id)
         changes.updated.add(node.id)
+        self._watch_first_build(old, node, changes)
         if node.kind == "variant" and node.id in self.verdicts:
             changes.rows.append(node.id)
         self._best_stale |= _moves_best(old, node)
+
+    def _watch_first_build(self, old: Node, node: Node, changes: Changes) -> None:
+        """The session's first build: on a cold cache it makes the precompiled header, said on the
+        status line and beside each build until a build ends (the header is there, or failed)."""
+        cpp = node.language != "triton"  # a Triton kernel's build includes no torch header
+        if node.status == "compiling" and cpp and not self._build_seen and self.status == "running":
+            self._build_seen = True
+            built = any(n.status in GPU_QUEUE for n in self.nodes.values()) or bool(self.verdicts)
+            if not built and self.cold_cache():
+                self.first_build = True
+                self._say(PCH_NOTE, changes)
+        elif self.first_build and old.status == "compiling" and node.status != "compiling":
+            self.first_build = False
+            changes.relabel.update(n.id for n in self.nodes.values() if n.status == "compiling")
+            changes.updated.update(n.id for n in self.nodes.values() if n.status == "compiling")
+            if self.status_line == PCH_NOTE:
+                self._say(PCH_DONE, changes)
 
     def _confirm(self, command_id: int, changes: Changes) -> None:
         kind, node_id = self.pending.pop(command_id, ("", None))

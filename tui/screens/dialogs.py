@@ -14,9 +14,19 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
+# A question wraps inside its dialog, however long (a Label sizes to its text and was cut at the
+# dialog's edge: "More variants of “…”: how ma").
+WRAP_PROMPT = """
+.dialog > Label {
+    width: 100%;
+}
+"""
+
 
 class AskNumber(ModalScreen[int | None]):
     """How many (ideas or variants); Enter accepts, Escape cancels."""
+
+    DEFAULT_CSS = WRAP_PROMPT
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
 
@@ -46,6 +56,7 @@ class AskNumber(ModalScreen[int | None]):
 
 
 class AskText(ModalScreen[str | None]):
+    DEFAULT_CSS = WRAP_PROMPT
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
 
     def __init__(self, prompt: str, placeholder: str = ""):
@@ -70,6 +81,7 @@ class AskText(ModalScreen[str | None]):
 
 
 class Confirm(ModalScreen[bool]):
+    DEFAULT_CSS = WRAP_PROMPT
     BINDINGS = [Binding("escape", "no", "No", id="dialog.no"), Binding("y", "yes", "Yes", id="dialog.yes"),
                 Binding("n", "no", "No", show=False)]
 

@@ -60,6 +60,7 @@ def _budget(fields: Mapping[str, str], name: str, parse: Callable[[str], Number]
 
 
 class NewSearchScreen(Screen):
+    AUTO_FOCUS = "#problem"  # the first field, not the scrolling form around it (focused, it shows nothing)
     BINDINGS = [Binding("escape", "back", "Back", id="new.back"),
                 Binding("ctrl+r", "start", "Start", id="new.start")]
 
@@ -67,7 +68,8 @@ class NewSearchScreen(Screen):
         from engine.problems import builtin_problems
 
         yield Header()
-        yield Static("New search — fill in, check the estimate, Start (Ctrl+R)", id="banner")
+        yield Static("New search — fill in, check the estimate, then Enter in a field (or Ctrl+R) starts it",
+                     id="banner")
         with VerticalScroll(id="form"):
             with Horizontal():
                 yield Label("problem")
@@ -170,7 +172,9 @@ class NewSearchScreen(Screen):
             self.query_one("#estimate", Static).update(f"problem {DEGENERATE_LINE}\n{text}")
 
     @on(Button.Pressed, "#start")
+    @on(Input.Submitted)
     async def _start_pressed(self) -> None:
+        """The Start button, or Enter in a text field (a list's Enter opens its choices)."""
         await self.action_start()
 
     async def action_start(self) -> None:

@@ -102,19 +102,25 @@ def device_lines(text: Text, devices: list[dict[str, Any]], elapsed: float, limi
     return min(len(devices), limit + 1)
 
 
+ENDED = frozenset({"finished", "stopped", "failed"})  # a session that runs no more (interrupted resumes)
+
+
 def round_bar(model: ScreenModel) -> tuple[int, int]:
-    """(expected, done) variants of the latest round: the bar under the text."""
+    """(expected, done) variants of the latest round: the bar under the text. An idea still
+    generating counts for the variants it will make; one that failed (no ideas came) for none.
+    Once the session has ended its last round is over, whatever it made: the bar is full."""
     cfg = model.info.get("config") or {}
     current = max((n.round for n in model.nodes.values()), default=0)
-    variants = done = ideas = 0
+    variants = done = generating = 0
     for n in model.nodes.values():
         if n.round == current:
             if n.kind == "variant":
                 variants += 1
                 done += n.status not in IN_FLIGHT
-            elif n.kind == "idea":
-                ideas += 1
-    return max(variants, ideas * int(cfg.get("variants") or 1), 1), done
+            elif n.kind == "idea" and n.status == "generating":
+                generating += 1
+    expected = max(variants + generating * int(cfg.get("variants") or 1), 1)
+    return expected, expected if model.status in ENDED else done
 
 
 def best_so_far(best_by_round: dict[int, float]) -> tuple[list[int], list[float]]:

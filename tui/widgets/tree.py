@@ -15,7 +15,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
-from tui.model import ScreenModel
+from tui.model import PCH_NOTE, ScreenModel
 from tui.widgets.status import glyph, style
 
 AUTO_EXPAND = 400  # trees up to this many nodes open fully; larger ones open level by level
@@ -48,6 +48,8 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
             if sc is not None:
                 label.append(f"({sc:.2f}x compile) ", style="dim")
         label.append(node.status, style=colour)
+        if node.status == "compiling" and model.first_build:
+            label.append(f" · {PCH_NOTE}", style="yellow")
         if node.origin in ("human", "edit"):
             label.append(" (yours)", style="italic")
     if node.pinned:

@@ -80,6 +80,9 @@ class Resume:
 
 @dataclass(frozen=True)
 class Stop:
+    """End the search: no new LLM call or evaluation starts, queued work is cancelled; a variant
+    already being built, checked or timed finishes with its real verdict."""
+
     kind: ClassVar[str] = "stop"
 
 

@@ -48,6 +48,8 @@ ROOT_STATUSES = ("reference",)
 NODE_STATUSES = tuple(dict.fromkeys(VARIANT_STATUSES + IDEA_STATUSES + ROOT_STATUSES))
 # Statuses after which a node's work is over (a verdict, or no code to evaluate).
 DONE_STATUSES = frozenset({*VERDICT_STATUSES, "failed", "cancelled", "ok", "reference"})
+# Work statuses of a variant whose evaluation has begun (a build, a device): a Stop lets these finish.
+EVALUATING_STATUSES = frozenset(WORK_STATUSES) - {"generating", "queued"}
 # Phases in which a variant holds an evaluation device.
 DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
 

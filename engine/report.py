@@ -135,7 +135,8 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
         lines.append(f"| {name} | {r['level'] or '-'} | {sizes} | {_sci(cost.flops)}{est} |"
                      f" {_sci(cost.bytes)}{est} | {_num(r['eager_ms'])} | {_num(r['compile_ms'])} |"
                      f" {', '.join(r.get('scripted') or []) or '-'} |")
-    lines += ["", "scripted: the backends on which the offline `scripted` provider (no LLM key) has answers"]
+    lines += ["", "scripted: what the offline `scripted` provider (no LLM key) answers with: C++ kernels on the"
+              " cpu / cuda backend, Triton kernels (triton)"]
     if any(r.get("degenerate") for r in rows):
         lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)

@@ -43,7 +43,9 @@ def _graph() -> dict[str, set[str]]:
     graph = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
-            if "scripted/data" in path.as_posix() or "templates/examples" in path.as_posix():
+            rel = path.relative_to(REPO).as_posix()
+            if (rel.startswith("engine/scripted_library/") and path.parent.name != "scripted_library"
+                    or "templates/examples" in rel):
                 continue  # kernels written as data, not modules of the app
             graph[_module_name(path)] = _imports(path)
     return graph
@@ -199,3 +201,15 @@ def test_no_file_of_the_engine_or_the_tui_is_too_long() -> None:
             if lines > OVER_LIMIT.get(name, MAX_LINES):
                 too_long.append(f"{name}: {lines} lines")
     assert too_long == []
+
+
+def test_the_llm_package_holds_providers_only() -> None:
+    """The scripted library's kernels are data in engine/scripted_library/, not in the LLM layer."""
+    llm = REPO / "engine" / "llm"
+    assert not [p for p in llm.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    assert "engine.llm.scripted" in GRAPH and "engine.scripted_library" in GRAPH["engine.llm.scripted"]
+    assert [m for m in GRAPH if _within(m, "engine.scripted_library")] == ["engine.scripted_library"]
+
+
+def test_the_scripted_library_imports_nothing_of_the_app() -> None:
+    assert [d for d in GRAPH["engine.scripted_library"] if _within(d, "engine")] == []

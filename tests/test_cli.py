@@ -47,7 +47,7 @@ def test_problem_without_scripted_answers(tmp_path: Path):
                     "def get_init_inputs(): return []\n")
     proc = run_ktree("run", str(path), "--headless", "--backend", "cpu", "--provider", "scripted",
                      "--db", str(tmp_path / "k.db"))
-    assert_one_line_usage_error(proc, "scripted provider has no answers for problem 'relu'")
+    assert_one_line_usage_error(proc, "scripted provider has no cpu answers for 'relu'")
 
 
 def test_database_that_is_not_one(tmp_path: Path):

@@ -18,7 +18,7 @@ from tests.conftest import kernel_flags
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
-SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 

@@ -103,7 +103,7 @@ def test_bad_requests_are_one_line_usage_errors(change: dict, message: str, no_k
 
 
 def test_a_problem_with_no_scripted_answers(tmp_path: Path, no_keys: None):
-    with pytest.raises(UsageError, match="scripted provider has no answers for problem 'relu'"):
+    with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'relu'"):
         prepare_run(RunRequest(**{**SCRIPTED, "problem": _relu(tmp_path)}))
 
 

@@ -72,7 +72,9 @@ def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     mm = next(line for line in lines if line.startswith("| mm |"))
     assert f"{2 * 512 * 256 * 256:.3g} (est.)" in mm
     # Which problems the offline scripted provider answers for, said up front.
-    assert softmax.endswith("| cpu, cuda |") and mm.endswith("| - |")
+    assert softmax.endswith("| cpu, cuda, triton |") and mm.endswith("| - |")
+    fp16 = next(line for line in lines if line.startswith("| matmul_fp16 |"))
+    assert fp16.endswith("| triton |")  # Triton kernels only: none for a C++ search on either backend
 
 
 def test_bench_timing_fills_the_problems_table(tmp_path: Path):

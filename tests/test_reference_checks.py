@@ -17,7 +17,7 @@ from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}
-SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 HONEST = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()  # the same build as test_worker's
 # Looks for job files holding an input seed (only an evaluation's job does) under its working dir
 # and /tmp, and reports what it found through the error it raises.

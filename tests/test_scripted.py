@@ -83,8 +83,13 @@ def test_a_stand_in_that_fails_to_compile_still_gets_its_fix():
 
 def test_problem_without_scripted_answers_is_refused():
     assert set(SEEDS) <= set(scripted_problems())
-    with pytest.raises(LLMError, match="no answers for problem 'gemm'"):
-        ScriptedProvider("gemm", "cpu")
+    provider = ScriptedProvider("gemm", "cpu")  # made (a suite records the problem as failed) ...
+    assert provider.missing is not None and "no cpu answers for 'gemm'" in provider.missing
+    assert provider.unanswered(["cuda"]) == provider.missing
+    with pytest.raises(LLMError, match="no cpu answers for 'gemm'"):  # ... but never answers
+        asyncio.run(provider.complete([Message("user", "Propose exactly 3 ideas")]))
+    assert ScriptedProvider("softmax", "cpu").unanswered(["cuda", "triton"]) is None
+    assert "no cpu answers for 'matmul_fp16'" in ScriptedProvider("matmul_fp16", "cpu").unanswered(["cuda"])
 
 
 def test_fix_answer_corrects_a_library_variant_that_fails_to_compile():

@@ -252,3 +252,33 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, SearchScreen)
+
+
+def test_a_problem_with_no_scripted_answers_is_recorded_failed_and_the_suite_goes_on(
+        tmp_path: Path, build_cache: Path) -> None:
+    """Issue 30.1: with no key (`--provider auto`, the scripted provider) the suite used to stop at
+    the first problem the library has no answers for (rc 2). Now that problem is a failed session
+    with the reason, the suite goes on, and the reason's list is the one `ktree problems` gives."""
+    from engine.llm.scripted import scripted_backends, scripted_problems
+    from engine.scripted_library import available
+
+    db = tmp_path / "suite.db"
+    no_key = {"OPENAI_API_KEY": "", "GEMINI_API_KEY": "", "GOOGLE_API_KEY": "",
+              "KTREE_CONFIG": str(tmp_path / "none.toml")}
+    proc = run_ktree("suite", "softmax", "argmax", "--backend", "cpu", "--rounds", "1", "--ideas", "1",
+                     "--variants", "1", "--headless", "--db", str(db), env=no_key)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = query(db, "SELECT problem, status, stop_reason FROM sessions ORDER BY problem DESC")
+    assert [(p, s) for p, s, _ in rows] == [("softmax", "finished"), ("argmax", "failed")], rows
+    assert query(db, "SELECT status FROM suites") == [("finished",)]
+    reason = rows[1][2]
+    assert "no cpu answers for 'argmax'" in reason
+    answered = available("cpu", "cuda")
+    assert reason.endswith(f"(it has: {', '.join(answered)})")
+    # The lists agree: the reason's, `ktree problems`' (its scripted column), the estimate's.
+    assert answered == [p for p in scripted_problems() if "cpu" in scripted_backends(p)]
+    assert "matmul_fp16" not in answered and scripted_backends("matmul_fp16") == ["triton"]
+    with pytest.raises(Exception, match=f"it has: {', '.join(answered)}"):
+        from engine.launch import check_scripted
+
+        check_scripted("argmax", "cpu")

@@ -22,7 +22,7 @@ from engine.llm.scripted import ScriptedProvider, has_scripted, load_ideas
 from engine.problems import load_problem
 from tests.conftest import kernel_flags, query, run_ktree
 
-SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
 

@@ -18,7 +18,7 @@ from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
 
-SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 FUSED = (SCRIPTED / "conv_relu_maxpool" / "cpu" / "fused_1.py").read_text()  # intended: correct
 
 # The published Conv2D+ReLU+MaxPool kernel's one cleanup line (issue 25), after the kernel.

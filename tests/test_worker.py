@@ -11,7 +11,7 @@ from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
-SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "llm" / "scripted" / "data"
+SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 HONEST = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
 WRONG = (SCRIPTED / "softmax" / "cpu" / "online_2.py").read_text()  # declared incorrect
 PYTHON_ONLY = """

@@ -1,6 +1,7 @@
 """What a search may spend and what it has spent, in one place: dollars, tokens (input + output
-+ reasoning: the one total every screen and budget uses), variants generated (LLM code or a human
-edit), and this run's wall time.
++ reasoning: the one total every screen and budget uses), variants made (a variant node: LLM code,
+a fix, or a human edit; counted when the node is made, so `max variants` is a hard cap on the
+tree's variants), and this run's wall time.
 
 Every LLM call is charged here and every new variant counted here; `exceeded` and
 `variant_limit` are the only answers to "may new work start?" — None, or the reason it may not,
@@ -50,6 +51,13 @@ class Budget:
 
     def count_variant(self) -> None:
         self.variants_generated += 1
+
+    def reserve_variants(self, n: int) -> int:
+        """Count up to `n` new variants, as their nodes are made (fixes and hand edits are
+        variants too); how many the cap allows. The cap is hard: never more nodes than it."""
+        allowed = n if self.variants is None else max(0, min(n, self.variants - self.variants_generated))
+        self.variants_generated += allowed
+        return allowed
 
     def restore(self, totals: Mapping[str, float], variants_generated: int) -> None:
         """Spending so far, as recorded (`Store.llm_totals`), for a resumed session."""

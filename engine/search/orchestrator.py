@@ -119,6 +119,7 @@ class Search:
         self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
         self._profiling: dict[int, asyncio.Lock] = {}  # node -> held while its profile is taken
+        self._cap_hit: str | None = None  # the variant cap left work undone (the stop reason, at the end)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -163,6 +164,10 @@ class Search:
             if self.sched.tasks:
                 continue
             last = self.stop_reason is not None or self.round >= self.strategy.total_rounds()
+            capped = self._cap_hit or (None if last else self.budget.variant_limit())
+            if capped:  # the variant cap cut work short, or leaves none for another round
+                await self._stop_for_budget(capped)
+                last = True
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
             intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
             ties = ties_within_noise(parents, self.nodes, self.round, intervals)
@@ -245,6 +250,9 @@ class Search:
         transaction), and start the variants."""
         parent = self.nodes[node.parent_id]  # type: ignore[index]
         k = node.want or self.strategy.ideas_per_call()
+        if (node.id, "idea") not in self.replies and (capped := self.budget.variant_limit()):
+            self._cap_hit = self._cap_hit or capped
+            raise _Skipped(capped)  # ideas no variant could be made of
         if (node.id, "idea") not in self.replies:  # the prompt is to be built: it reads the profile
             await self.profile(parent.id, "parent", node.round)
         reply = await self._llm(node, "idea", lambda: prompts.idea_prompt(
@@ -260,14 +268,19 @@ class Search:
             await self.update(node.id, status="failed", title=title, text=str(exc))
             return
         m = self.strategy.variants_per_idea()
+        room = self.budget.reserve_variants(len(ideas) * m)  # the cap: ideas beyond it are not made
+        if room < len(ideas) * m:
+            self._cap_hit = self._cap_hit or f"max variants reached: {self.budget.variants_generated}"
+        ideas = ideas[:max(1, -(-room // m))]
+        counts = [min(m, room - i * m) for i in range(len(ideas))]  # the last idea's may be fewer
         first, rest = ideas[0], ideas[1:]
         rows: list[dict[str, Any]] = [variant_row(node.id, first.title, node.round, language=lang)
-                                      for lang in self.languages_for(m)]
-        for idea in rest:
+                                      for lang in self.languages_for(m)[:counts[0]]]
+        for idea, count in zip(rest, counts[1:], strict=True):
             rows.append(idea_row(parent.id, node.round, idea.title, idea.description))
             at = len(rows) - 1
             rows += [variant_row({"new": at}, idea.title, node.round, language=lang)
-                     for lang in self.languages_for(m)]
+                     for lang in self.languages_for(m)[:count]]
         changes = {"status": "ok", "title": first.title, "text": first.description, "want": 0}
         made = await self.store.add_nodes(self._sid, rows, update=(node.id, changes))
         await self.update(node.id, commit=False, **changes)
@@ -278,7 +291,7 @@ class Search:
         compile error gets a fix child, up to `fixes` deep."""
         if not node.source:
             purpose = node.origin if node.origin == "fix" else "implement"
-            reply = await self._llm(node, purpose, lambda: self._code_prompt(node), counts_variant=True)
+            reply = await self._llm(node, purpose, lambda: self._code_prompt(node))
             if reply is None:
                 await self.update(node.id, status="failed", text=self._call_failed(node, purpose))
                 return
@@ -294,6 +307,9 @@ class Search:
 
     async def _maybe_fix(self, failed: Node) -> None:
         if self._fix_depth(failed) >= self.config.fixes or excluded(failed, self.nodes) or self._over_budget():
+            return
+        if not self.budget.reserve_variants(1):  # a fix is a variant: within the cap
+            self._cap_hit = self._cap_hit or self.budget.variant_limit()
             return
         [child] = await self.add_nodes([variant_row(failed.id, failed.title, failed.round, origin="fix",
                                                     language=failed.language,
@@ -400,8 +416,7 @@ class Search:
         if best is not None and self.stop_reason != USER_STOP:
             await self.profile(best.id, "best")
 
-    async def _llm(self, node: Node, purpose: str, prompt: Callable[[], str],
-                   counts_variant: bool = False) -> str | None:
+    async def _llm(self, node: Node, purpose: str, prompt: Callable[[], str]) -> str | None:
         """The reply for this node's call: from the DB when it was recorded (never asked
         twice), else one LLM call, recorded whether it succeeds or not. None when it failed."""
         done = self.replies.get((node.id, purpose))
@@ -411,12 +426,6 @@ class Search:
         async with self.sched.llm_slot(provider.name):
             if self._over_budget():
                 raise _Skipped(self.stop_reason)
-            if counts_variant:
-                reason = self.budget.variant_limit()
-                if reason is not None:
-                    await self._stop_for_budget(reason)
-                    raise _Skipped(self.stop_reason)
-                self.budget.count_variant()
             text = prompt()
             crash.point("llm")
             result = await call_llm(self.store, self.bus, self.budget, self._sid, self.call_settings,

@@ -47,7 +47,9 @@ async def load_session(store: Store, session_id: int) -> Saved:
         saved.replies[(call["node_id"], call["purpose"])] = LLMResult(call["status"], call["reply"],
                                                                       call["error"])
     saved.totals = await store.llm_totals(session_id)
-    saved.variants_generated = sum(1 for n in saved.nodes.values() if n.kind == "variant" and n.source)
+    # Counted as made (engine.search.budget): all but those cancelled before their code came.
+    saved.variants_generated = sum(1 for n in saved.nodes.values()
+                                   if n.kind == "variant" and (n.source or n.status != "cancelled"))
     rounds = await store.rounds(session_id)
     if rounds:
         saved.round = max(rounds)

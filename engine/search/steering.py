@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from engine import control
-from engine.domain import Node, excluded
+from engine.domain import EVALUATING_STATUSES, Node, excluded
 from engine.evaluate.loading import kernel_language
 from engine.events import CommandApplied, EventBus
 from engine.scheduler import Scheduler
@@ -103,9 +103,12 @@ class Steering:
             s.sched.resume()
             return ()
         if isinstance(cmd, control.Stop):
+            # No new LLM call or evaluation starts; a variant being built, waiting for its device,
+            # checked or timed finishes with its real verdict (and gets no fix: the search stops).
             s.stop(USER_STOP)
             s.sched.resume()  # paused work must see the stop
-            s.sched.cancel(set(s.nodes), s.stop_reason or "")
+            evaluating = {i for i, n in s.nodes.items() if n.status in EVALUATING_STATUSES}
+            s.sched.cancel(set(s.nodes) - evaluating, s.stop_reason or "")
             return ()
         if isinstance(cmd, control.Pin):
             node = s.nodes.get(cmd.node_id)
@@ -128,8 +131,8 @@ class Steering:
             if cmd.ideas > 0 and node.kind in ("root", "variant"):
                 rows.append(asking_row(node.id, r, cmd.ideas))
             if cmd.variants > 0 and node.kind == "idea" and node.status == "ok":
-                rows += [variant_row(node.id, node.title, r, language=lang)
-                         for lang in s.languages_for(cmd.variants)]
+                rows += [variant_row(node.id, node.title, r, language=lang)  # within the variant cap
+                         for lang in s.languages_for(cmd.variants)[:s.budget.reserve_variants(cmd.variants)]]
             if not rows:
                 return ()
             made = await s.add_nodes(rows, command_id=command_id)
@@ -142,8 +145,9 @@ class Steering:
                 return ()
             title = text.splitlines()[0][:120]
             rows = [idea_row(parent.id, r, title, text, origin="human")]
-            rows += [variant_row({"new": 0}, title, r, language=lang)
-                     for lang in s.languages_for(s.strategy.variants_per_idea())]
+            m = s.strategy.variants_per_idea()
+            rows += [variant_row({"new": 0}, title, r, language=lang)  # within the variant cap
+                     for lang in s.languages_for(m)[:s.budget.reserve_variants(m)]]
             made = await s.add_nodes(rows, command_id=command_id)
             await s.start(made)
             return tuple(n.id for n in made)
@@ -151,10 +155,11 @@ class Steering:
             node = s.nodes.get(cmd.node_id)
             if node is None or node.kind != "variant" or not cmd.source.strip() or s.stop_reason:
                 return ()
+            if not s.budget.reserve_variants(1):  # an edit is a variant: within the cap
+                return ()
             [child] = await s.add_nodes([variant_row(
                 node.id, node.title, r, status="queued", text="edited by hand", source=cmd.source,
                 origin="edit", language=kernel_language(cmd.source))], command_id=command_id)
-            s.budget.count_variant()
             await s.start([child])
             return (child.id,)
         return ()

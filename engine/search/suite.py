@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,17 @@ class SuiteEntry:
     models: list[tuple[Provider, str]] | None = None
     config: SearchConfig | None = None
     error: str | None = None
+
+
+def unanswered(entry: SuiteEntry) -> str | None:
+    """Why no model of the entry can answer its problem (the scripted provider on a problem its
+    library has no kernels for, in the search's languages); None when they can."""
+    languages = entry.config.languages if entry.config is not None else ("cuda",)
+    for provider, _ in entry.models or []:
+        check = getattr(provider, "unanswered", None)
+        if check is not None and (reason := check(languages)) is not None:
+            return reason
+    return None
 
 
 class Suite:
@@ -84,6 +95,8 @@ class Suite:
             session = sessions.get(entry.spec)
             if session is not None and session_state(session) in ENDED:
                 continue  # ended in an earlier run: recorded as it is
+            if entry.error is None and entry.problem is not None:
+                entry = replace(entry, error=unanswered(entry))
             if entry.error is not None or entry.problem is None:
                 if session is None:
                     await self._record_unloadable(entry)

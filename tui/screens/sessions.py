@@ -175,7 +175,8 @@ class SessionsScreen(Screen):
         self.notify(f"suite {suite['id']}: {'resume' if paused else 'pause'} sent to {len(running)} problems")
 
     async def action_prune_problem(self) -> None:
-        """Stop one problem of a running suite (its in-flight work is cancelled); the others go on."""
+        """Stop one problem of a running suite (a Stop: its evaluations in flight finish, the rest is
+        cancelled); the others go on."""
         from engine import control
 
         row = self._current()

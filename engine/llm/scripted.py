@@ -1,11 +1,14 @@
-"""The `scripted` provider: an offline LLM that answers the method's prompts from kernels written
-in this repo (data/<problem>/ideas.toml and data/<problem>/<backend>/<idea>_<n>.py; the corrected
-version of a variant that fails to compile, for the fix prompt, in <backend>/fixes/<same name>).
-Triton kernels live in data/<problem>/triton/ and answer implementation prompts whose contract
-asks for Triton (on either backend: on the cpu one they run under Triton's interpreter).
+"""The `scripted` provider: an offline LLM that answers the method's prompts from the scripted
+library (engine.scripted_library: the canned ideas and kernels, as data, read through its
+`answers`). An implementation prompt whose contract asks for Triton is answered from the
+problem's Triton kernels (on either backend: on the cpu one they run under Triton's interpreter).
 
 It reads the prompt as a model would: the idea prompt's "already tried" list and the number of
 ideas asked for, the implementation prompt's idea title. Deterministic for a given seed.
+
+A problem the library has no answers for still gets a provider (`missing` says why; any call
+raises LLMError with it): `ktree run` refuses it before the search starts (engine.launch), a
+suite records that problem as failed with the reason and goes on (engine.search.suite).
 
 For `ktree bench pipeline`, which measures the pipeline at the search shape it is given, two
 options make it answer like a model with an endless supply: `fill` (when fewer untried ideas are
@@ -22,22 +25,22 @@ import json
 import random
 import re
 import time
-import tomllib
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
+from engine import scripted_library
 from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
+from engine.scripted_library import NoAnswers, ScriptedIdea, available, language_dir
 
-DATA = Path(__file__).parent / "data"
+DATA = scripted_library.ROOT  # the library's folder (the benches read its kernel files)
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
 STAND_IN_MARK = "# scripted stand-in: "
 TRITON_CONTRACT_MARK = "Write the kernels in Triton"  # engine/templates/contract_triton.txt
+library_dir = language_dir  # the name the benches know
 
-
-def library_dir(backend: str, language: str) -> str:
-    """The data dir a variant in `language` on `backend` comes from."""
-    return "triton" if language == "triton" else backend
+__all__ = ["DATA", "STAMP_MARK", "STAND_IN_MARK", "ScriptedIdea", "ScriptedProvider", "has_scripted",
+           "library_dir", "load_ideas", "scripted_backends", "scripted_problems", "unstamped"]
 
 
 def unstamped(code: str) -> str:
@@ -48,44 +51,30 @@ def unstamped(code: str) -> str:
     return rest if first.startswith(STAND_IN_MARK) else code
 
 
-@dataclass(frozen=True)
-class ScriptedIdea:
-    key: str
-    title: str
-    description: str
-    variants: tuple[Path, ...]
-
-
 def scripted_problems() -> list[str]:
-    return sorted(p.name for p in DATA.iterdir() if (p / "ideas.toml").exists())
+    """Every problem the library has an idea list for (engine.scripted_library.available)."""
+    return available()
 
 
 def scripted_backends(problem: str) -> list[str]:
-    """The backends the scripted provider has load_inline kernels for on this problem ([] for none)."""
-    return [b for b in ("cpu", "cuda") if has_scripted(problem, b, "cuda")]
+    """What the scripted provider answers this problem with: the backends it has C++/CUDA
+    (load_inline) kernels for, then `triton` where it has Triton kernels ([] for none). One
+    reading of engine.scripted_library.available, as the provider's error and the estimate's."""
+    out = [b for b in ("cpu", "cuda") if problem in available(b, "cuda")]
+    return out + (["triton"] if problem in available("cuda", "triton") else [])
 
 
 def has_scripted(problem: str, backend: str, language: str) -> bool:
     """Whether the library has kernels for this problem in this language on this backend."""
-    return (DATA / problem / "ideas.toml").exists() and any(
-        (DATA / problem / library_dir(backend, language)).glob("*_*.py"))
+    return problem in available(backend, language)
 
 
 def load_ideas(problem: str, backend: str) -> list[ScriptedIdea]:
-    index = DATA / problem / "ideas.toml"
-    if not index.exists():
-        raise LLMError(
-            f"the scripted provider has no answers for problem {problem!r}"
-            f" (it has: {', '.join(scripted_problems())})"
-        )
-    ideas = []
-    for item in tomllib.loads(index.read_text())["idea"]:
-        files = tuple(sorted((DATA / problem / backend).glob(f"{item['key']}_*.py")))
-        if files:
-            ideas.append(ScriptedIdea(item["key"], item["title"], item["description"].strip(), files))
-    if not ideas:
-        raise LLMError(f"the scripted provider has no {backend} variants for problem {problem!r}")
-    return ideas
+    """The problem's ideas with kernels in the language dir `backend` (cpu, cuda, triton)."""
+    try:
+        return scripted_library.answers(problem, backend)
+    except NoAnswers as exc:
+        raise LLMError(str(exc)) from None
 
 
 def _tokens(text: str) -> int:
@@ -108,8 +97,12 @@ class ScriptedProvider:
         # each implementation prompt, by the language its contract asks for.
         self.pools = {d: load_ideas(problem, d) for d in dict.fromkeys((backend, "triton"))
                       if has_scripted(problem, backend, "triton" if d == "triton" else "cuda")}
+        self.missing: str | None = None  # why it cannot answer this problem at all
         if not self.pools:
-            self.pools = {backend: load_ideas(problem, backend)}  # raises: says what there is
+            try:
+                scripted_library.answers(problem, backend)
+            except NoAnswers as exc:
+                self.missing = str(exc)
         titles: dict[str, ScriptedIdea] = {}
         for pool in self.pools.values():
             for idea in pool:
@@ -130,11 +123,22 @@ class ScriptedProvider:
         reasoning: str | None = None,
     ) -> Completion:
         started = time.perf_counter()
+        if self.missing is not None:
+            raise LLMError(self.missing)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         text = self.answer(messages[-1].content)
         usage = Usage(input=sum(_tokens(m.content) for m in messages), output=_tokens(text))
         return Completion(text, usage, 0.0, time.perf_counter() - started, model)
+
+    def unanswered(self, languages: Sequence[str]) -> str | None:
+        """Why a search of this problem in these kernel languages gets no answers (None: it does)."""
+        for language in languages:
+            try:
+                scripted_library.answers(self.problem, language_dir(self.backend, language))
+            except NoAnswers as exc:
+                return str(exc)
+        return None
 
     def answer(self, prompt: str) -> str:
         """The reply to one of the method's prompts (idea, implementation or fix)."""

@@ -98,3 +98,49 @@ def test_evaluate_imports_nothing_outside_itself() -> None:
 ])
 def test_no_import_points_back_up(lower: str, higher: str) -> None:
     assert _offenders(lower, higher) == []
+
+
+def _screen_modules() -> set[str]:
+    """The modules under tui/screens that define a screen the app navigates to (a class built on
+    `Screen`); the modal dialogs and the steering mixin are parts that screens share."""
+    out = set()
+    for path in sorted((REPO / "tui" / "screens").glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    (base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")) == "Screen"
+                    for base in node.bases):
+                out.add(_module_name(path))
+    return out
+
+
+def test_no_screen_imports_another_screen() -> None:
+    """Screens navigate through the app (by name: `app.open_session`, `app.open_sessions`, …),
+    so no two of them import each other and no circle runs through the TUI."""
+    screens = _screen_modules()
+    assert {"tui.screens.search", "tui.screens.sessions", "tui.screens.compare"} <= screens
+    offenders = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _within(mod, "tui.screens")
+                       for dep in deps if dep in screens and dep != mod)
+    assert offenders == []
+
+
+def test_no_circle_in_the_tui() -> None:
+    """Follow every import between the TUI's modules: none leads back to where it started."""
+    tui = {mod: {d for d in deps if d in GRAPH and _within(d, "tui")} for mod, deps in GRAPH.items()
+           if _within(mod, "tui")}
+    done: set[str] = set()
+
+    def visit(mod: str, path: list[str]) -> list[str] | None:
+        if mod in path:
+            return [*path[path.index(mod):], mod]
+        if mod in done:
+            return None
+        for dep in sorted(tui.get(mod, ())):
+            found = visit(dep, [*path, mod])
+            if found:
+                return found
+        done.add(mod)
+        return None
+
+    circles = [c for mod in sorted(tui) if (c := visit(mod, []))]
+    assert circles == []

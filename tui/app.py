@@ -8,11 +8,16 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
 from engine.store import Store, StoreError, session_state
+from tui.screens.compare import CompareScreen
+from tui.screens.help import HelpScreen
+from tui.screens.new_search import NewSearchScreen
+from tui.screens.search import SearchScreen
+from tui.screens.sessions import SessionsScreen
 
 SearchFactory = Callable[[Store, EventBus], Any]
 
@@ -38,9 +43,6 @@ class KtreeApp(App[int]):
         self.initial_keymap = keymap or {}
 
     async def on_mount(self) -> None:
-        from tui.screens.search import SearchScreen
-        from tui.screens.sessions import SessionsScreen
-
         if self.initial_keymap:
             self.set_keymap(self.initial_keymap)
         try:
@@ -61,10 +63,28 @@ class KtreeApp(App[int]):
             running = session_state(session) == "running"
             await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
 
+    # -- navigation: screens ask the app by name; no screen imports another ---------------------
+
+    async def open_session(self, session_id: int, follow: bool = False) -> None:
+        """Show a session's search screen (followed from the DB where it is running)."""
+        await self.push_screen(SearchScreen(session_id=session_id, follow=follow))
+
+    def open_sessions(self) -> None:
+        """Back to the sessions screen: the one below, or a new one where the search screen came
+        first (`ktree run`; a live search goes on, and shows as running there)."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+        else:
+            self.switch_screen(SessionsScreen())
+
+    def open_new_search(self) -> None:
+        self.push_screen(NewSearchScreen())
+
+    def open_compare(self, a: int, b: int) -> None:
+        self.push_screen(CompareScreen(a, b))
+
     async def start_search(self, factory: SearchFactory) -> bool:
         """Run a new search in this process and show it live; False (and a notice) if it cannot start."""
-        from tui.screens.search import SearchScreen
-
         assert self.store is not None
         try:
             search = factory(self.store, self.bus)
@@ -96,10 +116,6 @@ class KtreeApp(App[int]):
 
     def action_help(self) -> None:
         """The help overlay: every key of the current screen (not over another overlay)."""
-        from textual.screen import ModalScreen
-
-        from tui.screens.help import HelpScreen
-
         if not isinstance(self.screen, ModalScreen):
             self.push_screen(HelpScreen(self.screen))
 

@@ -356,11 +356,5 @@ class SearchScreen(SteeringMixin, Screen):
         self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
 
     def action_back(self) -> None:
-        """Back to the sessions screen: the one below, or a new one where this screen came first
-        (`ktree run`; a live search goes on, and shows as running there)."""
-        from tui.screens.sessions import SessionsScreen
-
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.switch_screen(SessionsScreen())
+        """Back to the sessions screen (the app knows which: the one below, or a new one)."""
+        self.app.open_sessions()  # type: ignore[attr-defined]

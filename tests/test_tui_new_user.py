@@ -4,6 +4,7 @@ in the header, the LLM pane's prompts, the "why it waits" text, filters, zoom, u
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -12,7 +13,10 @@ from textual.widgets import DataTable
 
 from engine.store import Store
 from tests.fake_session import write_fake_session
+from tests.tui_helpers import fake_db
 from tui.app import KtreeApp
+from tui.screens.dialogs import Confirm
+from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 SUITE_NAME = "level1-all-the-problems-of-kernelbench-level-one"
@@ -104,4 +108,117 @@ async def test_j_k_g_G_in_the_sessions_list(tmp_path: Path):
         assert table.cursor_row == 4
         await pilot.press("g")
         assert table.cursor_row == 0
+        await pilot.press("q")
+
+
+def shown_ids(screen) -> set[str]:  # noqa: ANN001
+    return {b.binding.id for b in screen.active_bindings.values() if b.binding.show}
+
+
+async def test_the_footer_shows_the_verbs_of_the_focused_pane(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 40, status="running")
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert {"pause", "stop", "inject_idea", "edit_variant", "export", "prune"} <= shown_ids(screen)  # tree
+        screen.query_one("#code").focus()
+        await pilot.pause()
+        assert {"edit_variant", "export", "pause", "stop"} <= shown_ids(screen)
+        await pilot.press("1")  # the timings
+        await pilot.pause()
+        assert {"sort", "export", "pause", "stop"} <= shown_ids(screen)
+        footer_fits(screen)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        screen.query_one("#tree").focus()
+        await pilot.pause()
+        assert {"pause", "stop", "inject_idea", "prune"} <= shown_ids(screen)
+        footer_fits(screen)
+        await pilot.press("q")
+
+
+class Forever:
+    """A search that runs until cancelled (no compile): what `q` sees while a search is live."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        evaluator = type("Evaluator", (), {})()
+
+        async def close() -> None:
+            pass
+
+        evaluator.close = close
+        self.evaluator = evaluator
+
+    async def run(self) -> dict:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return {}
+
+
+async def test_q_on_a_running_search_asks_first(tmp_path: Path):
+    search = Forever()
+    app = KtreeApp(db_path=tmp_path / "k.db", search_factory=lambda store, bus: search)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, SearchScreen) and not search.cancelled
+        await pilot.press("q", "y")
+        await pilot.pause()
+    assert search.cancelled and app.return_value == 0
+
+
+async def test_the_header_says_the_isolation_level(tmp_path: Path):
+    from textual.widgets._header import HeaderTitle
+
+    from engine.evaluate.sandbox import Sandbox
+
+    for level, shown in (("basic", "isolation: basic (no filesystem or network isolation)"),
+                         ("strict", "isolation: strict")):
+        search = Forever()
+        search.evaluator.sandbox = Sandbox(level)
+        if level == "strict":  # as where bubblewrap runs (the level is resolved when asked)
+            search.evaluator.sandbox = type("Strict", (), {"level": "strict"})()
+        app = KtreeApp(db_path=tmp_path / f"{level}.db", search_factory=lambda store, bus, s=search: s)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            assert shown in app.screen.sub_title
+            assert shown in str(app.screen.query_one(HeaderTitle).render())
+            await pilot.press("q", "y")
+
+
+async def test_the_llm_tab_has_room_and_any_pane_zooms(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(next(n.id for n in screen.model.nodes.values() if n.kind == "variant"))
+        await pilot.press("2")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        llm = screen.query_one("#llm")
+        assert llm.has_focus and llm.content_size.height >= 16  # was 8 lines
+        assert screen.query_one("#tree").content_size.height >= 10  # the tree keeps room
+        await pilot.press("z")
+        await pilot.pause()
+        assert screen.maximized is llm and llm.content_size.height >= 40
+        await pilot.press("z")
+        await pilot.pause()
+        assert screen.maximized is None
+        screen.query_one("#code").focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert screen.maximized is screen.query_one("#code")
+        await pilot.press("escape")  # Esc leaves the zoom first, then goes back
+        await pilot.pause()
+        assert screen.maximized is None and app.screen is screen
         await pilot.press("q")

@@ -8,7 +8,6 @@ records commands; the engine applies them and confirms.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from rich.text import Text
@@ -23,6 +22,7 @@ from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
 from engine.events import Event
+from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
@@ -65,21 +65,27 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("t", "details", "Tabs", id="details", tooltip="show or hide the Timings and LLM tabs"),
         Binding("1", "tab('tab-timings')", "Timings", id="tab_timings", tooltip="the timings table"),
         Binding("2", "tab('tab-llm')", "LLM", id="tab_llm", tooltip="the LLM calls behind the node"),
+        Binding("z", "zoom", "Zoom", id="zoom", tooltip="the focused pane fills the screen (z or Esc: back)"),
     ]
-    # The footer shows the keys that matter for the focused pane (a narrow terminal cannot hold
-    # them all); `?` lists every one. By binding id; a pane not named here gets the tree's.
+    # The footer shows the verbs of the focused pane, most important first, as many as the width
+    # holds (every key still works; `?` lists them all). By binding id; a pane not named here gets
+    # the tree's. Steering verbs go last while the session is not running (nothing to steer).
     FOOTER = {
-        "tree": {"back", "prune", "expand", "pin", "diff", "goto_best", "details"},
-        "code": {"back", "diff", "edit_variant", "export", "goto_best", "details"},
-        "timings": {"back", "sort", "tab_timings", "tab_llm", "details"},
-        "llm": {"back", "tab_timings", "tab_llm", "details"},
+        "tree": ["help", "prune", "expand", "inject_idea", "pin", "pause", "stop", "edit_variant", "export",
+                 "diff", "goto_best", "zoom", "filter", "undo_prune", "details", "back", "quit"],
+        "code": ["help", "edit_variant", "export", "diff", "pause", "stop", "goto_best", "zoom", "details",
+                 "back", "quit"],
+        "timings": ["help", "sort", "export", "pause", "stop", "filter", "tab_llm", "zoom", "goto_best",
+                    "details", "back", "quit"],
+        "llm": ["help", "tab_timings", "pause", "stop", "zoom", "details", "back", "quit"],
     }
-    ALWAYS = {"help", "quit"}
     STEERING_IDS = {"prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 
-    def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False):
+    def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False,
+                 isolation: str | None = None):
         super().__init__()
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
+        self.isolation = isolation  # how generated code runs, where this process runs it
         self.selected: int | None = None
         self.show_diff = False
         self.sort_index = -1
@@ -126,6 +132,8 @@ class SearchScreen(SteeringMixin, Screen):
         tree = self.query_one(SearchTree)
         tree.root.expand()
         tree.focus()
+        if self.isolation:  # in the header, beside the database's name
+            self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
         self._layout(self.app.size.width, self.app.size.height)
         if self.model.session_id is not None and not self.model.live:
             await self._read(first=True)
@@ -141,6 +149,7 @@ class SearchScreen(SteeringMixin, Screen):
 
     def on_resize(self, event: Any) -> None:
         self._layout(event.size.width, event.size.height)
+        self.refresh_bindings()  # the footer holds as many verbs as the new width does
 
     def _layout(self, width: int, height: int) -> None:
         compact = width < 110 or height < 32
@@ -162,17 +171,17 @@ class SearchScreen(SteeringMixin, Screen):
 
     @property
     def active_bindings(self) -> dict[str, ActiveBinding]:
-        """What the footer shows: the focused pane's keys (every key still works; `?` lists them),
-        with the steering keys dimmed when the session is not running (nothing to steer)."""
-        shown = self.FOOTER[self._focused_pane()] | self.ALWAYS
+        """What the footer shows: the focused pane's verbs that fit the width, with the steering
+        keys dimmed when the session is not running (nothing to steer)."""
         steerable = self.model.status == "running"
+        wanted = self.FOOTER[self._focused_pane()]
+        if not steerable:
+            wanted = [b for b in wanted if b not in self.STEERING_IDS] + [
+                b for b in wanted if b in self.STEERING_IDS]
         out: dict[str, ActiveBinding] = {}
-        for key, active in super().active_bindings.items():
-            binding = active.binding
-            if binding.id is not None and binding.show and binding.id not in shown:
-                binding = replace(binding, show=False)
-            enabled = active.enabled and (steerable or binding.id not in self.STEERING_IDS)
-            out[key] = ActiveBinding(active.node, binding, enabled, active.tooltip)
+        for key, active in fit_footer(self.app, super().active_bindings, wanted, self.app.size.width).items():
+            enabled = active.enabled and (steerable or active.binding.id not in self.STEERING_IDS)
+            out[key] = ActiveBinding(active.node, active.binding, enabled, active.tooltip)
         return out
 
     # -- the one way in: feed the model, redraw what changed --------------------------------
@@ -288,6 +297,7 @@ class SearchScreen(SteeringMixin, Screen):
 
     @on(TabbedContent.TabActivated, "#details")
     def _tab(self, event: TabbedContent.TabActivated) -> None:
+        self.set_class(event.pane.id == "tab-llm", "llm-tab")  # prompts get more room than timings
         llm = self.query_one(LLMPane)
         if event.pane.id == "tab-llm" and self.selected is not None and llm.shown_for != self.selected:
             self._load_llm(self.model.nodes[self.selected])
@@ -354,6 +364,18 @@ class SearchScreen(SteeringMixin, Screen):
         self.remove_class("hide-details")
         self.query_one("#details", TabbedContent).active = pane
         self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
+
+    def action_zoom(self) -> None:
+        """The focused pane (tree, code, timings, LLM calls) fills the screen; again: back."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.focused
+        while pane is not None and pane is not self and pane.id not in self.FOOTER:
+            pane = pane.parent  # type: ignore[assignment]
+        if pane is None or pane is self:
+            pane = self.query_one(SearchTree)
+        self.maximize(pane, container=False)  # type: ignore[arg-type]
 
     def action_back(self) -> None:
         """Back to the sessions screen (the app knows which: the one below, or a new one)."""

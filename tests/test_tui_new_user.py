@@ -222,3 +222,30 @@ async def test_the_llm_tab_has_room_and_any_pane_zooms(tmp_path: Path):
         await pilot.pause()
         assert screen.maximized is None and app.screen is screen
         await pilot.press("q")
+
+
+async def test_why_it_waits_follows_the_queues(tmp_path: Path):
+    import sqlite3
+
+    from engine.events import Progress
+
+    db, sid = await fake_db(tmp_path / "k.db", 20, status="running")
+    with sqlite3.connect(db) as conn:
+        vid = conn.execute("SELECT MAX(id) FROM nodes WHERE kind = 'variant'").fetchone()[0]
+        conn.execute("DELETE FROM evaluations WHERE node_id = ?", (vid,))
+        conn.execute("UPDATE nodes SET status = 'waiting', speedup = NULL WHERE id = ?", (vid,))
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(vid)
+        await pilot.pause()
+        verdict = screen.query_one("#verdict")
+        assert "builds queued or running: 0" in str(verdict.content)
+        for queued in (5, 2):
+            screen.receive(Progress(round=1, rounds=2, compile_queue=queued, gpu_queue=1, llm_running=0,
+                                    tokens=0, cost_usd=0.0, budget_usd=None, budget_tokens=None,
+                                    elapsed_s=1.0, paused=False))
+            await pilot.pause()
+            assert f"builds queued or running: {queued}" in str(verdict.content)
+        await pilot.press("q")

@@ -87,6 +87,7 @@ class SearchScreen(SteeringMixin, Screen):
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
         self.selected: int | None = None
+        self._why: str | None = None  # why the selected node waits, as the verdict pane says it
         self.show_diff = False
         self.sort_index = -1
         self._progress_dirty = True
@@ -219,7 +220,10 @@ class SearchScreen(SteeringMixin, Screen):
         if self.selected is not None:
             if self.selected in changes.updated:
                 self._show(self.selected)
-            elif self.selected in changes.llm:
+                return
+            if changes.updated or "progress" in changes.panes:  # the queues it waits in moved
+                self._refresh_why()
+            if self.selected in changes.llm:
                 self.query_one(LLMPane).invalidate()
 
     async def _read(self, first: bool = False) -> None:
@@ -279,11 +283,21 @@ class SearchScreen(SteeringMixin, Screen):
         node = self.model.nodes[node_id]
         self.query_one("#idea", Static).update(idea_text(node, self.model), layout=False)
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
-        why = self.model.wait_reason(node_id)
+        why = self._why = self.model.wait_reason(node_id)
         self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why)
         self.query_one(LLMPane).invalidate()
         if self.query_one("#details", TabbedContent).active == "tab-llm":
             self._load_llm(node)
+
+    def _refresh_why(self) -> None:
+        """Say again why the selected node waits, where that changed (the queues ahead of it)."""
+        node_id = self.selected
+        if node_id is None or node_id not in self.model.nodes:
+            return
+        why = self.model.wait_reason(node_id)
+        if why != self._why:
+            self._why = why
+            self.query_one(VerdictPane).show(self.model.nodes[node_id], self.model.verdicts.get(node_id), why)
 
     def _load_llm(self, node: Node) -> None:
         if self.model.session_id is not None:

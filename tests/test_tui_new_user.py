@@ -249,3 +249,32 @@ async def test_why_it_waits_follows_the_queues(tmp_path: Path):
             await pilot.pause()
             assert f"builds queued or running: {queued}" in str(verdict.content)
         await pilot.press("q")
+
+
+async def test_slash_filters_the_sessions_and_jumps_to_one(tmp_path: Path):
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#sessions", DataTable)
+        assert table.row_count == 5
+        await pilot.press("slash", *"running", "enter")
+        await pilot.pause()
+        keys = [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+        assert keys == [f"suite-{suite}", str(members[1])]  # the running problem, under its suite
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert table.row_count == 5 and table.has_focus
+        await pilot.press("slash", *f"#{members[2]}", "enter")
+        await pilot.pause()
+        at = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        assert table.row_count == 5 and at == str(members[2])
+        await pilot.press("q")
+
+
+def test_a_filter_matches_words_from_their_start():
+    from tui.screens.filtering import matches, number
+
+    assert matches("correct", ["7", "correct", "Tile rows"]) and not matches("correct", ["incorrect"])
+    assert matches("tile cor", ["Tile rows", "correct"]) and matches("", ["anything"])
+    assert number("#12") == 12 and number(" 7 ") == 7 and number("correct") is None

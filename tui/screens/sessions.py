@@ -14,11 +14,12 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
 from tui.screens.dialogs import Confirm
+from tui.screens.filtering import FilterBar, matches, number
 
 # What matters most first: at 80 columns the models and strategy are the ones cut off; # and
 # problem keep status and best beside them (the problem cell is never wider than PROBLEM_WIDTH).
@@ -46,10 +47,12 @@ class SessionsScreen(Screen):
         Binding("k", "cursor(-1)", "Up", id="sessions.up", show=False),
         Binding("g", "cursor_to(0)", "First", id="sessions.first", show=False),
         Binding("G", "cursor_to(-1)", "Last", id="sessions.last", show=False),
+        Binding("slash", "filter", "Filter", id="sessions.filter",
+                tooltip="only the sessions whose row has these words (e.g. running), or #N to jump"),
     ]
     # The footer's keys, most important first: as many as the width holds (`?` lists every one).
     FOOTER = ["sessions.open", "sessions.new", "help", "quit", "sessions.resume", "sessions.delete",
-              "sessions.mark", "sessions.compare", "sessions.reload", "sessions.pause_suite",
+              "sessions.filter", "sessions.mark", "sessions.compare", "sessions.reload", "sessions.pause_suite",
               "sessions.prune_problem"]
     BANNER = "Sessions — Enter opens · n new search · m marks two, c compares"
 
@@ -58,11 +61,13 @@ class SessionsScreen(Screen):
         self.marked: list[int] = []
         self.rows: dict[int, dict[str, Any]] = {}
         self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
+        self.query_text = ""  # the `/` filter: only the rows it matches
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(self.BANNER, id="banner")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
+        yield FilterBar(id="filter")
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
@@ -134,18 +139,57 @@ class SessionsScreen(Screen):
             for s in rows:  # newest first; a suite's sessions under it, where its newest one is
                 suite_id = s.get("suite_id")
                 if suite_id is None or suite_id not in self.suites:
-                    table.add_row(*self._cells(s), key=str(s["id"]))
+                    if self._wanted(self._cells(s)):
+                        table.add_row(*self._cells(s), key=str(s["id"]))
                 elif suite_id not in shown:
                     shown.add(suite_id)
-                    table.add_row(*self._suite_cells(self.suites[suite_id]), key=f"suite-{suite_id}")
                     members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
-                    for member in members:
+                    head = self._suite_cells(self.suites[suite_id])
+                    kept = [m for m in members if self._wanted([*head[:2], *self._cells(m, indent=True)])]
+                    if kept:
+                        table.add_row(*head, key=f"suite-{suite_id}")
+                    for member in kept:
                         table.add_row(*self._cells(member, indent=True), key=str(member["id"]))
             if table.row_count:
                 table.move_cursor(row=min(cursor, table.row_count - 1))
         if not rows:
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
+
+    def _wanted(self, cells: list[Any]) -> bool:
+        return not self.query_text or matches(self.query_text, cells)
+
+    def action_filter(self) -> None:
+        self.query_one(FilterBar).open()
+
+    @on(Input.Submitted, "#filter")
+    async def _filter(self, event: Input.Submitted) -> None:
+        """A number jumps to that session; words keep only the rows that have them."""
+        bar = self.query_one(FilterBar)
+        table = self.query_one("#sessions", DataTable)
+        wanted = number(event.value)
+        bar.display = False
+        table.focus()
+        if wanted is not None:
+            bar.value = ""
+            if str(wanted) not in table.rows:
+                self.query_text = ""
+                await self.action_reload()
+            if str(wanted) in table.rows:
+                table.move_cursor(row=table.get_row_index(str(wanted)))
+            else:
+                self.notify(f"no session {wanted}", severity="warning")
+            return
+        self.query_text = event.value.strip()
+        await self.action_reload()
+        if self.query_text:
+            self.notify(f"filter “{self.query_text}”: {table.row_count} rows (/ then Esc: all)")
+
+    @on(FilterBar.Closed)
+    async def _unfilter(self) -> None:
+        self.query_text = ""
+        self.query_one("#sessions", DataTable).focus()
+        await self.action_reload()
 
     def _suite_cells(self, suite: dict[str, Any]) -> list[Any]:
         """A suite's row: its name where a problem's goes (cut to the column, so it never widens

@@ -278,3 +278,34 @@ def test_a_filter_matches_words_from_their_start():
     assert matches("correct", ["7", "correct", "Tile rows"]) and not matches("correct", ["incorrect"])
     assert matches("tile cor", ["Tile rows", "correct"]) and matches("", ["anything"])
     assert number("#12") == 12 and number(" 7 ") == 7 and number("correct") is None
+
+
+async def test_slash_filters_the_timings_and_finds_in_the_tree(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        table = screen.query_one("#timings", DataTable)
+        every = table.row_count
+        statuses = [str(table.get_row_at(i)[3]) for i in range(every)]
+        assert "correct" in statuses and set(statuses) != {"correct"}
+        await pilot.press("1", "slash", *"correct", "enter")
+        await pilot.pause()
+        assert table.row_count == statuses.count("correct") and table.has_focus
+        assert {str(table.get_row_at(i)[3]) for i in range(table.row_count)} == {"correct"}
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert table.row_count == every
+        screen.query_one("#tree").focus()
+        await pilot.press("slash", *"#5", "enter")
+        await pilot.pause()
+        assert screen.selected == 5
+        await pilot.press("slash", *"incorrect", "enter")
+        await pilot.pause()
+        first = screen.selected
+        assert screen.model.nodes[first].status == "incorrect" and first > 5
+        await pilot.press("slash", "enter")  # again: the next one
+        await pilot.pause()
+        assert screen.model.nodes[screen.selected].status == "incorrect" and screen.selected != first
+        await pilot.press("q")

@@ -17,13 +17,14 @@ from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
 from engine.events import Event
 from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
+from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
@@ -66,6 +67,9 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("1", "tab('tab-timings')", "Timings", id="tab_timings", tooltip="the timings table"),
         Binding("2", "tab('tab-llm')", "LLM", id="tab_llm", tooltip="the LLM calls behind the node"),
         Binding("z", "zoom", "Zoom", id="zoom", tooltip="the focused pane fills the screen (z or Esc: back)"),
+        Binding("slash", "filter", "Filter", id="filter",
+                tooltip="timings: only the rows with these words (e.g. correct); tree: go to the next"
+                        " node that has them; #N: go to node N"),
     ]
     # The footer shows the verbs of the focused pane, most important first, as many as the width
     # holds (every key still works; `?` lists them all). By binding id; a pane not named here gets
@@ -88,6 +92,9 @@ class SearchScreen(SteeringMixin, Screen):
         self.isolation = isolation  # how generated code runs, where this process runs it
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
+        self.query_text = ""  # the timings' `/` filter: only the rows it matches
+        self._filter_pane = "tree"  # where `/` was pressed
+        self._timing_rows: set[int] = set()  # every node the timings table has a row for, filtered or not
         self.show_diff = False
         self.sort_index = -1
         self._progress_dirty = True
@@ -112,6 +119,7 @@ class SearchScreen(SteeringMixin, Screen):
                 yield TimingsTable(id="timings")
             with TabPane("LLM", id="tab-llm"):
                 yield LLMPane(id="llm")
+        yield FilterBar(id="filter")
         yield Static("", id="status-line")
         yield Footer(compact=True)
 
@@ -203,8 +211,9 @@ class SearchScreen(SteeringMixin, Screen):
         if changes.relabel:
             tree.relabel(changes.relabel)
         if changes.rows:
+            self._timing_rows.update(changes.rows)
             self.query_one(TimingsTable).write_rows(
-                (model.nodes[i], model.verdicts.get(i)) for i in changes.rows)
+                (model.nodes[i], model.verdicts.get(i)) for i in changes.rows if self._kept(i))
         if "header" in changes.panes:
             self.query_one("#banner", Static).update(banner_text(model))
             self.refresh_bindings()  # the steering keys dim once the session is not running
@@ -390,6 +399,67 @@ class SearchScreen(SteeringMixin, Screen):
         if pane is None or pane is self:
             pane = self.query_one(SearchTree)
         self.maximize(pane, container=False)  # type: ignore[arg-type]
+
+    # -- `/`: filter the timings, find in the tree, jump to a node ---------------------------
+
+    def _fields(self, node_id: int) -> list[object]:
+        node = self.model.nodes[node_id]
+        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}"]
+
+    def _kept(self, node_id: int) -> bool:
+        return not self.query_text or matches(self.query_text, self._fields(node_id))
+
+    def action_filter(self) -> None:
+        self._filter_pane = self._focused_pane()
+        self.query_one(FilterBar).open()
+
+    @on(Input.Submitted, "#filter")
+    def _filter(self, event: Input.Submitted) -> None:
+        bar = self.query_one(FilterBar)
+        bar.display = False
+        query = event.value.strip()
+        wanted = number(query)
+        pane = self.query_one("#timings" if self._filter_pane == "timings" else "#tree")
+        pane.focus()
+        if wanted is not None:
+            bar.value = ""
+            if wanted in self.model.nodes:
+                self.select_node(wanted)
+            else:
+                self.notify(f"no node #{wanted} in this session", severity="warning")
+        elif self._filter_pane == "timings":
+            self._filter_timings(query)
+        elif query:
+            self._find(query)
+
+    @on(FilterBar.Closed)
+    def _unfilter(self) -> None:
+        if self.query_text:
+            self._filter_timings("")
+        self.query_one("#timings" if self._filter_pane == "timings" else "#tree").focus()
+
+    def _filter_timings(self, query: str) -> None:
+        """Only the timings' rows that match (all of them again for an empty query)."""
+        self.query_text = query
+        table = self.query_one(TimingsTable)
+        with self.app.batch_update():
+            table.clear()
+            table.write_rows((self.model.nodes[i], self.model.verdicts.get(i))
+                             for i in sorted(self._timing_rows) if self._kept(i))
+        shown = f"{table.row_count} of {len(self._timing_rows)} rows"
+        self.feed(Note(f"timings filtered by “{query}”: {shown} (/ then Esc: all)" if query
+                       else "timings: every row"))
+
+    def _find(self, query: str) -> None:
+        """The tree: go to the next node (after the selected one, by number) that matches."""
+        found = sorted(i for i in self.model.nodes if matches(query, self._fields(i)))
+        if not found:
+            self.notify(f"no node matches “{query}”", severity="warning")
+            return
+        after = [i for i in found if self.selected is None or i > self.selected]
+        target = (after or found)[0]
+        self.select_node(target)
+        self.feed(Note(f"“{query}”: #{target}, {len(found)} nodes match (/ Enter: the next)"))
 
     def action_back(self) -> None:
         """Back to the sessions screen (the app knows which: the one below, or a new one)."""

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget-tokens", type=_positive, default=None,
                      help="stop once this many tokens are used")
     run.add_argument("--max-variants", type=_positive, default=None,
-                     help="stop once this many variants have been generated")
+                     help="at most this many variants in the tree (a hard cap; fixes and hand edits count)")
     run.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
                      help="stop starting work after this long (in-flight work finishes)")
     run.add_argument("--llm-concurrency", type=_positive, default=8,

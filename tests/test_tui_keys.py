@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,10 @@ def commands(db: Path) -> list[tuple[str, dict]]:
 
 @pytest.fixture
 async def running(tmp_path: Path) -> tuple[Path, int]:
-    return await fake_db(tmp_path / "k.db", 40, status="running")
+    db, sid = await fake_db(tmp_path / "k.db", 40, status="running")
+    with sqlite3.connect(db) as conn:  # its engine (this process) beats for the whole test, however slow
+        conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (time.time() + 3600, sid))
+    return db, sid
 
 
 async def open_search(app: KtreeApp, pilot) -> SearchScreen:  # noqa: ANN001

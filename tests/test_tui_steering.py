@@ -110,10 +110,11 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
         screen = app.screen
-        assert screen.model.live and "SCRIPTED" in str(screen.query_one("#banner").content)
-        await wait_until(pilot, lambda: screen.model.verdicts)  # a first variant evaluated
+        assert screen.model.live
+        await wait_until(pilot, lambda: "SCRIPTED" in str(screen.query_one("#banner").content))  # once started
+        await wait_until(pilot, lambda: screen.model.verdicts, timeout=240)  # a first variant evaluated
         seen = set(screen.model.nodes)
-        await pilot.press("q")  # quits mid-run: the session is recorded as interrupted
+        await pilot.press("q", "y")  # quits mid-run (asked first): the session is recorded as interrupted
     sid = screen.model.session_id
 
     app = KtreeApp(db_path=db)

@@ -8,11 +8,17 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
 from engine.store import Store, StoreError, session_state
+from tui.screens.compare import CompareScreen
+from tui.screens.dialogs import Confirm
+from tui.screens.help import HelpScreen
+from tui.screens.new_search import NewSearchScreen
+from tui.screens.search import SearchScreen
+from tui.screens.sessions import SessionsScreen
 
 SearchFactory = Callable[[Store, EventBus], Any]
 
@@ -36,11 +42,9 @@ class KtreeApp(App[int]):
         self.search_summary: dict[str, Any] | None = None
         self.bus = EventBus()
         self.initial_keymap = keymap or {}
+        self._asking_quit = False
 
     async def on_mount(self) -> None:
-        from tui.screens.search import SearchScreen
-        from tui.screens.sessions import SessionsScreen
-
         if self.initial_keymap:
             self.set_keymap(self.initial_keymap)
         try:
@@ -61,10 +65,28 @@ class KtreeApp(App[int]):
             running = session_state(session) == "running"
             await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
 
+    # -- navigation: screens ask the app by name; no screen imports another ---------------------
+
+    async def open_session(self, session_id: int, follow: bool = False) -> None:
+        """Show a session's search screen (followed from the DB where it is running)."""
+        await self.push_screen(SearchScreen(session_id=session_id, follow=follow))
+
+    def open_sessions(self) -> None:
+        """Back to the sessions screen: the one below, or a new one where the search screen came
+        first (`ktree run`; a live search goes on, and shows as running there)."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+        else:
+            self.switch_screen(SessionsScreen())
+
+    def open_new_search(self) -> None:
+        self.push_screen(NewSearchScreen())
+
+    def open_compare(self, a: int, b: int) -> None:
+        self.push_screen(CompareScreen(a, b))
+
     async def start_search(self, factory: SearchFactory) -> bool:
         """Run a new search in this process and show it live; False (and a notice) if it cannot start."""
-        from tui.screens.search import SearchScreen
-
         assert self.store is not None
         try:
             search = factory(self.store, self.bus)
@@ -75,7 +97,7 @@ class KtreeApp(App[int]):
                 self.notify(f"cannot start: {exc}", severity="error")
             return False
         self.search = search
-        screen = SearchScreen(live=True)
+        screen = SearchScreen(live=True, isolation=isolation_label(getattr(search, "evaluator", None)))
         self.bus.subscribe(screen.receive)
         await self.push_screen(screen)
         self.run_worker(self._run_search(), name="search", group="search", exit_on_error=False)
@@ -96,10 +118,6 @@ class KtreeApp(App[int]):
 
     def action_help(self) -> None:
         """The help overlay: every key of the current screen (not over another overlay)."""
-        from textual.screen import ModalScreen
-
-        from tui.screens.help import HelpScreen
-
         if not isinstance(self.screen, ModalScreen):
             self.push_screen(HelpScreen(self.screen))
 
@@ -112,7 +130,27 @@ class KtreeApp(App[int]):
             yield from commands()
 
     async def action_quit(self) -> None:
-        """Stop a running search first, so its session is recorded as interrupted."""
+        """Quit; a search running in this process is stopped first (its session recorded as
+        interrupted), so `q` asks before it does that."""
+        if not self._search_running():
+            await self._quit()
+            return
+        if self._asking_quit:
+            return
+
+        async def done(yes: bool | None) -> None:
+            self._asking_quit = False
+            if yes:
+                await self._quit()
+
+        self._asking_quit = True
+        await self.push_screen(Confirm("The search is running. Stop it and quit? (It is recorded as"
+                                       " interrupted; `ktree` resumes it later.)"), done)
+
+    def _search_running(self) -> bool:
+        return any(w.group == "search" and w.is_running for w in self.workers)
+
+    async def _quit(self) -> None:
         for worker in self.workers:
             if worker.group == "search" and worker.is_running:
                 worker.cancel()
@@ -130,6 +168,20 @@ class KtreeApp(App[int]):
         if self.store is not None:
             store, self.store = self.store, None
             await store.close()
+
+
+def isolation_label(evaluator: Any) -> str | None:
+    """How generated code is isolated in a search run by this process, in a few words for the
+    header (the CLI says it on stderr before the screen draws, where no one reads it); None where
+    the evaluator does not say (a Ray cluster: each node picks its own)."""
+    sandbox = getattr(evaluator, "sandbox", None)
+    if sandbox is None:
+        return None
+    try:
+        level = sandbox.level
+    except (RuntimeError, ValueError):
+        return None
+    return level if level == "strict" else f"{level} (no filesystem or network isolation)"
 
 
 def keymap_from_config(raw: dict[str, Any]) -> dict[str, str]:

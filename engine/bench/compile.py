@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine import scripted_library
 from engine.bench.summary import markdown_table, median
 from engine.evaluate.jobs import make_job
 from engine.evaluate.runner import run_child
 from engine.evaluate.sandbox import scrubbed_env
 
 HERE = Path(__file__).resolve().parents[1]  # engine/
-SCRIPTED = HERE / "llm" / "scripted" / "data"
+SCRIPTED = scripted_library.ROOT
 EXAMPLES = HERE / "templates" / "examples"
 # Stock-structure kernels that build (each declares "Intended outcome: correct"): torch/extension.h
 # in the sources, bindings made by load_inline. The scripted CUDA libraries are all in the ctypes

@@ -9,9 +9,9 @@ import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
+from engine import scripted_library
 from engine.bench.summary import cell, markdown_table
 from engine.evaluate.evaluator import LocalEvaluator
 
@@ -109,7 +109,7 @@ def agreement_table(rows: list[dict[str, Any]]) -> str:
                           out)
 
 
-_SCRIPTED = Path(__file__).resolve().parents[1] / "llm" / "scripted" / "data" / "softmax"
+_SCRIPTED = scripted_library.ROOT / "softmax"
 
 
 @contextlib.asynccontextmanager

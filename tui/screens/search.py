@@ -8,7 +8,6 @@ records commands; the engine applies them and confirms.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from rich.text import Text
@@ -18,12 +17,14 @@ from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
 from engine.events import Event
+from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
+from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
@@ -65,22 +66,35 @@ class SearchScreen(SteeringMixin, Screen):
         Binding("t", "details", "Tabs", id="details", tooltip="show or hide the Timings and LLM tabs"),
         Binding("1", "tab('tab-timings')", "Timings", id="tab_timings", tooltip="the timings table"),
         Binding("2", "tab('tab-llm')", "LLM", id="tab_llm", tooltip="the LLM calls behind the node"),
+        Binding("z", "zoom", "Zoom", id="zoom", tooltip="the focused pane fills the screen (z or Esc: back)"),
+        Binding("slash", "filter", "Filter", id="filter",
+                tooltip="timings: only the rows with these words (e.g. correct); tree: go to the next"
+                        " node that has them; #N: go to node N"),
     ]
-    # The footer shows the keys that matter for the focused pane (a narrow terminal cannot hold
-    # them all); `?` lists every one. By binding id; a pane not named here gets the tree's.
+    # The footer shows the verbs of the focused pane, most important first, as many as the width
+    # holds (every key still works; `?` lists them all). By binding id; a pane not named here gets
+    # the tree's. Steering verbs go last while the session is not running (nothing to steer).
     FOOTER = {
-        "tree": {"back", "prune", "expand", "pin", "diff", "goto_best", "details"},
-        "code": {"back", "diff", "edit_variant", "export", "goto_best", "details"},
-        "timings": {"back", "sort", "tab_timings", "tab_llm", "details"},
-        "llm": {"back", "tab_timings", "tab_llm", "details"},
+        "tree": ["help", "prune", "expand", "inject_idea", "pin", "pause", "stop", "edit_variant", "export",
+                 "diff", "goto_best", "zoom", "filter", "undo_prune", "details", "back", "quit"],
+        "code": ["help", "edit_variant", "export", "diff", "pause", "stop", "goto_best", "zoom", "details",
+                 "back", "quit"],
+        "timings": ["help", "sort", "export", "pause", "stop", "filter", "tab_llm", "zoom", "goto_best",
+                    "details", "back", "quit"],
+        "llm": ["help", "tab_timings", "pause", "stop", "zoom", "details", "back", "quit"],
     }
-    ALWAYS = {"help", "quit"}
     STEERING_IDS = {"prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 
-    def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False):
+    def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False,
+                 isolation: str | None = None):
         super().__init__()
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
+        self.isolation = isolation  # how generated code runs, where this process runs it
         self.selected: int | None = None
+        self._why: str | None = None  # why the selected node waits, as the verdict pane says it
+        self.query_text = ""  # the timings' `/` filter: only the rows it matches
+        self._filter_pane = "tree"  # where `/` was pressed
+        self._timing_rows: set[int] = set()  # every node the timings table has a row for, filtered or not
         self.show_diff = False
         self.sort_index = -1
         self._progress_dirty = True
@@ -105,6 +119,7 @@ class SearchScreen(SteeringMixin, Screen):
                 yield TimingsTable(id="timings")
             with TabPane("LLM", id="tab-llm"):
                 yield LLMPane(id="llm")
+        yield FilterBar(id="filter")
         yield Static("", id="status-line")
         yield Footer(compact=True)
 
@@ -126,6 +141,8 @@ class SearchScreen(SteeringMixin, Screen):
         tree = self.query_one(SearchTree)
         tree.root.expand()
         tree.focus()
+        if self.isolation:  # in the header, beside the database's name
+            self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
         self._layout(self.app.size.width, self.app.size.height)
         if self.model.session_id is not None and not self.model.live:
             await self._read(first=True)
@@ -141,6 +158,7 @@ class SearchScreen(SteeringMixin, Screen):
 
     def on_resize(self, event: Any) -> None:
         self._layout(event.size.width, event.size.height)
+        self.refresh_bindings()  # the footer holds as many verbs as the new width does
 
     def _layout(self, width: int, height: int) -> None:
         compact = width < 110 or height < 32
@@ -162,17 +180,17 @@ class SearchScreen(SteeringMixin, Screen):
 
     @property
     def active_bindings(self) -> dict[str, ActiveBinding]:
-        """What the footer shows: the focused pane's keys (every key still works; `?` lists them),
-        with the steering keys dimmed when the session is not running (nothing to steer)."""
-        shown = self.FOOTER[self._focused_pane()] | self.ALWAYS
+        """What the footer shows: the focused pane's verbs that fit the width, with the steering
+        keys dimmed when the session is not running (nothing to steer)."""
         steerable = self.model.status == "running"
+        wanted = self.FOOTER[self._focused_pane()]
+        if not steerable:
+            wanted = [b for b in wanted if b not in self.STEERING_IDS] + [
+                b for b in wanted if b in self.STEERING_IDS]
         out: dict[str, ActiveBinding] = {}
-        for key, active in super().active_bindings.items():
-            binding = active.binding
-            if binding.id is not None and binding.show and binding.id not in shown:
-                binding = replace(binding, show=False)
-            enabled = active.enabled and (steerable or binding.id not in self.STEERING_IDS)
-            out[key] = ActiveBinding(active.node, binding, enabled, active.tooltip)
+        for key, active in fit_footer(self.app, super().active_bindings, wanted, self.app.size.width).items():
+            enabled = active.enabled and (steerable or active.binding.id not in self.STEERING_IDS)
+            out[key] = ActiveBinding(active.node, active.binding, enabled, active.tooltip)
         return out
 
     # -- the one way in: feed the model, redraw what changed --------------------------------
@@ -193,8 +211,9 @@ class SearchScreen(SteeringMixin, Screen):
         if changes.relabel:
             tree.relabel(changes.relabel)
         if changes.rows:
+            self._timing_rows.update(changes.rows)
             self.query_one(TimingsTable).write_rows(
-                (model.nodes[i], model.verdicts.get(i)) for i in changes.rows)
+                (model.nodes[i], model.verdicts.get(i)) for i in changes.rows if self._kept(i))
         if "header" in changes.panes:
             self.query_one("#banner", Static).update(banner_text(model))
             self.refresh_bindings()  # the steering keys dim once the session is not running
@@ -210,7 +229,10 @@ class SearchScreen(SteeringMixin, Screen):
         if self.selected is not None:
             if self.selected in changes.updated:
                 self._show(self.selected)
-            elif self.selected in changes.llm:
+                return
+            if changes.updated or "progress" in changes.panes:  # the queues it waits in moved
+                self._refresh_why()
+            if self.selected in changes.llm:
                 self.query_one(LLMPane).invalidate()
 
     async def _read(self, first: bool = False) -> None:
@@ -270,11 +292,21 @@ class SearchScreen(SteeringMixin, Screen):
         node = self.model.nodes[node_id]
         self.query_one("#idea", Static).update(idea_text(node, self.model), layout=False)
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
-        why = self.model.wait_reason(node_id)
+        why = self._why = self.model.wait_reason(node_id)
         self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why)
         self.query_one(LLMPane).invalidate()
         if self.query_one("#details", TabbedContent).active == "tab-llm":
             self._load_llm(node)
+
+    def _refresh_why(self) -> None:
+        """Say again why the selected node waits, where that changed (the queues ahead of it)."""
+        node_id = self.selected
+        if node_id is None or node_id not in self.model.nodes:
+            return
+        why = self.model.wait_reason(node_id)
+        if why != self._why:
+            self._why = why
+            self.query_one(VerdictPane).show(self.model.nodes[node_id], self.model.verdicts.get(node_id), why)
 
     def _load_llm(self, node: Node) -> None:
         if self.model.session_id is not None:
@@ -288,6 +320,7 @@ class SearchScreen(SteeringMixin, Screen):
 
     @on(TabbedContent.TabActivated, "#details")
     def _tab(self, event: TabbedContent.TabActivated) -> None:
+        self.set_class(event.pane.id == "tab-llm", "llm-tab")  # prompts get more room than timings
         llm = self.query_one(LLMPane)
         if event.pane.id == "tab-llm" and self.selected is not None and llm.shown_for != self.selected:
             self._load_llm(self.model.nodes[self.selected])
@@ -355,12 +388,79 @@ class SearchScreen(SteeringMixin, Screen):
         self.query_one("#details", TabbedContent).active = pane
         self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
 
-    def action_back(self) -> None:
-        """Back to the sessions screen: the one below, or a new one where this screen came first
-        (`ktree run`; a live search goes on, and shows as running there)."""
-        from tui.screens.sessions import SessionsScreen
+    def action_zoom(self) -> None:
+        """The focused pane (tree, code, timings, LLM calls) fills the screen; again: back."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.focused
+        while pane is not None and pane is not self and pane.id not in self.FOOTER:
+            pane = pane.parent  # type: ignore[assignment]
+        if pane is None or pane is self:
+            pane = self.query_one(SearchTree)
+        self.maximize(pane, container=False)  # type: ignore[arg-type]
 
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.switch_screen(SessionsScreen())
+    # -- `/`: filter the timings, find in the tree, jump to a node ---------------------------
+
+    def _fields(self, node_id: int) -> list[object]:
+        node = self.model.nodes[node_id]
+        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}"]
+
+    def _kept(self, node_id: int) -> bool:
+        return not self.query_text or matches(self.query_text, self._fields(node_id))
+
+    def action_filter(self) -> None:
+        self._filter_pane = self._focused_pane()
+        self.query_one(FilterBar).open()
+
+    @on(Input.Submitted, "#filter")
+    def _filter(self, event: Input.Submitted) -> None:
+        bar = self.query_one(FilterBar)
+        bar.display = False
+        query = event.value.strip()
+        wanted = number(query)
+        pane = self.query_one("#timings" if self._filter_pane == "timings" else "#tree")
+        pane.focus()
+        if wanted is not None:
+            bar.value = ""
+            if wanted in self.model.nodes:
+                self.select_node(wanted)
+            else:
+                self.notify(f"no node #{wanted} in this session", severity="warning")
+        elif self._filter_pane == "timings":
+            self._filter_timings(query)
+        elif query:
+            self._find(query)
+
+    @on(FilterBar.Closed)
+    def _unfilter(self) -> None:
+        if self.query_text:
+            self._filter_timings("")
+        self.query_one("#timings" if self._filter_pane == "timings" else "#tree").focus()
+
+    def _filter_timings(self, query: str) -> None:
+        """Only the timings' rows that match (all of them again for an empty query)."""
+        self.query_text = query
+        table = self.query_one(TimingsTable)
+        with self.app.batch_update():
+            table.clear()
+            table.write_rows((self.model.nodes[i], self.model.verdicts.get(i))
+                             for i in sorted(self._timing_rows) if self._kept(i))
+        shown = f"{table.row_count} of {len(self._timing_rows)} rows"
+        self.feed(Note(f"timings filtered by “{query}”: {shown} (/ then Esc: all)" if query
+                       else "timings: every row"))
+
+    def _find(self, query: str) -> None:
+        """The tree: go to the next node (after the selected one, by number) that matches."""
+        found = sorted(i for i in self.model.nodes if matches(query, self._fields(i)))
+        if not found:
+            self.notify(f"no node matches “{query}”", severity="warning")
+            return
+        after = [i for i in found if self.selected is None or i > self.selected]
+        target = (after or found)[0]
+        self.select_node(target)
+        self.feed(Note(f"“{query}”: #{target}, {len(found)} nodes match (/ Enter: the next)"))
+
+    def action_back(self) -> None:
+        """Back to the sessions screen (the app knows which: the one below, or a new one)."""
+        self.app.open_sessions()  # type: ignore[attr-defined]

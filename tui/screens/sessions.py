@@ -12,17 +12,22 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from engine.store import session_state
+from tui.keymap import fit_footer
 from tui.screens.dialogs import Confirm
+from tui.screens.filtering import FilterBar, matches, number
 
-# What matters most first: at 80 columns the models and strategy are the ones cut off.
+# What matters most first: at 80 columns the models and strategy are the ones cut off; # and
+# problem keep status and best beside them (the problem cell is never wider than PROBLEM_WIDTH).
 COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "best"),
            ("variants", "variants"), ("cost", "cost"), ("started", "started"), ("duration", "duration"),
            ("strategy", "strategy"), ("models", "models")]
+PROBLEM_WIDTH = 24
+MODELS_WIDTH = 28
 STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "interrupted": "magenta",
                  "failed": "red"}
 
@@ -38,18 +43,31 @@ class SessionsScreen(Screen):
         Binding("r", "reload", "Reload", id="sessions.reload"),
         Binding("p", "pause_suite", "Pause/resume suite", id="sessions.pause_suite"),
         Binding("x", "prune_problem", "Prune problem from suite", id="sessions.prune_problem"),
+        Binding("j", "cursor(1)", "Down", id="sessions.down", show=False),
+        Binding("k", "cursor(-1)", "Up", id="sessions.up", show=False),
+        Binding("g", "cursor_to(0)", "First", id="sessions.first", show=False),
+        Binding("G", "cursor_to(-1)", "Last", id="sessions.last", show=False),
+        Binding("slash", "filter", "Filter", id="sessions.filter",
+                tooltip="only the sessions whose row has these words (e.g. running), or #N to jump"),
     ]
+    # The footer's keys, most important first: as many as the width holds (`?` lists every one).
+    FOOTER = ["sessions.open", "sessions.new", "help", "quit", "sessions.resume", "sessions.delete",
+              "sessions.filter", "sessions.mark", "sessions.compare", "sessions.reload", "sessions.pause_suite",
+              "sessions.prune_problem"]
+    BANNER = "Sessions — Enter opens · n new search · m marks two, c compares"
 
     def __init__(self) -> None:
         super().__init__()
         self.marked: list[int] = []
         self.rows: dict[int, dict[str, Any]] = {}
         self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
+        self.query_text = ""  # the `/` filter: only the rows it matches
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Sessions — Enter opens · n new search · m marks two, c compares", id="banner")
+        yield Static(self.BANNER, id="banner")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
+        yield FilterBar(id="filter")
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
@@ -59,6 +77,37 @@ class SessionsScreen(Screen):
         await self.action_reload()
         table.focus()
         self.set_interval(2.0, self._refresh_running)
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """The footer's keys: the most used ones that fit the width (no key runs under the palette's)."""
+        return fit_footer(self.app, super().active_bindings, self.FOOTER, self.app.size.width)
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()  # the footer holds as many keys as the new width does
+
+    def action_cursor(self, step: int) -> None:
+        """j / k: the cursor one row down / up (as the arrows)."""
+        table = self.query_one("#sessions", DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
+
+    def action_cursor_to(self, row: int) -> None:
+        """g / G: the first / the last row."""
+        table = self.query_one("#sessions", DataTable)
+        if table.row_count:
+            table.move_cursor(row=row % table.row_count)
+
+    @on(DataTable.RowHighlighted, "#sessions")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """On a suite (or one of its problems) the banner holds its whole fast_p line."""
+        if not self.rows and not self.suites:
+            return
+        suite = self._current_suite()
+        banner = self.BANNER if suite is None else f"suite {suite['id']} {suite['name']}: {suite['line']}"
+        self.query_one("#banner", Static).update(banner)
 
     async def on_screen_resume(self) -> None:
         await self.action_reload()
@@ -81,7 +130,7 @@ class SessionsScreen(Screen):
         self.rows = {s["id"]: s for s in rows}
         self.suites = {}
         for suite in await store.suites():  # each with its running fast_p line
-            suite["line"] = await suite_line(store, suite["id"])
+            suite["line"], suite["short"] = await suite_line(store, suite["id"])
             self.suites[suite["id"]] = suite
         self.marked = [m for m in self.marked if m in self.rows]
         with self.app.batch_update():
@@ -90,12 +139,16 @@ class SessionsScreen(Screen):
             for s in rows:  # newest first; a suite's sessions under it, where its newest one is
                 suite_id = s.get("suite_id")
                 if suite_id is None or suite_id not in self.suites:
-                    table.add_row(*self._cells(s), key=str(s["id"]))
+                    if self._wanted(self._cells(s)):
+                        table.add_row(*self._cells(s), key=str(s["id"]))
                 elif suite_id not in shown:
                     shown.add(suite_id)
-                    table.add_row(*self._suite_cells(self.suites[suite_id]), key=f"suite-{suite_id}")
                     members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
-                    for member in members:
+                    head = self._suite_cells(self.suites[suite_id])
+                    kept = [m for m in members if self._wanted([*head[:2], *self._cells(m, indent=True)])]
+                    if kept:
+                        table.add_row(*head, key=f"suite-{suite_id}")
+                    for member in kept:
                         table.add_row(*self._cells(member, indent=True), key=str(member["id"]))
             if table.row_count:
                 table.move_cursor(row=min(cursor, table.row_count - 1))
@@ -103,16 +156,55 @@ class SessionsScreen(Screen):
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
 
+    def _wanted(self, cells: list[Any]) -> bool:
+        return not self.query_text or matches(self.query_text, cells)
+
+    def action_filter(self) -> None:
+        self.query_one(FilterBar).open()
+
+    @on(Input.Submitted, "#filter")
+    async def _filter(self, event: Input.Submitted) -> None:
+        """A number jumps to that session; words keep only the rows that have them."""
+        bar = self.query_one(FilterBar)
+        table = self.query_one("#sessions", DataTable)
+        wanted = number(event.value)
+        bar.display = False
+        table.focus()
+        if wanted is not None:
+            bar.value = ""
+            if str(wanted) not in table.rows:
+                self.query_text = ""
+                await self.action_reload()
+            if str(wanted) in table.rows:
+                table.move_cursor(row=table.get_row_index(str(wanted)))
+            else:
+                self.notify(f"no session {wanted}", severity="warning")
+            return
+        self.query_text = event.value.strip()
+        await self.action_reload()
+        if self.query_text:
+            self.notify(f"filter “{self.query_text}”: {table.row_count} rows (/ then Esc: all)")
+
+    @on(FilterBar.Closed)
+    async def _unfilter(self) -> None:
+        self.query_text = ""
+        self.query_one("#sessions", DataTable).focus()
+        await self.action_reload()
+
     def _suite_cells(self, suite: dict[str, Any]) -> list[Any]:
+        """A suite's row: its name where a problem's goes (cut to the column, so it never widens
+        it), its score in short in the last column; the whole fast_p line is in the banner while
+        the cursor is on the suite or one of its problems."""
         members = [r for r in self.rows.values() if r.get("suite_id") == suite["id"]]
         cells = {
             "id": Text(f"S{suite['id']}", style="bold cyan"),
-            "problem": Text(f"suite {suite['name'][:24]} — {suite['line']}", style="bold"),
+            "problem": Text(fit(f"suite {suite['name']}", PROBLEM_WIDTH), style="bold"),
             "status": Text(suite["status"], style=STATUS_STYLES.get(suite["status"], "")),
             "best": "", "variants": str(sum(r["variants"] for r in members)),
             "cost": f"${sum(r['cost_usd'] for r in members):.2f}",
             "started": datetime.fromtimestamp(suite["created_at"]).strftime("%Y-%m-%d %H:%M"),
-            "duration": "-", "strategy": "", "models": f"{len(suite['problems'])} problems",
+            "duration": "-", "strategy": f"{len(suite['problems'])} problems",
+            "models": fit(suite["short"], MODELS_WIDTH),
         }
         return [cells[key] for key, _ in COLUMNS]
 
@@ -126,12 +218,12 @@ class SessionsScreen(Screen):
         mark = "▶ " if s["id"] in self.marked else ""
         cells = {
             "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""),
-            "problem": f"  └ {s['problem']}" if indent else s["problem"],
+            "problem": fit(f"  └ {s['problem']}" if indent else s["problem"], PROBLEM_WIDTH),
             "status": Text(status, style=STATUS_STYLES.get(status, "")),
             "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
             "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
             "started": datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M"),
-            "duration": duration, "strategy": s["strategy"], "models": models[:28],
+            "duration": duration, "strategy": s["strategy"], "models": fit(models, MODELS_WIDTH),
         }
         return [cells[key] for key, _ in COLUMNS]
 
@@ -205,16 +297,12 @@ class SessionsScreen(Screen):
             await self._open(row["id"])
 
     async def _open(self, session_id: int) -> None:
-        from tui.screens.search import SearchScreen
-
         row = self.rows.get(session_id)
         follow = row is not None and session_status(row) == "running"
-        await self.app.push_screen(SearchScreen(session_id=session_id, follow=follow))
+        await self.app.open_session(session_id, follow=follow)  # type: ignore[attr-defined]
 
     def action_new(self) -> None:
-        from tui.screens.new_search import NewSearchScreen
-
-        self.app.push_screen(NewSearchScreen())
+        self.app.open_new_search()  # type: ignore[attr-defined]
 
     async def action_resume(self) -> None:
         row = self._current()
@@ -248,12 +336,10 @@ class SessionsScreen(Screen):
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
 
     def action_compare(self) -> None:
-        from tui.screens.compare import CompareScreen
-
         if len(self.marked) != 2:
             self.notify("mark two sessions with m first", severity="warning")
             return
-        self.app.push_screen(CompareScreen(*self.marked))
+        self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
         row = self._current()
@@ -286,15 +372,23 @@ class SessionsScreen(Screen):
             yield SystemCommand(title, help_text, partial(self.run_action, action))
 
 
-async def suite_line(store: Any, suite_id: int) -> str:
-    """The suite's running fast_p line (KernelBench's, over all its problems so far)."""
+async def suite_line(store: Any, suite_id: int) -> tuple[str, str]:
+    """The suite's running fast_p line (KernelBench's, over all its problems so far), and the
+    same in short for its row."""
     from engine.search.suite import scores, suite_results
 
     sc = scores(await suite_results(store, suite_id))
     fp = sc["fast_p_eager"]
     geo = sc["geomean_speedup_eager"]
-    return (f"{sc['correct']}/{sc['problems']} correct · fast_1 {fp['1']:.2f} · fast_1.5 {fp['1.5']:.2f}"
-            f" · fast_2 {fp['2']:.2f} · geomean {'-' if geo is None else f'{geo:.2f}x'}")
+    correct = f"{sc['correct']}/{sc['problems']} correct"
+    return (f"{correct} · fast_1 {fp['1']:.2f} · fast_1.5 {fp['1.5']:.2f}"
+            f" · fast_2 {fp['2']:.2f} · geomean {'-' if geo is None else f'{geo:.2f}x'}",
+            f"{correct} · fast_1 {fp['1']:.2f}")
+
+
+def fit(text: str, width: int) -> str:
+    """`text` in at most `width` columns, its cut marked."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 async def _paused(store: Any, session_id: int) -> bool:

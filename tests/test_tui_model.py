@@ -116,6 +116,16 @@ def test_llm_call_done_counts_every_token():
     assert model.tokens == 350 and model.cost_usd == 0.5
 
 
+def test_a_failed_call_says_why_on_the_status_line():
+    model = live_tree()
+    reason = "openai-compatible: cannot reach http://127.0.0.1:9/v1 (connection refused; 5 attempts)"
+    changes = model.apply(LLMCallDone(call_id=3, node_id=2, purpose="idea", model="m", input_tokens=0,
+                                      output_tokens=0, cost_usd=0.0, latency_s=7.6, status="error",
+                                      error=reason, attempts=5))
+    assert "status" in changes.panes
+    assert model.status_line == f"LLM idea call for #2 failed after 7.6 s (5 attempts): {reason}"
+
+
 def test_round_done_budget_and_session_done_say_so():
     model = live_tree()
     assert "status" in model.apply(RoundDone(1, (4, 5), 3.0)).panes

@@ -302,3 +302,27 @@ async def test_following_a_first_cold_build_shows_it_in_the_tree_and_the_status_
         assert "precompiled" not in label_of(tree, vid)
         assert PCH_DONE in str(status.content)
         await pilot.press("q")
+
+
+def test_the_llm_pane_shows_a_prompt_from_its_start_and_says_where_it_is_cut():
+    from tui.widgets.llm import PROMPT_CHARS, llm_text
+
+    prompt = "You are an expert CUDA engineer. " + "x" * (PROMPT_CHARS + 500) + " memory-bound\"],"
+    call = {"purpose": "idea", "provider": "scripted", "model": "m", "status": "ok", "input_tokens": 1,
+            "output_tokens": 1, "reasoning_tokens": 0, "cost_usd": 0.0, "latency_s": 0.1, "attempts": 1,
+            "prompt": prompt, "reply": "short reply"}
+    text = llm_text(3, "why", [call]).plain
+    body = text.split("── prompt ──\n", 1)[1]
+    assert body.startswith("You are an expert CUDA engineer.")
+    assert f"… {len(prompt) - PROMPT_CHARS:,} more characters of {len(prompt):,} not shown" in body
+    assert "short reply\n" in text and text.count("not shown") == 1  # a reply that fits is whole
+
+
+def test_the_interval_column_holds_a_noisy_interval_of_small_speedups():
+    from engine.evaluate.verdict import Verdict
+    from tui.widgets.timings import COLUMNS, interval_text
+
+    verdict = Verdict(status="correct", speedup_lo=0.0317, speedup_hi=0.0345, flags=["noisy"])
+    width = next(w for key, _, w in COLUMNS if key == "interval")
+    cell = interval_text(verdict)
+    assert str(cell) == "0.0317-0.0345~" and len(str(cell)) <= width

@@ -264,6 +264,11 @@ class ScreenModel:
         self.llm_calls += 1
         if event.node_id is not None:
             changes.llm.add(event.node_id)
+        if event.status != "ok":  # the reason on screen, not only in the DB
+            where = f" for #{event.node_id}" if event.node_id is not None else ""
+            tries = f"{event.attempts} attempt{'' if event.attempts == 1 else 's'}"
+            self._say(f"LLM {event.purpose} call{where} failed after {event.latency_s:.1f} s ({tries}):"
+                      f" {event.error}", changes)
         changes.panes.add("progress")
 
     @_reduce.register

@@ -10,8 +10,15 @@ from textual.widgets import RichLog
 
 from engine.domain import Node
 
-PROMPT_CHARS = 6000  # the tail of each prompt shown
+PROMPT_CHARS = 6000  # the head of each prompt shown; a cut is said where it is
 REPLY_CHARS = 8000
+
+
+def shown(text: str, limit: int) -> tuple[str, str]:
+    """(the first `limit` characters of `text`, a line saying what was left out, or "")."""
+    if len(text) <= limit:
+        return text, ""
+    return text[:limit], f"… {len(text) - limit:,} more characters of {len(text):,} not shown"
 
 
 def llm_request(node: Node) -> tuple[int | None, str | None, str]:
@@ -35,10 +42,12 @@ def llm_text(node_id: int, why: str, calls: list[dict[str, Any]]) -> Text:
                    f" · ${c['cost_usd']:.4f} · {c['latency_s']:.2f} s · attempts {c['attempts']}\n")
         if c.get("error"):
             out.append(f"error: {c['error']}\n", style="red")
-        out.append("── prompt ──\n", style="bold")
-        out.append(c["prompt"][-PROMPT_CHARS:] + "\n")
-        out.append("── reply ──\n", style="bold")
-        out.append(c["reply"][-REPLY_CHARS:] + "\n")
+        for label, key, limit in (("prompt", "prompt", PROMPT_CHARS), ("reply", "reply", REPLY_CHARS)):
+            out.append(f"── {label} ──\n", style="bold")
+            text, cut = shown(c[key], limit)
+            out.append(text + "\n")
+            if cut:
+                out.append(cut + "\n", style="bold yellow")
     return out
 
 

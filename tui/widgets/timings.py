@@ -16,7 +16,7 @@ from tui.widgets.status import style
 # (key, label, width): fixed widths, so adding thousands of rows measures no cell.
 COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
            ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
-           ("speedup", "vs eager", 8), ("interval", "95% CI", 11), ("speedup_compile", "vs compile", 10),
+           ("speedup", "vs eager", 8), ("interval", "95% CI", 14), ("speedup_compile", "vs compile", 10),
            ("sol", "% SOL", 6), ("bound", "bound", 8),
            ("language", "lang", 6)]
 COLUMN_LABELS = {key: label for key, label, _ in COLUMNS}

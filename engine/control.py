@@ -14,10 +14,12 @@ from typing import Any, ClassVar
 
 @dataclass(frozen=True)
 class Prune:
-    """Cancel the node's queued work and exclude it (and its branch) from selection."""
+    """Cancel the node's queued work and exclude it (and its branch) from selection. pruned=False
+    takes the prune back: the node may be selected again (work already cancelled stays so)."""
 
     kind: ClassVar[str] = "prune"
     node_id: int
+    pruned: bool = True
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,24 @@ def pending(db: Path) -> int:
     return query(db, "SELECT COUNT(*) FROM commands WHERE applied_at IS NULL")[0][0]
 
 
+async def test_an_undone_prune_makes_the_node_selectable_again(tmp_path: Path):
+    undone: list[int] = []
+
+    async def hook(e: Event, s: Steered) -> None:
+        if isinstance(e, VerdictReady) and e.verdict.status == "correct" and not undone:
+            undone.append(e.node.id)
+            await s.command(control.Prune(e.node.id))
+            await s.command(control.Prune(e.node.id, pruned=False))
+
+    s = Steered(tmp_path / "k.db", hook, variants=1)
+    summary = await s.run()
+    [vid] = undone
+    assert summary["status"] == "finished"
+    assert query(s.db, "SELECT pruned FROM nodes WHERE id = ?", vid) == [(0,)]
+    assert applied(s) == [("prune", (vid,)), ("prune", (vid,))]
+    assert [e.parent_ids for e in s.of(RoundDone)] == [(vid,)]  # selected, as if never pruned
+
+
 async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: Path):
     pruned: list[int] = []
 

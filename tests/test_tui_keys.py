@@ -57,7 +57,7 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
         screen.select_node(vid)
         await pilot.press("x")
         assert "⧗prune…" in label_of(tree, vid)  # marked before the engine acts
-        assert commands(db) == [("prune", {"node_id": vid})]
+        assert commands(db) == [("prune", {"node_id": vid, "pruned": True})]
         await pilot.press("p")
         assert commands(db)[-1] == ("pin", {"node_id": vid, "pinned": True})
 
@@ -71,6 +71,8 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
         label = label_of(tree, vid)
         assert "⧗" not in label and "✂pruned" in label and "⚲pinned" in label
         assert not screen.model.pending and not screen.model.node_pending
+        await pilot.press("u")  # the last prune taken back
+        assert commands(db)[-1] == ("prune", {"node_id": vid, "pruned": False})
         await pilot.press("q")
 
 

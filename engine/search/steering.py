@@ -120,6 +120,9 @@ class Steering:
             node = s.nodes.get(cmd.node_id)
             if node is None or node.kind == "root":
                 return ()
+            if not cmd.pruned:  # undone: selectable again; what was cancelled stays cancelled
+                await s.update(node.id, pruned=False)
+                return (node.id,)
             await s.update(node.id, pruned=True)
             s.sched.cancel(branch(s.nodes, node.id), "pruned")
             return (node.id,)

@@ -52,6 +52,7 @@ class SearchScreen(SteeringMixin, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
         Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
+        Binding("u", "undo_prune", "Unprune", id="undo_prune", tooltip=STEERING_HELP["undo_prune"]),
         Binding("e", "expand", "Expand", id="expand", tooltip=STEERING_HELP["expand"]),
         Binding("p", "pin", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
         Binding("i", "inject", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
@@ -83,13 +84,14 @@ class SearchScreen(SteeringMixin, Screen):
                     "details", "back", "quit"],
         "llm": ["help", "tab_timings", "pause", "stop", "zoom", "details", "back", "quit"],
     }
-    STEERING_IDS = {"prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
+    STEERING_IDS = {"prune", "undo_prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 
     def __init__(self, session_id: int | None = None, live: bool = False, follow: bool = False,
                  isolation: str | None = None):
         super().__init__()
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
+        self._pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
         self.query_text = ""  # the timings' `/` filter: only the rows it matches

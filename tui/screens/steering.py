@@ -22,6 +22,8 @@ from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 
 STEERING = [  # (action, palette title, help)
     ("prune", "Prune node", "cancel the selected node's queued work; never select it"),
+    ("undo_prune", "Undo last prune", "take back the last prune: the node may be selected again"
+                                      " (its cancelled work stays cancelled)"),
     ("expand", "Expand node", "ask for more ideas (from a variant) or variants (of an idea)"),
     ("pin", "Pin / unpin node", "always keep the selected variant as a parent"),
     ("inject", "Inject idea", "add your own idea under the selected variant"),
@@ -101,6 +103,19 @@ class SteeringMixin:
             self.notify(f"#{node.id} is already pruned")
             return
         await self._send(control.Prune(node.id), node.id, "prune")
+        self._pruned.append(node.id)
+
+    async def action_undo_prune(self) -> None:
+        if not self._steerable():
+            return
+        undone = self._pruned
+        while undone and not self.model.nodes[undone[-1]].pruned:
+            undone.pop()  # taken back already (or never applied)
+        if not undone:
+            self.notify("no prune to undo", severity="warning")
+            return
+        node_id = undone.pop()
+        await self._send(control.Prune(node_id, pruned=False), node_id, "unprune")
 
     async def action_pin(self) -> None:
         node = self._target(("variant",), "a variant to pin")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
@@ -335,7 +335,17 @@ def prepare_run(request: RunRequest) -> Prepared:
                            base_url=request.base_url, timeout_s=request.llm_timeout)
     if any(getattr(p, "scripted", False) for p, _ in models):
         check_scripted(problem.name, backend, config.languages)
-    return Prepared(problem, models, evaluator, config)
+    return Prepared(problem, models, evaluator, replace(config, isolation=isolation_level(evaluator)))
+
+
+def isolation_level(evaluator: Any) -> str:
+    """The isolation level this host's evaluator runs generated code under, recorded with the
+    session so every screen can say it later; "" for a Ray cluster (each node chose its own)."""
+    sandbox = getattr(evaluator, "sandbox", None)
+    try:
+        return str(sandbox.level) if sandbox is not None else ""
+    except (RuntimeError, ValueError):
+        return ""
 
 
 def check_languages(languages: Sequence[str]) -> None:

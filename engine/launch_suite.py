@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.launch import (
@@ -20,6 +20,7 @@ from engine.launch import (
     check_scripted,
     checked_problem,
     estimate_run,
+    isolation_level,
     make_evaluator,
     parse_languages,
     resolve_backend,
@@ -112,7 +113,6 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
                    ) -> dict[str, Any]:
     """The suite's estimate: each problem's (engine.estimate) summed; problems that cannot be
     estimated (they do not load) are listed with their reason."""
-    from dataclasses import replace
 
     backend, _ = resolve_backend(request.run.backend)
     per: list[dict[str, Any]] = []
@@ -140,7 +140,6 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
 def _suite_entries(files: list[str], run: RunRequest, backend: str) -> list[SuiteEntry]:
     """Each file checked as `ktree run` would check it; what makes one problem unusable is its
     entry's error (the suite goes on), what makes all of them so (no key) a UsageError."""
-    from dataclasses import replace
     from pathlib import Path
 
     from engine.search.suite import SuiteEntry
@@ -164,6 +163,13 @@ def _suite_entries(files: list[str], run: RunRequest, backend: str) -> list[Suit
     return entries
 
 
+def _with_isolation(entries: list[SuiteEntry], evaluator: Any) -> list[SuiteEntry]:
+    """Each problem's config records the isolation its shared evaluator runs code under."""
+    level = isolation_level(evaluator)
+    return [replace(e, config=replace(e.config, isolation=level)) if e.config is not None else e
+            for e in entries]
+
+
 def prepare_suite(request: SuiteRequest) -> PreparedSuite:
     """A new suite: the problem files found, the evaluator built once for all of them, each
     problem checked (one that fails is kept with its reason)."""
@@ -178,7 +184,7 @@ def prepare_suite(request: SuiteRequest) -> PreparedSuite:
     backend, evaluator = make_evaluator(
         run.backend, executor=run.executor, gpus=run.gpus, compile_workers=run.compile_workers,
         isolation=run.isolation, ray_address=run.ray_address, ray_workers=run.ray_workers)
-    entries = _suite_entries(files, run, backend)
+    entries = _with_isolation(_suite_entries(files, run, backend), evaluator)
     record = {"run": {**asdict(run), "backend": backend, "gpus": evaluator.gpus},
               "suite_budget_usd": request.suite_budget_usd, "specs": list(request.problems)}
     return PreparedSuite(entries, evaluator, " ".join(request.problems), record, request.suite_budget_usd)

@@ -55,6 +55,7 @@ async def test_a_scripted_cpu_request_becomes_a_typed_prepared_search(tmp_path: 
         assert (c.rounds, c.ideas, c.variants, c.top, c.seed, c.budget_usd) == (1, 2, 1, 1, 7, 0.5)
         assert c.fixes == 0  # a negative count of retries is none
         assert (c.atol, c.rtol) == prepared.problem.tolerance  # the problem's own by default
+        assert c.isolation == prepared.evaluator.sandbox.level  # recorded, for every screen to say
         store = await Store.open(tmp_path / "k.db")
         try:
             search = prepared.search(store, EventBus())

@@ -309,3 +309,22 @@ async def test_slash_filters_the_timings_and_finds_in_the_tree(tmp_path: Path):
         await pilot.pause()
         assert screen.model.nodes[screen.selected].status == "incorrect" and screen.selected != first
         await pilot.press("q")
+
+
+async def test_a_past_session_says_the_isolation_it_ran_under(tmp_path: Path):
+    import json
+    import sqlite3
+
+    from textual.widgets._header import HeaderTitle
+
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    with sqlite3.connect(db) as conn:  # as `ktree run` records it (SearchConfig.isolation)
+        [(config,)] = conn.execute("SELECT config FROM sessions WHERE id = ?", (sid,)).fetchall()
+        conn.execute("UPDATE sessions SET config = ? WHERE id = ?",
+                     (json.dumps({**json.loads(config), "isolation": "basic"}), sid))
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        shown = "isolation: basic (no filesystem or network isolation)"
+        assert shown in app.screen.sub_title
+        assert shown in str(app.screen.query_one(HeaderTitle).render())

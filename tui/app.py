@@ -13,6 +13,7 @@ from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
 from engine.store import Store, StoreError, session_state
+from tui.model import isolation_words
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm
 from tui.screens.help import HelpScreen
@@ -181,7 +182,7 @@ def isolation_label(evaluator: Any) -> str | None:
         level = sandbox.level
     except (RuntimeError, ValueError):
         return None
-    return level if level == "strict" else f"{level} (no filesystem or network isolation)"
+    return isolation_words(level)
 
 
 def keymap_from_config(raw: dict[str, Any]) -> dict[str, str]:

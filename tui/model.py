@@ -45,6 +45,11 @@ PCH_WHY = ("compiling: the first build on this build cache makes the precompiled
 PCH_DONE = "precompiled header built: later builds take seconds"
 
 
+def isolation_words(level: str) -> str:
+    """An isolation level in a few words for the header: strict, or what basic lacks."""
+    return level if level == "strict" else f"{level} (no filesystem or network isolation)"
+
+
 def pch_cold(cache_dir: str | Path | None = None) -> bool:
     """Whether the build cache (default: the evaluator's, engine.evaluate.runner) has no
     precompiled torch header yet, nor a record that one failed to build (engine.evaluate.fastbuild):

@@ -30,6 +30,7 @@ class SearchConfig:
     llm_concurrency: int = 8  # concurrent calls per provider
     precision: str | None = None  # fp32 | fp16 | bf16: inputs and weights cast (None: the problem's own)
     languages: tuple[str, ...] = ("cuda",)  # kernel languages the variants are spread over
+    isolation: str = ""  # how generated code ran here: strict | basic ("" where each Ray node chose)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "languages", tuple(self.languages))  # a recorded config holds a list

@@ -23,7 +23,7 @@ from textual.widgets.tree import TreeNode
 from engine.domain import Node
 from engine.events import Event
 from tui.keymap import fit_footer
-from tui.model import Changes, ModelInput, Note, ScreenModel, read_rows
+from tui.model import Changes, ModelInput, Note, ScreenModel, isolation_words, read_rows
 from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
@@ -148,6 +148,10 @@ class SearchScreen(SteeringMixin, Screen):
         self._layout(self.app.size.width, self.app.size.height)
         if self.model.session_id is not None and not self.model.live:
             await self._read(first=True)
+            recorded = (self.model.info.get("config") or {}).get("isolation")
+            if recorded and not self.isolation:  # a followed or past session: as it was recorded
+                self.isolation = isolation_words(recorded)
+                self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
             if self.model.follow:
                 self.set_interval(POLL_S, self._poll)
         self.set_interval(TICK_S, self._tick)

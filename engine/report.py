@@ -216,14 +216,22 @@ def suite_markdown(report: dict[str, Any]) -> str:
     thresholds = list(sc["fast_p_eager"])
     lines += ["", "| vs | " + " | ".join(f"fast_{t}" for t in thresholds) + " | geomean (correct only) |",
               "| --- | " + " | ".join("---" for _ in thresholds) + " | --- |"]
+    # No torch.compile time at all (the cpu backend, or KTREE_COMPILE_BASELINE=0): dashes, not zeros.
+    unmeasured = all(p["speedup_compile"] is None for p in report["problems"])
     for key, label in (("eager", "eager"), ("compile", "torch.compile")):
         fp = sc[f"fast_p_{key}"]
+        if key == "compile" and unmeasured:
+            lines.append(f"| {label} | " + " | ".join("-" for _ in thresholds) + " | - |")
+            continue
         lines.append(f"| {label} | " + " | ".join(f"{fp[t]:.2f}" for t in thresholds)
                      + f" | {fmt_x(sc[f'geomean_speedup_{key}'])} |")
     lines += ["", f"correctness rate {sc['correctness_rate']:.2f} ({sc['correct']}/{sc['problems']}),"
               f" {sc['tokens']} tokens, ${sc['cost_usd']:.4f}",
               "fast_p: the fraction of all problems (failed and unloadable ones included) with a correct"
               " kernel more than p times faster than the baseline (KernelBench's definition)."]
+    if unmeasured:
+        lines.append("torch.compile: no baseline was measured (it is timed on the cuda backend only,"
+                     " unless KTREE_COMPILE_BASELINE=0).")
     if any(p.get("degenerate") for p in report["problems"]):
         lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)

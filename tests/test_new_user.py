@@ -99,3 +99,20 @@ def test_ncu_on_the_cpu_backend_says_it_falls_back(solutions: Path):
                      "--profile", "ncu")
     assert proc.returncode == 0, proc.stderr
     assert "ktree: note: --profile ncu needs the cuda backend; on cpu the cpu profile is used" in proc.stderr
+
+
+def test_a_suite_report_without_a_compile_baseline_says_so_instead_of_zeros():
+    from engine.report import suite_markdown
+
+    row = {"session_id": 1, "problem": "p", "status": "finished", "reason": None, "correct": True,
+           "speedup_eager": 2.0, "speedup_compile": None, "variants": 1, "cost_usd": 0.0, "tokens": 0}
+    scores = {"problems": 1, "correct": 1, "fast_p_eager": {1.0: 1.0}, "fast_p_compile": {1.0: 0.0},
+              "geomean_speedup_eager": 2.0, "geomean_speedup_compile": None, "correctness_rate": 1.0,
+              "tokens": 0, "cost_usd": 0.0}
+    text = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"}, "problems": [row],
+                           "scores": scores})
+    assert "| torch.compile | - | - |" in text and "| torch.compile | 0.00" not in text
+    assert "torch.compile: no baseline was measured" in text
+    measured = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"},
+                               "problems": [{**row, "speedup_compile": 0.5}], "scores": scores})
+    assert "| torch.compile | 0.00 |" in measured and "no baseline" not in measured

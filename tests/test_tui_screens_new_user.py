@@ -328,3 +328,26 @@ async def test_a_past_session_says_the_isolation_it_ran_under(tmp_path: Path):
         shown = "isolation: basic (no filesystem or network isolation)"
         assert shown in app.screen.sub_title
         assert shown in str(app.screen.query_one(HeaderTitle).render())
+
+
+async def test_the_line_above_the_code_holds_a_long_reference_header(tmp_path: Path):
+    import sqlite3
+
+    from textual.widgets import Static
+
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    title = ("Conv2d (NCHW, fp32): a 3x3 convolution, stride 1, padding 1, of a batch of images with"
+             " many input channels into many output channels; " * 2 + "the last words END")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE nodes SET title = ? WHERE kind = 'root'", (title,))
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(next(n.id for n in screen.model.nodes.values() if n.kind == "root"))
+        await pilot.pause()
+        idea = screen.query_one("#idea", Static)
+        lines = [strip.text for strip in idea.render_lines(idea.region.reset_offset)]
+        assert len(title) > 2 * idea.region.width  # more than two lines' worth
+        assert "END" in "".join(lines), lines  # wrapped onto more lines, not cut after two
+        assert idea.region.height <= 4

@@ -296,7 +296,7 @@ class SearchScreen(SteeringMixin, Screen):
     def _show(self, node_id: int) -> None:
         self.selected = node_id
         node = self.model.nodes[node_id]
-        self.query_one("#idea", Static).update(idea_text(node, self.model), layout=False)
+        self.query_one("#idea", Static).update(idea_text(node, self.model))  # its height follows (≤ 4 lines)
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
         why = self._why = self.model.wait_reason(node_id)
         self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why)

@@ -15,6 +15,7 @@ TOP_KERNELS = 3
 BUSY_PCT = 60.0  # a unit this busy is the bound
 LAUNCH_MEAN_US = 10.0  # kernels this short on average, several per call: launch overhead rules
 LAUNCH_MIN_KERNELS = 4
+ABOVE_PEAK_PCT = 100.5  # a rate above the measured peak (as rounded) is labelled so
 IDLE_FRACTION = 0.5  # the device busy less than this share of a call: launches/host work rule
 
 
@@ -85,16 +86,27 @@ def diagnose(profile: dict[str, Any]) -> dict[str, Any]:
             return _latency(top, {}, "no counters and no cost model for this problem")
         return {"bound": "unknown", "evidence": "no counters and no cost model", "numbers": {}}
     numbers = {"bandwidth_pct": bw, "flops_pct": fl}
+    note = f" {profile['peak_note']}" if profile.get("peak_note") else ""  # which peak (cpu: the working set's)
     if (bw or 0) >= BUSY_PCT and (bw or 0) >= (fl or 0):
         return {"bound": "memory", "numbers": numbers,
-                "evidence": f"achieved bandwidth {bw:.0f}% of the measured peak"
-                            f" (FLOP rate {fl or 0:.0f}%)"}
+                "evidence": f"achieved bandwidth {_of_peak(bw or 0, note)} (FLOP rate {_pct(fl or 0)})"}
     if (fl or 0) >= BUSY_PCT:
         return {"bound": "compute", "numbers": numbers,
-                "evidence": f"achieved FLOP rate {fl:.0f}% of the measured peak"
-                            f" (bandwidth {bw or 0:.0f}%)"}
+                "evidence": f"achieved FLOP rate {_of_peak(fl or 0)} (bandwidth {_pct(bw or 0)})"}
     return _latency(top, numbers, f"only {bw or 0:.0f}% of peak bandwidth and {fl or 0:.0f}% of"
                                   " peak FLOP rate")
+
+
+def _pct(value: float) -> str:
+    """A share of a measured peak; one above it says so (a measured peak is what a copy or a
+    matmul did here, not a bound: a kernel may pass it, and is not 171 % "of" it)."""
+    return f"{value:.0f}%" + (" — above the measured peak" if value > ABOVE_PEAK_PCT else "")
+
+
+def _of_peak(value: float, note: str = "") -> str:
+    if value > ABOVE_PEAK_PCT:
+        return f"{value:.0f}% of the measured peak{note} — above it: the peak was measured, not a bound"
+    return f"{value:.0f}% of the measured peak{note}"
 
 
 def _latency(top: list[dict[str, Any]], numbers: dict[str, Any], far: str) -> dict[str, Any]:

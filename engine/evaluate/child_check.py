@@ -1,0 +1,230 @@
+"""The evaluation child's checking: the candidate's outputs against the reference's fp64 answers
+on every trial's inputs (engine.evaluate.checks caches them), allclose and relative L2 error,
+with the integrity checks (engine.evaluate.integrity) watching each call.
+
+Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
+library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from engine.evaluate import checks as checks_module
+from engine.evaluate import clocks
+from engine.evaluate.child_load import EvalFailure, format_exc, make_inputs
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.verdict import Verdict
+
+
+def flatten(out: Any) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in flatten(o)]
+    raise EvalFailure("incorrect", f"output is a {type(out).__name__}, not a tensor")
+
+
+def compare(out: Any, expected: Any, atol: float, rtol: float,
+            dtypes: list[Any] | None = None) -> tuple[bool, dict[str, float], str]:
+    """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail;
+    shapes must match, and dtypes too where `dtypes` (the reference's, in the problem's own
+    precision) is given."""
+    import torch
+
+    outs, refs = flatten(out), flatten(expected)
+    if len(outs) != len(refs):
+        return False, {}, f"{len(outs)} outputs, expected {len(refs)}"
+    errs = {"max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0}
+    ok, reason = True, ""
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        if tuple(o.shape) != tuple(r.shape):
+            return False, errs, f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+        if dtypes is not None and o.dtype != dtypes[i]:
+            return False, errs, f"output {i} has dtype {o.dtype}, expected {dtypes[i]}"
+        o64 = o.detach().to(r.device, torch.float64)
+        r64 = r.detach().to(torch.float64)
+        if not bool(torch.isfinite(o64).all()):
+            bad = int((~torch.isfinite(o64)).sum())
+            return False, errs, f"output {i} has {bad} NaN/Inf values"
+        diff = (o64 - r64).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        # Elementwise |out - ref| / |ref| over every element whose reference is not zero (where it
+        # is, only max_abs_err speaks). Not only where |ref| > atol: an output whose reference is
+        # small everywhere would report 0 however wrong it is.
+        nonzero = r64 != 0
+        max_rel = float((diff[nonzero] / r64.abs()[nonzero]).max()) if bool(nonzero.any()) else 0.0
+        ref_norm = float(r64.norm())
+        rel_l2 = float((o64 - r64).norm()) / ref_norm if ref_norm > 0 else float((o64 - r64).norm())
+        errs["max_abs_err"] = max(errs["max_abs_err"], max_abs)
+        errs["max_rel_err"] = max(errs["max_rel_err"], max_rel)
+        errs["rel_l2_err"] = max(errs["rel_l2_err"], rel_l2)
+        if not bool(torch.allclose(o64, r64, atol=atol, rtol=rtol)):
+            ok, reason = False, reason or f"output {i}: max abs error {max_abs:.3g} exceeds allclose"
+        elif rel_l2 > rtol:
+            ok, reason = False, reason or f"output {i}: relative L2 error {rel_l2:.3g} > {rtol:g}"
+    return ok, errs, reason
+
+
+DEGENERATE_NOTE = ("degenerate problem: the reference output does not depend on its inputs (the same"
+                   " answer, within the tolerance, for every input drawn); speedups on it mean little")
+_REFERENCE_OPS: dict[tuple[Any, ...], Any] = {}
+
+
+def caller(model: Any) -> Callable[..., Any]:
+    """`model(*args)` through nn.Module.__call__ as bound at import (engine.evaluate.clocks): a
+    candidate that replaces it changes nothing the harness calls."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return lambda *args: clocks.module_call(model, *args)
+    return model
+
+
+def reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) -> Any:
+    """The reference forward's aten compute ops and their times (engine.evaluate.integrity), on
+    trial 0's inputs, once per reference-check set; taken before the candidate is imported."""
+    import torch
+
+    from engine.evaluate import integrity
+
+    hit = _REFERENCE_OPS.get(checks.key)
+    if hit is None:
+        _REFERENCE_OPS.clear()
+        inputs = checks.trial_inputs(0, device)
+        call = caller(ref)
+        with torch.no_grad():
+            hit = _REFERENCE_OPS[checks.key] = integrity.profile_ops(lambda: call(*inputs), device)
+    return hit
+
+
+def reference_varies(checks: checks_module.ReferenceChecks, device: str, atol: float,
+                     rtol: float) -> dict[str, bool]:
+    """Whether the reference's expected outputs change from one trial's inputs to another's:
+    at all (at_all), and by more than the check's tolerance (beyond_tolerance: where they do not,
+    a constant passes the check, and the problem is degenerate). One trial: taken as varying."""
+    trials = len(checks.expected)
+    if trials < 2:
+        return {"at_all": True, "beyond_tolerance": True}
+    first = checks.trial_expected(0, device)
+    at_all = beyond = False
+    for trial in range(1, trials):
+        other = checks.trial_expected(trial, device)
+        at_all = at_all or not same_outputs(first, other)
+        beyond = beyond or not compare(other, first, atol, rtol)[0]
+    return {"at_all": at_all, "beyond_tolerance": beyond}
+
+
+def same_outputs(a: list[Any], b: list[Any]) -> bool:
+    import torch
+
+    a, b = flatten(a), flatten(b)
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x.detach().to(y.device), y.detach())
+                                    for x, y in zip(a, b, strict=True))
+
+
+def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
+                     cast: Any) -> checks_module.ReferenceChecks:
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.checks): keyed by the
+    problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
+    the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
+    try:
+        mtime = os.stat(job.problem_path).st_mtime_ns
+    except OSError:
+        mtime = 0
+    seed = job.input_seed if job.input_seed is not None else job.seed
+    key = (job.problem_path, mtime, tuple(sorted(job.sizes.items())), job.precision, device, job.trials,
+           job.seed, seed)
+
+    def errors(native: Any, expected: Any) -> dict[str, float]:
+        return compare(native, expected, float("inf"), float("inf"))[1]
+
+    return checks_module.expected_for(key, job.trials, seed, device, lambda: make_inputs(problem, device, cast),
+                                      ref, ref64, flatten, errors)
+
+
+@dataclasses.dataclass
+class Checked:
+    """What the check trials found on a candidate that passed them: its worst errors, and the
+    integrity checks' flags and notes."""
+
+    errs: dict[str, float]
+    flags: list[str]
+    notes: list[str]
+
+
+def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: Callable[..., Any],
+                 device: str, ref_ops: Any, varies: dict[str, bool], base: dict[str, Any]) -> Checked | Verdict:
+    """The candidate (`call_new`) on every check trial's inputs against the cached fp64 answers,
+    watched by the integrity checks (inputs unchanged, outputs poisoned first, threads, torch
+    compute ops against the reference's `ref_ops`, input independence where the reference
+    `varies`). A Verdict (runtime_error, incorrect; with `base`) where it fails."""
+    import torch
+
+    from engine.evaluate import integrity
+
+    errs: dict[str, float] = {}
+    dtypes: list[Any] = checks.dtypes
+    flags: list[str] = []
+    notes: list[str] = []
+    first_out: list[Any] | None = None  # trial 0's outputs: the same on every trial is input-independent
+    same_out = True
+    new_ops: Any = None  # the torch compute ops of one forward (engine.evaluate.integrity.OpProfile)
+    forward_s: list[float] = []  # the forward's seconds on the check trials after the first
+    limit = job.torch_ops_share if job.torch_ops_share is not None else integrity.TORCH_OPS_SHARE
+    with torch.no_grad():
+        for trial in range(job.trials):
+            inputs = checks.trial_inputs(trial, device)
+            before = integrity.snapshot(inputs)
+            # Every block the caching allocator holds for the output sizes is overwritten with
+            # NaN first, so a candidate that returns memory it never wrote cannot pass on
+            # whatever was left there (the reference's answer, say).
+            integrity.poison_allocator(checks.out_bytes, device)
+            threads = integrity.live_threads()
+            try:
+                out, seconds = integrity.timed_call(lambda: call_new(*inputs), device)  # noqa: B023
+                if trial > 0:  # (trial 0 may pay one-time costs)
+                    forward_s.append(seconds)
+            except Exception as exc:
+                return Verdict(status="runtime_error", trials=trial, log=format_exc(exc), **base)
+            flags += integrity.check_threads(threads)
+            flags += integrity.check_inputs_unchanged(before, inputs)
+            ok, trial_errs, reason = compare(out, checks.trial_expected(trial, device), job.atol, job.rtol,
+                                             dtypes)
+            if ok:
+                flags += integrity.check_outputs(flatten(out), inputs, device)
+            for k, v in trial_errs.items():
+                errs[k] = max(errs.get(k, 0.0), v)
+            if not ok:
+                return Verdict(
+                    status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
+                    **errs, **base,
+                )
+            if trial == 0:
+                first_out = [t.detach().clone() for t in flatten(out)]
+            else:
+                same_out = same_out and same_outputs(first_out or [], flatten(out))
+            if trial == 0:  # more calls, on a copy of the inputs, watched for torch compute ops
+                fresh = integrity.snapshot(before)
+                try:
+                    new_ops, thread_flags = integrity.check_forward_ops(lambda: call_new(*fresh), device)  # noqa: B023
+                except Exception as exc:
+                    return Verdict(status="runtime_error", trials=1, log=format_exc(exc), **base)
+                flags += thread_flags
+            del out, before
+        if new_ops is not None:  # judged against the forward's time without the recorder
+            if forward_s:
+                new_ops = dataclasses.replace(new_ops, total_s=min(forward_s))
+            op_flags, op_notes = integrity.judge_torch_ops(new_ops, ref_ops.main_ops(), limit)
+            flags += op_flags
+            notes += op_notes
+        if same_out and job.trials > 1 and varies["at_all"]:
+            flags.append("input-independent: ModelNew returns the same output for every input drawn,"
+                         " while the reference's output changes with its inputs")
+        del first_out
+    return Checked(errs, flags, notes)

@@ -4,7 +4,8 @@ Each unit of work is a task on the scheduler (engine.scheduler): an ideas call, 
 generate -> compile -> check -> time. Rounds follow the strategy (engine.search.strategies: how
 many rounds, ideas, variants, and whom each round grows from); every LLM call is charged to the
 budget (engine.search.budget); human commands are applied by engine.search.steering; a resumed
-session is read back and its in-flight work recovered by engine.search.resume. Profiles are taken
+session is read back and its in-flight work recovered by engine.search.resume; the session's
+record (start, heartbeat, progress, end) is kept by engine.search.lifecycle. Profiles are taken
 for what reads them (engine.search.profiles): a round's parents, just before their idea prompts,
 the final best, and whatever a person asks for.
 
@@ -16,10 +17,9 @@ a search killed at any moment resumes from the DB alone.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import crash, prompts
@@ -33,10 +33,7 @@ from engine.events import (
     NodeAdded,
     NodeUpdated,
     ProfileTaken,
-    Progress,
     RoundDone,
-    SessionDone,
-    SessionStarted,
     VerdictReady,
 )
 from engine.llm.base import Provider
@@ -45,14 +42,14 @@ from engine.scheduler import Scheduler
 from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
+from engine.search.history import describe, tried
+from engine.search.lifecycle import SessionLifecycle
 from engine.search.profiles import variant_job
-from engine.search.resume import CANCEL, FIX, load_session, recovery
-from engine.search.rows import asking_row, idea_row, root_row, variant_row
+from engine.search.resume import CANCEL, FIX, recovery
+from engine.search.rows import asking_row, idea_row, variant_row
 from engine.search.steering import USER_STOP, Steering
 from engine.search.strategies import strategy_for, ties_within_noise
 from engine.store import Store
-
-HEARTBEAT_S = 2.0
 
 
 @dataclass
@@ -74,7 +71,7 @@ class _Skipped(Exception):
     """A node's work did not start (a budget is spent, the search is stopping)."""
 
 
-class Search:
+class Search(SessionLifecycle):
     def __init__(
         self,
         store: Store,
@@ -256,8 +253,9 @@ class Search:
         if (node.id, "idea") not in self.replies:  # the prompt is to be built: it reads the profile
             await self.profile(parent.id, "parent", node.round)
         reply = await self._llm(node, "idea", lambda: prompts.idea_prompt(
-            self.problem.source, parent.source, self._describe(parent), self._tried(parent), k,
-            self.backend))
+            self.problem.source, parent.source,
+            describe(self.nodes, self.verdicts, parent, self.strategy.feedback),
+            tried(self.nodes, self.verdicts, parent), k, self.backend))
         if reply is None:
             await self.update(node.id, status="failed", text=self._call_failed(node, "idea"))
             return
@@ -460,96 +458,7 @@ class Search:
             self.stop_reason = reason
             await self.bus.publish(BudgetReached(reason))
 
-    # -- progress ---------------------------------------------------------------------------
-
-    async def _tick(self) -> None:
-        """Progress events (when something changed, at most 4 a second, and once a second
-        regardless) and the session's heartbeat (so a reader can tell a dead engine)."""
-        last_beat = 0.0
-        while True:
-            await asyncio.sleep(0.25)
-            now = time.time()
-            try:
-                if now - last_beat >= HEARTBEAT_S:
-                    await self.store.update_session(self._sid, heartbeat_at=now)
-                    await self.store.set_run_s(self._sid, self.elapsed_s())
-                    last_beat = now
-                await self.publish_progress()
-            except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
-                self.sched.fail(exc)
-                return
-
-    async def publish_progress(self, force: bool = False) -> None:
-        """A Progress event, unless nothing changed in the last second (`force`: regardless)."""
-        cfg = self.config
-        waiting = self.evaluator.waiting
-        devices = tuple(self.evaluator.device_states())
-        rounds = self.strategy.total_rounds()
-        spent = self.budget
-        state = (self.round, rounds, waiting.get("compile", 0), waiting.get("device", 0),
-                 self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6), self.sched.paused,
-                 tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"], d.get("waiting_for"))
-                       for d in devices))
-        now = time.monotonic()
-        if not force and state == self._last_progress and now - self._last_progress_at < 1.0:
-            return
-        self._last_progress, self._last_progress_at = state, now
-        await self.bus.publish(Progress(
-            round=self.round, rounds=rounds, compile_queue=state[2], gpu_queue=state[3],
-            llm_running=state[4], tokens=spent.spent_tokens, cost_usd=spent.spent_usd,
-            budget_usd=cfg.budget_usd, budget_tokens=cfg.budget_tokens,
-            elapsed_s=round(self.elapsed_s(), 2), paused=self.sched.paused, devices=devices,
-        ))
-
-    # -- starting and resuming ----------------------------------------------------------------
-
-    async def _create(self) -> None:
-        cfg = self.config
-        self.session_id = await self.store.create_session(
-            problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
-            strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
-            config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
-                    "cost_estimated": self.cost.estimated,
-                    "gpus": self.evaluator.gpus,  # a resume uses them again
-                    # The reference's output does not depend on its inputs (engine.problems).
-                    "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},
-            sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,
-        )
-        await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
-        await self._publish_started()
-        [root] = await self.store.add_nodes(self._sid, [root_row(self.problem.title, self.problem.source)])
-        await self._added(root)
-
-    async def _load(self) -> None:
-        """Take the session's state from the DB: nodes, verdicts, replies, rounds, spending."""
-        sid = self._sid
-        self.run_before_s = await self._ran_before(sid)
-        await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
-                                        pid=os.getpid(), heartbeat_at=time.time())
-        await self._publish_started()
-        saved = await load_session(self.store, sid)
-        self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
-        self.round, self.parents = saved.round, saved.parents
-        self.budget.restore(saved.totals, saved.variants_generated)
-        if saved.paused:
-            self.sched.pause()
-        if not any(n.kind == "root" for n in self.nodes.values()):
-            [root] = await self.store.add_nodes(sid, [root_row(self.problem.title, self.problem.source)])
-            self.nodes[root.id] = root
-
-    async def _ran_before(self, sid: int) -> float:
-        """How long the session ran before this resume: as its engine recorded it, else (a DB
-        from before that record) from its start to its last sign of life."""
-        recorded = await self.store.run_s(sid)
-        if recorded is not None:
-            return recorded
-        row = await self.store.session(sid) or {}
-        end = row.get("finished_at") or row.get("heartbeat_at") or row.get("created_at") or 0.0
-        return max(0.0, end - (row.get("created_at") or end))
-
-    def elapsed_s(self) -> float:
-        """Seconds the session has run: its earlier runs, then this one."""
-        return self.run_before_s + time.time() - self.started
+    # -- resuming (the session is read back by engine.search.lifecycle) -------------------------
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
@@ -562,15 +471,6 @@ class Search:
             else:
                 self._spawn(node)
 
-    async def _publish_started(self) -> None:
-        if hasattr(self.evaluator, "session"):  # a LocalEvaluator records it in its device locks
-            self.evaluator.session = self._sid
-        await self.bus.publish(SessionStarted(
-            self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
-            dict(self.sizes), {**asdict(self.config), "degenerate": self.problem.degenerate},
-            self.cost.describe(), resumed=self.resuming,
-            elapsed_s=round(self.run_before_s, 2),
-        ))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -591,117 +491,9 @@ class Search:
         self.nodes[node.id] = node
         await self.bus.publish(NodeAdded(node))
 
-    def _tried(self, parent: Node) -> list[str]:
-        """Idea titles on the path from the root to `parent`, and those already under it, each
-        with its outcome (the best speedup of its variants, or why they failed)."""
-        ideas: list[Node] = []
-        node: Node | None = parent
-        while node is not None:
-            if node.kind == "idea":
-                ideas.append(node)
-            node = self.nodes.get(node.parent_id) if node.parent_id is not None else None
-        ideas.reverse()
-        ideas += [n for n in self.nodes.values()
-                  if n.parent_id == parent.id and n.kind == "idea" and n.status == "ok"]
-        seen: dict[str, str] = {}
-        for idea in ideas:
-            if idea.title not in seen:
-                seen[idea.title] = self._outcome(idea)
-        return [f"{title} → {outcome}" if outcome else title for title, outcome in seen.items()]
-
-    def _outcome(self, idea: Node) -> str:
-        """What an idea's variants (and their fixes) came to, in a few words."""
-        variants: list[Node] = []
-        frontier = [idea.id]
-        while frontier:
-            pid = frontier.pop()
-            for n in self.nodes.values():
-                if n.parent_id == pid and n.kind == "variant":
-                    variants.append(n)
-                    frontier.append(n.id)
-        done = [v for v in variants if v.id in self.verdicts]
-        if not done:
-            return "not evaluated yet" if variants else ""
-        correct = [self.verdicts[v.id] for v in done if self.verdicts[v.id].ok]
-        if correct:
-            best = max(correct, key=lambda v: v.speedup_eager or 0.0)
-            text = f"best {best.speedup_eager:.2f}x vs eager" if best.speedup_eager else "correct"
-            if best.bound:
-                text += f" ({best.bound}-bound)"
-            return text
-        reasons: dict[str, int] = {}
-        for v in done:
-            verdict = self.verdicts[v.id]
-            line = next((ln.strip() for ln in verdict.log.splitlines() if ln.strip()), "")
-            why = verdict.status + (f": {line[:80]}" if line and verdict.status != "compile_error" else "")
-            reasons[why] = reasons.get(why, 0) + 1
-        return "failed: " + "; ".join(f"{why} (x{n})" if n > 1 else why for why, n in reasons.items())
-
-    def _describe(self, parent: Node) -> str:
-        ref_ms = next((v.ref_eager_ms for v in self.verdicts.values() if v.ref_eager_ms), None)
-        text = prompts.describe_verdict(self.verdicts.get(parent.id), ref_ms)
-        if self.strategy.feedback:  # the last attempt's verdict
-            last = max((n for n in self.nodes.values() if n.kind == "variant" and n.id in self.verdicts),
-                       key=lambda n: n.id, default=None)
-            if last is not None and last.id != parent.id:
-                text += (f"\n\nThe last attempt (\"{last.title}\") was evaluated as follows:\n"
-                         + prompts.describe_verdict(self.verdicts[last.id], ref_ms))
-        return text
-
     def best(self) -> Node | None:
         return best_variant(self.nodes)
 
     def best_speedup(self) -> float | None:
         best = self.best()
         return best.speedup if best else None
-
-    def summary(self, status: str, elapsed_s: float | None = None) -> dict[str, Any]:
-        """What the search did, as `ktree run --json` prints it."""
-        variants = [n for n in self.nodes.values() if n.kind == "variant"]
-        by_status: dict[str, int] = {}
-        for n in variants:
-            by_status[n.status] = by_status.get(n.status, 0) + 1
-        best = self.best()
-        best_verdict = self.verdicts.get(best.id) if best else None
-        return {
-            "session_id": self.session_id,
-            "problem": self.problem.name,
-            "backend": self.backend,
-            "provider": self.provider_names,
-            "models": self.model_names,
-            "scripted": self.scripted,
-            "strategy": self.config.strategy,
-            "resumed": self.resuming,
-            "status": status,
-            "stop_reason": self.stop_reason,
-            "rounds": self.round,
-            "sizes": self.sizes,
-            "ideas": sum(1 for n in self.nodes.values() if n.kind == "idea"),
-            "variants": len(variants),
-            "by_status": by_status,
-            "best": None if best is None else {
-                "node_id": best.id,
-                "idea": best.title,
-                "speedup_eager": best.speedup,
-                "time_ms": best.time_ms,
-                "ref_eager_ms": best_verdict.ref_eager_ms if best_verdict else None,
-            },
-            "elapsed_s": round(self.elapsed_s() if elapsed_s is None else elapsed_s, 2),
-        }
-
-    async def _finish(self, status: str) -> dict[str, Any]:
-        elapsed = self.elapsed_s()  # one reading: the summary says what the DB keeps for a resume
-        summary = self.summary(status, elapsed)
-        if self.session_id is None:
-            return summary
-        summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
-        best = self.best()
-        # Shielded: an interrupted search still records how it ended.
-        await asyncio.shield(self.store.set_run_s(self._sid, elapsed))
-        await asyncio.shield(self.store.update_session(
-            self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
-            best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,
-        ))
-        await self.publish_progress(force=True)
-        await self.bus.publish(SessionDone(self._sid, status, summary))
-        return summary

@@ -54,7 +54,7 @@ from engine.evaluate.child_load import (
 from engine.evaluate.child_time import Phases, run_agreement, run_reference, time_candidate, timing_floor_s
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import kernel_language, load_module_from_path
-from engine.evaluate.verdict import Verdict
+from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
 # Imported from here by the engine and the tests (engine.evaluate.runner: build_key).
 __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_cores", "run_agreement",
@@ -104,12 +104,12 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     try:
         checks = reference_checks(job, problem, ref, ref64, device, cast)
     except Exception as exc:
-        return Verdict(status="runtime_error", log=f"the reference itself failed: {format_exc(exc)}", **base)
+        return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     checks_cached = checks.uses > 0
     try:
         ref_ops = reference_ops(checks, ref, device)
     except Exception as exc:
-        return Verdict(status="runtime_error", log=f"the reference itself failed: {format_exc(exc)}", **base)
+        return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     varies = reference_varies(checks, device, job.atol, job.rtol)
     notes: list[str] = [] if varies["beyond_tolerance"] else [DEGENERATE_NOTE]
     clock.lap("reference")

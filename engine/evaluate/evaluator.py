@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.base import Gate, PhaseCallback
+from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.noise import timer_cores as timer_cores_now
@@ -39,28 +40,6 @@ DEFAULT_TIMEOUTS = {  # (compile, run) seconds
 
 
 DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
-
-
-def default_compile_workers() -> int:
-    """Cores minus two (for the engine and the timer), or every core on a small machine."""
-    cores = os.cpu_count() or 1
-    return cores - 2 if cores > 4 else cores
-
-
-def visible_gpus() -> dict[int, str]:
-    """The GPUs this process may use: physical index -> the CUDA_VISIBLE_DEVICES entry that shows
-    a worker that GPU alone. With CUDA_VISIBLE_DEVICES set, the indices it names (entries that are
-    not numbers, UUIDs or MIG names, are numbered by their place in it); else 0..count-1."""
-    import torch
-
-    count = torch.cuda.device_count()
-    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return {i: str(i) for i in range(count)}
-    entries = [e.strip() for e in spec.split(",") if e.strip()][:count]
-    if all(e.isdigit() for e in entries):
-        return {int(e): e for e in entries}
-    return dict(enumerate(entries))
 
 
 def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
@@ -585,27 +564,3 @@ class LocalEvaluator:
 
 
 CPU_TIMERS = ("pause", "pin")
-
-
-def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
-    """(the timer's cores, the builds') for a pinned cpu timer: the upper half for the timer (at
-    least one), the rest for the builds; None with a single core (nothing to split)."""
-    if len(cores) < 2:
-        return None
-    timer = cores[len(cores) // 2:] if len(cores) % 2 == 0 else cores[len(cores) // 2 + 1:]
-    return timer, cores[:len(cores) - len(timer)]
-
-
-def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:
-    """ValueError, in words, for a choice of GPUs this process cannot use."""
-    shown = ",".join(map(str, visible)) or "none"
-    if not visible:
-        raise ValueError("no CUDA GPU is visible")
-    if not chosen:
-        raise ValueError("no GPU chosen")
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"GPU {next(g for g in chosen if chosen.count(g) > 1)} is chosen twice")
-    for g in chosen:
-        if g not in visible:
-            raise ValueError(f"GPU {g} is not visible (visible: {shown})")
-

@@ -71,7 +71,7 @@ def test_eval_prints_a_verdict_as_json(tmp_path: Path):
     sol.write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
                    "    def forward(self, x): return torch.softmax(x, dim=1)\n")
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # not correct: exit code 1
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "flagged"  # right numbers, but computed with torch ops
     assert verdict["flags"][0].startswith("torch-ops")
@@ -209,7 +209,7 @@ def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path)
     sol = tmp_path / "sol.py"
     sol.write_text("import sys\nsys.exit(3)  # before any ModelNew is defined\n")
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--quiet", env=NO_BWRAP)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     [note] = proc.stderr.strip().splitlines()
     assert note.startswith("ktree: note: bubblewrap is off (KTREE_BWRAP is empty);"
                            " generated code runs with basic")
@@ -245,14 +245,14 @@ def test_strict_by_default_from_pip_alone_hides_a_secret_file(tmp_path: Path):
     assert shutil.which("bwrap", path=bare) is None
     env = {"PATH": bare}
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", env=env)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert "ktree: isolation: strict (bubblewrap" in proc.stderr.splitlines()[0], proc.stderr
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "flagged", verdict["log"]  # ran to the end: torch ops, no secret
     assert "PLANTED-SECRET-26" not in json.dumps(verdict) and "PLANTED" not in proc.stderr
     basic = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--isolation", "basic",
                       env=env)
-    assert basic.returncode == 0, basic.stderr
+    assert basic.returncode == 1, basic.stderr
     assert basic.stderr.splitlines()[0] == "ktree: isolation: basic"
     assert "READ PLANTED-SECRET-26" in json.loads(basic.stdout)["log"]
 
@@ -310,7 +310,7 @@ def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
     (sols / "b_torch.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
                                      "    def forward(self, x): return torch.softmax(x, dim=1)\n")
     proc = run_ktree("eval", "softmax", str(sols), "--backend", "cpu", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     rows = json.loads(proc.stdout)
     assert [Path(r["file"]).name for r in rows] == ["a_identity.py", "b_torch.py"]
     assert rows[0]["status"] == "incorrect"
@@ -319,7 +319,7 @@ def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
 
     proc = run_ktree("eval", "softmax", str(sols / "a_identity.py"), str(sols / "b_torch.py"),
                      "--backend", "cpu")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "bound", "flags"]
     assert "a_identity.py" in lines[1] and "incorrect" in lines[1]

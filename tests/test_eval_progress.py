@@ -50,14 +50,14 @@ def test_eval_prints_its_phases_on_stderr_and_none_with_quiet(tmp_path: Path):
     sol = tmp_path / "softmax_sol.py"
     sol.write_text(SOLUTION)
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "flagged"  # stdout: the verdict alone
     lines = _lines(proc.stderr, "softmax_sol.py")
     _assert_phases(lines, "flagged")
     assert len(lines) == 5, lines  # no one else holds the cores: no waiting line
 
     proc = run_ktree("eval", "softmax", str(sol), "--backend", "cpu", "--json", "--quiet")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "flagged"
     assert "softmax_sol.py" not in proc.stderr
 
@@ -86,7 +86,7 @@ def test_eval_waiting_for_the_device_names_its_holder(tmp_path: Path):
         holder.stdin.close()  # let go of the lock
         assert holder.wait(timeout=30) == 0
         out, err = ktree.communicate(timeout=300)
-        assert ktree.returncode == 0, err
+        assert ktree.returncode == 1, err
         lines = _lines("\n".join(seen) + "\n" + err, "sol.py")
         _assert_phases(lines, "flagged")
         assert sum(line.startswith("waiting") for line in lines) == 1, lines

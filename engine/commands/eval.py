@@ -92,7 +92,7 @@ def evaluate(args: argparse.Namespace) -> int:
             from engine.report import format_verdict
 
             emit(format_verdict(verdicts[0]))
-        _say_reference_failed(verdicts)
+        _say_reference_failed(verdicts, as_json=args.json)
         return code
     named = [(str(path), v) for (path, _), v in zip(solutions, verdicts, strict=True)]
     if args.json:
@@ -101,7 +101,7 @@ def evaluate(args: argparse.Namespace) -> int:
         from engine.report import eval_table
 
         emit(eval_table(named))
-    _say_reference_failed(verdicts)
+    _say_reference_failed(verdicts, as_json=args.json)
     return code
 
 
@@ -115,10 +115,12 @@ def exit_code(verdicts: list[Any]) -> int:
     return 0 if all(v.status == "correct" for v in verdicts) else 1
 
 
-def _say_reference_failed(verdicts: list[Any]) -> None:
+def _say_reference_failed(verdicts: list[Any], as_json: bool) -> None:
+    """Name a failing reference as such: on stdout after the verdicts, on stderr with --json (whose
+    stdout stays one JSON document)."""
     from engine.evaluate.verdict import REFERENCE_FAILED
 
     failed = next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
     if failed:  # its last line is the exception
         reason = next((ln.strip() for ln in reversed(failed.splitlines()) if ln.strip()), "")
-        emit(f"{REFERENCE_FAILED} (not the solution): {reason}")
+        (say if as_json else emit)(f"{REFERENCE_FAILED} (not the solution): {reason}")

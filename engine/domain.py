@@ -85,6 +85,11 @@ def best_variant(nodes: Mapping[int, Node] | Iterable[Node]) -> Node | None:
     return max(candidates, key=lambda n: (n.speedup, -n.id), default=None)
 
 
+def counted(n: int, one: str, many: str = "") -> str:
+    """`n` things, in number: "1 round", "2 rounds", "1 fix", "0 fixes"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def where_label(backend: str, device: str | None) -> str:
     """Where a session ran, the same words everywhere: the backend, then the device's name where
     it says more ("cpu (x86_64)", "cuda (NVIDIA H100 80GB HBM3)")."""

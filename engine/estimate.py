@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine import prompts
+from engine.domain import counted
 from engine.llm.prices import Prices
 from engine.llm.registry import DEFAULT_MODELS
 from engine.search.strategies import strategy_for
@@ -129,16 +130,12 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     }
 
 
-def count(n: int, one: str, many: str = "") -> str:
-    """`n` things, in number: "1 round", "2 rounds", "1 fix", "0 fixes"."""
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 def format_estimate(e: dict[str, Any]) -> str:
     s, c = e["shape"], e["calls"]
     lines = [
-        f"Estimate for a {e['strategy']} search: {count(s['rounds'], 'round')} x {count(s['ideas'], 'idea')} x"
-        f" {count(s['variants'], 'variant')}, top {s['top']}, {count(s['fixes'], 'fix', 'fixes')};"
+        f"Estimate for a {e['strategy']} search: {counted(s['rounds'], 'round')} x"
+        f" {counted(s['ideas'], 'idea')} x {counted(s['variants'], 'variant')}, top {s['top']},"
+        f" {counted(s['fixes'], 'fix', 'fixes')};"
         f" models {', '.join(e['models'])}",
         f"  LLM calls: {c['idea']} idea + {c['implement']} implement (+ up to {c['fix_at_most']} fix)",
     ]

@@ -6,6 +6,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from engine.domain import counted
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -59,8 +60,7 @@ class HeadlessPrinter:
             self._line(f"node {event.node.id} profiled ({event.reason}): {profile_line(event.verdict.profile)}")
         elif isinstance(event, LLMCallDone) and event.status != "ok":
             self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}"
-                       f" after {event.latency_s:.1f} s, {event.attempts}"
-                       f" attempt{'' if event.attempts == 1 else 's'}: {event.error}")
+                       f" after {event.latency_s:.1f} s, {counted(event.attempts, 'attempt')}: {event.error}")
         elif isinstance(event, LLMCallDone):
             self._line(f"llm {event.purpose} call {event.call_id} ({event.model}) {event.status}:"
                        f" {event.input_tokens} in / {event.output_tokens} out tokens,"

@@ -175,14 +175,10 @@ def isolation_label(evaluator: Any) -> str | None:
     """How generated code is isolated in a search run by this process, in a few words for the
     header (the CLI says it on stderr before the screen draws, where no one reads it); None where
     the evaluator does not say (a Ray cluster: each node picks its own)."""
-    sandbox = getattr(evaluator, "sandbox", None)
-    if sandbox is None:
-        return None
-    try:
-        level = sandbox.level
-    except (RuntimeError, ValueError):
-        return None
-    return isolation_words(level)
+    from engine.launch import isolation_level
+
+    level = isolation_level(evaluator)
+    return isolation_words(level) if level else None
 
 
 def keymap_from_config(raw: dict[str, Any]) -> dict[str, str]:

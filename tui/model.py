@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
-from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant
+from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant, counted
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
@@ -271,7 +271,7 @@ class ScreenModel:
             changes.llm.add(event.node_id)
         if event.status != "ok":  # the reason on screen, not only in the DB
             where = f" for #{event.node_id}" if event.node_id is not None else ""
-            tries = f"{event.attempts} attempt{'' if event.attempts == 1 else 's'}"
+            tries = counted(event.attempts, "attempt")
             self._say(f"LLM {event.purpose} call{where} failed after {event.latency_s:.1f} s ({tries}):"
                       f" {event.error}", changes)
         changes.panes.add("progress")

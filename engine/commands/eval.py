@@ -108,11 +108,16 @@ def evaluate(args: argparse.Namespace) -> int:
 def exit_code(verdicts: list[Any]) -> int:
     """0 when every solution is correct; 3 when the reference itself failed (nothing could be
     judged); else 1 (`ktree eval --help` says so)."""
-    from engine.evaluate.verdict import REFERENCE_FAILED
-
-    if any((v.log or "").startswith(REFERENCE_FAILED) for v in verdicts):
+    if _reference_failure(verdicts) is not None:
         return 3
     return 0 if all(v.status == "correct" for v in verdicts) else 1
+
+
+def _reference_failure(verdicts: list[Any]) -> str | None:
+    """The log of a verdict that says the reference itself failed, if one does."""
+    from engine.evaluate.verdict import REFERENCE_FAILED
+
+    return next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
 
 
 def _say_reference_failed(verdicts: list[Any], as_json: bool) -> None:
@@ -120,7 +125,7 @@ def _say_reference_failed(verdicts: list[Any], as_json: bool) -> None:
     stdout stays one JSON document)."""
     from engine.evaluate.verdict import REFERENCE_FAILED
 
-    failed = next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
+    failed = _reference_failure(verdicts)
     if failed:  # its last line is the exception
         reason = next((ln.strip() for ln in reversed(failed.splitlines()) if ln.strip()), "")
         (say if as_json else emit)(f"{REFERENCE_FAILED} (not the solution): {reason}")

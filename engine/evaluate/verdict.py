@@ -44,6 +44,11 @@ class Verdict:
     # Remarks that do not change the status: torch ops a correct variant runs besides its kernels
     # (their share of its time), a degenerate problem (docs/verdicts.md).
     notes: tuple[str, ...] = ()
+    # The reference's main op left to torch or a library (cuDNN, cuBLAS) while the candidate's own
+    # kernels do the rest of the problem's work (docs/verdicts.md): {"ops": ["aten.convolution"],
+    # "share": the reference's time share of those ops (0..1)}. Empty where the candidate's own
+    # kernels do the main work. A verdict with it is still `correct`; a search may exclude it.
+    library: dict[str, Any] = field(default_factory=dict)
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     rel_l2_err: float | None = None

@@ -128,6 +128,11 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
             new = model_to(new, device, cast).eval()
     except Exception as exc:
         return Verdict(status="runtime_error", log=format_exc(exc), **base)
+    tampered = integrity.harness_overrides(new)
+    if tampered:  # the harness would not call what the candidate wrote: said, not crashed on
+        return Verdict(status="flagged", flags=tuple(tampered), notes=tuple(notes),
+                       log="integrity check failed: " + "; ".join(tampered), **base)
+    forward_at_load = integrity.bound_forward(new)
     clock.lap("load")
     jit: dict[str, Any] = {}
     if language == "triton":
@@ -166,6 +171,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         if not ok:
             flags.append(f"recheck: after timing, on the timed inputs: {reason}")
     flags += integrity.check_harness(harness)
+    flags += integrity.check_forward_unchanged(new, forward_at_load)
     if not checks.intact():
         flags.append("reference-cache: the cached trial inputs or expected outputs changed during this"
                      " evaluation (the candidate wrote memory it does not own)")
@@ -211,6 +217,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         status=status,
         flags=tuple(flags),
         notes=tuple(dict.fromkeys(notes)),
+        library=checked.library,
         trials=job.trials,
         time_ms=stats.new.median,
         time_p10_ms=stats.new.p10,

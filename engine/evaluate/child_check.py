@@ -156,6 +156,7 @@ class Checked:
     errs: dict[str, float]
     flags: list[str]
     notes: list[str]
+    library: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: Callable[..., Any],
@@ -176,7 +177,7 @@ def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: 
     same_out = True
     new_ops: Any = None  # the torch compute ops of one forward (engine.evaluate.integrity.OpProfile)
     forward_s: list[float] = []  # the forward's seconds on the check trials after the first
-    limit = job.torch_ops_share if job.torch_ops_share is not None else integrity.TORCH_OPS_SHARE
+    library: dict[str, Any] = {}
     with torch.no_grad():
         for trial in range(job.trials):
             inputs = checks.trial_inputs(trial, device)
@@ -220,11 +221,38 @@ def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: 
         if new_ops is not None:  # judged against the forward's time without the recorder
             if forward_s:
                 new_ops = dataclasses.replace(new_ops, total_s=min(forward_s))
-            op_flags, op_notes = integrity.judge_torch_ops(new_ops, ref_ops.main_ops(), limit)
+            op_flags, op_notes, library = integrity.judge_torch_ops(new_ops, ref_ops)
             flags += op_flags
             notes += op_notes
         if same_out and job.trials > 1 and varies["at_all"]:
             flags.append("input-independent: ModelNew returns the same output for every input drawn,"
                          " while the reference's output changes with its inputs")
         del first_out
-    return Checked(errs, flags, notes)
+    flags += precision_flags(job, errs, checks.native_errs, dtypes)
+    return Checked(errs, flags, notes, library)
+
+
+# An fp32 problem's answer within this relative L2 error of fp64 is fp32 work (honest fp32 kernels
+# err by 1e-7..1e-5, whatever their order of summation); 16-bit and TF32 arithmetic err by 2e-4
+# and more (fp16 and TF32 inputs ~3e-4, bf16 ~2e-3 on softmax, matmul, conv, layernorm).
+FP32_REL_L2 = 1e-4
+# ... unless the reference itself errs nearly as much (cuDNN's TF32 convolutions): then the candidate
+# is flagged only when it errs this many times more than the reference does.
+PRECISION_MARGIN = 20.0
+
+
+def precision_flags(job: EvalJob, errs: dict[str, float], native: dict[str, float],
+                    dtypes: list[Any]) -> list[str]:
+    """A precision downgrade: an fp32 problem (outputs in fp32, no --precision cast) whose answers
+    err against fp64 like 16-bit (or TF32) arithmetic, well beyond the reference's own error in fp32.
+    Passing the method's tolerance (1e-2 by default) does not make such work fp32 work."""
+    import torch
+
+    if job.precision not in (None, "fp32") or not dtypes or any(d != torch.float32 for d in dtypes):
+        return []
+    err, ref_err = errs.get("rel_l2_err", 0.0), native.get("rel_l2_err", 0.0)
+    if err > FP32_REL_L2 and err > PRECISION_MARGIN * ref_err:
+        return [f"precision: an fp32 problem answered with a relative L2 error of {err:.2g} against fp64,"
+                f" that of 16-bit or TF32 arithmetic (fp32 work errs by under {FP32_REL_L2:g}; the"
+                f" reference itself by {ref_err:.2g}): compute in fp32"]
+    return []

@@ -39,10 +39,6 @@ class EvalJob:
     # (and per `ktree eval` run), set by the evaluator as it sends the job and never recorded;
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
-    # The share of ModelNew.forward's time its torch compute ops may take and still be a note (an
-    # epilogue, a prologue) rather than a flag; None: KTREE_TORCH_OPS_SHARE where the job is made,
-    # else engine.evaluate.integrity.TORCH_OPS_SHARE (10 %).
-    torch_ops_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,19 +63,6 @@ def make_job(problem_path: str | os.PathLike[str], source: str, sizes: dict[str,
     a TypeError. The problem path is made absolute (the job runs in another working dir); an
     empty one (a build with no problem) stays empty."""
     path = str(Path(problem_path).resolve()) if str(problem_path) else ""
-    if options.get("torch_ops_share") is None and os.environ.get("KTREE_TORCH_OPS_SHARE"):
-        options["torch_ops_share"] = torch_ops_share_from_env()
     return EvalJob(problem_path=path, solution_source=source, backend=backend, cache_dir=cache_dir,
                    sizes=dict(sizes), flops=float(flops) if flops else None,
                    bytes=float(bytes) if bytes else None, **options)
-
-
-def torch_ops_share_from_env() -> float | None:
-    """KTREE_TORCH_OPS_SHARE: a fraction (0.1) or a percentage (10 or "10%"); None where unset or
-    not a number."""
-    raw = os.environ.get("KTREE_TORCH_OPS_SHARE", "").strip().rstrip("%")
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value / 100 if value > 1 else value

@@ -121,10 +121,13 @@ def run_ktree(*args: str, env: dict[str, str] | None = None, timeout: float = 60
 
 @pytest.fixture(scope="session")
 def recorded_search(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> dict:
-    """A real two-round scripted search on the cpu backend, recorded in a fresh DB."""
+    """A real two-round scripted search on the cpu backend, recorded in a fresh DB. One parent
+    kept per round (--top 1): the first round (3 ideas x 2 variants) already holds every outcome
+    the library has (correct, incorrect, a compile error and its fix), and one second-round parent
+    is all the tests reading it need, at about two thirds of the evaluations of the default --top 2."""
     db = tmp_path_factory.mktemp("recorded") / "k.db"
     proc = run_ktree("run", "softmax", "--provider", "scripted", "--backend", "cpu",
-                     "--headless", "--json", "--rounds", "2", "--db", str(db))
+                     "--headless", "--json", "--rounds", "2", "--top", "1", "--db", str(db))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"db": db, "summary": json.loads(proc.stdout), "log": proc.stderr}
 

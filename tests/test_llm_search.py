@@ -41,8 +41,11 @@ def test_two_round_search_through_openai_compatible(tmp_path: Path, priced_confi
     brain = ScriptedBrain()
     db = tmp_path / "k.db"
     with LLMServer(responder=brain) as server:
+        # Two rounds at the default 3 ideas x 2 variants, one parent kept (--top 1): round 1 alone
+        # makes 8 calls (an idea call, 6 implementations, a fix) and more than 3 correct variants,
+        # round 2 more calls; a second parent would only add evaluations of the same library files.
         proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url",
-                         server.url, "--model", "anything", "--headless", "--json",
+                         server.url, "--model", "anything", "--headless", "--json", "--top", "1",
                          "--db", str(db), env=priced_config)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)

@@ -192,8 +192,10 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
 def test_bench_pipeline_on_ray_workers(cluster, capsys):
     from engine.commands.bench import pipeline
 
+    # --repeat-sources: the library's files as they are, which the session's build cache holds
+    # (fresh, stamped builds are timed by tests/test_search_options.py; here the point is the actors).
     args = build_parser().parse_args(["bench", "pipeline", "--backend", "cpu", "--executor", "ray",
-                                      "--ideas", "1", "--variants", "2", "--json"])
+                                      "--ideas", "1", "--variants", "2", "--repeat-sources", "--json"])
     assert pipeline(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "finished" and result["evaluations"] == result["variants"] >= 2

@@ -97,10 +97,14 @@ async def _build_pch(cache: str, flag_sets: list[list[str]], backend: str, arch:
 
 
 def _cflag_sets(sources: list[str]) -> list[list[str]]:
-    """The extra_cflags the sources pass (as written), for the PCHs to build up front."""
-    found = {tuple(re.findall(r'"([^"]+)"', m)) for src in sources
-             for m in re.findall(r"extra_cflags\s*=\s*\[([^\]]*)\]", src)}
-    return [list(f) for f in sorted(found | {()})]
+    """The extra_cflags the sources pass (as written), for the PCHs to build up front: no flags
+    only for a source that passes none (each header costs a build of torch/extension.h)."""
+    found: set[tuple[str, ...]] = set()
+    for src in sources:
+        passed = [tuple(re.findall(r'"([^"]+)"', m))
+                  for m in re.findall(r"extra_cflags\s*=\s*\[([^\]]*)\]", src)]
+        found.update(passed or [()])
+    return [list(f) for f in sorted(found)]
 
 
 async def compile_bench(backend: str, arch: str = "", sources: int = 2, concurrent: int = 16,

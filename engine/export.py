@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from engine.domain import best_variant as domain_best
-from engine.domain import language_label, where_label
+from engine.domain import language_label, library_line, session_library_ops, where_label
 from engine.evaluate.verdict import TIMING_FLAGS
 from engine.store import Store
 
@@ -17,9 +17,10 @@ class ExportError(Exception):
 
 async def best_variant(store: Store, session_id: int) -> int:
     """The session's best variant (engine.domain.best_variant), by id."""
-    if await store.session(session_id) is None:
+    session = await store.session(session_id)
+    if session is None:
         raise ExportError(f"no session {session_id}")
-    best = domain_best(await store.nodes(session_id))
+    best = domain_best(await store.nodes(session_id), session_library_ops(session["config"]))
     if best is None:
         raise ExportError(f"session {session_id} has no correct variant to export")
     return best.id
@@ -68,6 +69,8 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f" search started {measured}",
         f"# found by ktree with {', '.join(session['models'])};"
         f" kernel language: {language_label(node.language, session['backend'])}",
+        *(f"# library: {line}" for line in [library_line(verdict.library if verdict is not None else None)]
+          if line),
         *(f"# note: {note}" for note in (verdict.notes if verdict is not None else ())),
         "",
     ]

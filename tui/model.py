@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
-from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant, counted
+from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant, counted, session_library_ops
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
@@ -488,7 +488,7 @@ class ScreenModel:
                 changes.panes.add("plot")
 
     def _refresh_best(self, changes: Changes) -> None:
-        best = best_variant(self.nodes)
+        best = best_variant(self.nodes, session_library_ops(self.info.get("config")))
         old, self.best_id = self.best_id, best.id if best else None
         if old != self.best_id:
             changes.relabel.update(i for i in (old, self.best_id) if i is not None)

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from engine.domain import best_variant
+from engine.domain import best_variant, session_library_ops
 from tui.widgets.code import highlight_source
 
 
@@ -58,7 +58,7 @@ class CompareScreen(Screen):
             session = await store.session(sid)
             nodes = await store.nodes(sid)
             totals = await store.llm_totals(sid)
-            best = best_variant(nodes)
+            best = best_variant(nodes, session_library_ops(session and session["config"]))
             self.data[sid] = {"session": session, "rounds": best_per_round(nodes), "totals": totals,
                               "best": best, "variants": sum(n.kind == "variant" for n in nodes)}
         a, b = (self.data[s] for s in self.ids)

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
-from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant, counted, session_library_ops
+from engine.domain import (
+    DEVICE_PHASES,
+    WORK_STATUSES,
+    Node,
+    best_variant,
+    counted,
+    library_excluded,
+    session_library_ops,
+)
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
@@ -178,6 +186,11 @@ class ScreenModel:
     @property
     def status(self) -> str:
         return str(self.info.get("status", ""))
+
+    def library_excluded(self, node: Node) -> bool:
+        """A correct, library-marked variant of a search that excludes library ops: neither a parent
+        nor the best (engine.domain.library_excluded), never a hack."""
+        return node.status == "correct" and library_excluded(node, session_library_ops(self.info.get("config")))
 
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the

@@ -118,6 +118,12 @@ def library_ops_text(library: Mapping[str, Any] | None) -> str:
     return ", ".join(str(op) for op in library.get("ops") or ()) or "library"
 
 
+def shown_notes(notes: Iterable[str] | None, library: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """A verdict's notes as shown beside its `library` line: the evaluator's `library:` note says
+    what that line says, so it is not repeated (the dataset keeps every note)."""
+    return tuple(n for n in notes or () if not (library and str(n).startswith("library:")))
+
+
 def library_line(library: Mapping[str, Any] | None) -> str:
     """A verdict's `library` mark in words: "aten.convolution (87 % of the reference's time)";
     "" for none."""

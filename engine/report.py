@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.domain import LIBRARY_EXCLUDED, library_line, session_library_ops, where_label
+from engine.domain import LIBRARY_EXCLUDED, library_line, session_library_ops, shown_notes, where_label
 from engine.evaluate.profile import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
@@ -68,7 +68,7 @@ def format_verdict(v: Verdict) -> str:
         line += f"\n    flag: {flag[:200]}"
     if v.library:
         line += f"\n    {LIBRARY_WORDS}: {library_line(v.library)}"
-    for note in v.notes or ():
+    for note in shown_notes(v.notes, v.library):
         line += f"\n    note: {note[:240]}"
     if v.status not in ("correct", "flagged") and v.log:
         error = v.log.split("\n\ncompute-sanitizer", 1)[0]
@@ -198,7 +198,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         if v is not None and v.library:
             flags += f" [library: {library_line(v.library)}]"
             flags += f" [{LIBRARY_EXCLUDED}]" if exclude and v.status == "correct" else ""
-        flags += "".join(f" [note: {note.split(':')[0]}]" for note in (v.notes if v is not None else ()))
+        flags += "".join(f" [note: {note.split(':')[0]}]"
+                         for note in (shown_notes(v.notes, v.library) if v is not None else ()))
         lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
         return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 

@@ -413,7 +413,8 @@ class SearchScreen(SteeringMixin, Screen):
 
     def _fields(self, node_id: int) -> list[object]:
         node = self.model.nodes[node_id]
-        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}"]
+        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}",
+                "lib library" if node.library else ""]
 
     def _kept(self, node_id: int) -> bool:
         return not self.query_text or matches(self.query_text, self._fields(node_id))

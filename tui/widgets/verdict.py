@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.domain import LIBRARY_EXCLUDED, Node, library_line
+from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
 from engine.evaluate.profile import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label
 from tui.widgets.code import fmt_num
@@ -114,7 +114,7 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
         out.append(" — the reference's main op left to torch/cuDNN/cuBLAS, the rest in its own kernels")
         if excluded:
             out.append(f"\n{LIBRARY_EXCLUDED}: correct, but neither a parent nor the best", style="dim")
-    for note in v.notes or ():
+    for note in shown_notes(v.notes, v.library):
         out.append(f"\nnote: {note}", style="yellow")
     out.append_text(profile_text(v))
     log = (v.log or "").rstrip()

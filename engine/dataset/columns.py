@@ -133,6 +133,7 @@ SFT: list[Column] = [
     ("completion", STR, "the model's reply: correct and faster than the code the idea improves on"),
     ("speedup_eager", FLOAT, "its speedup vs eager"),
     ("base_speedup", FLOAT, "the speedup it beat"),
+    ("library", STR, "its `library` mark's ops (the reference's main op left to a library); null: none"),
 ]
 
 PREFERENCE: list[Column] = [

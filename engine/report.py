@@ -46,8 +46,9 @@ def status_label(status: str, library: object) -> str:
 
 
 def format_verdict(v: Verdict) -> str:
-    """A verdict in one or two lines (status, error, times, speedup, first log line)."""
-    parts = [v.status]
+    """A verdict in one or two lines (status, `[lib]` for a library mark, error, times, speedup,
+    first log line)."""
+    parts = [status_label(v.status, v.library)]
     if v.language == "triton":  # the language eval told from the file; its JIT on the first call
         jit = (v.jit or {}).get("jit_s")
         parts.append("Triton" + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")

@@ -119,6 +119,7 @@ def test_eval_text_json_and_the_idea_prompt_say_the_mark() -> None:
 
     v = _verdict(2.0, library=LIBRARY, notes=(LIBRARY_NOTE, TORCH_NOTE))
     text = format_verdict(v)
+    assert text.startswith("correct [lib], max abs err")  # the one-line form (headless --quiet) has it
     words = "library (the reference's main op left to torch/cuDNN/cuBLAS, the rest in its own kernels)"
     assert f"\n    {words}: {LINE}" in text
     assert f"note: {TORCH_NOTE}" in text and "note: library:" not in text
@@ -283,6 +284,8 @@ async def test_a_search_that_excludes_library_ops_never_grows_from_one_nor_names
     [(best,)] = query(db, "SELECT best_node_id FROM sessions WHERE id = ?", sid)
     if library_ops == "allow":
         assert json.loads(parents) == [marked] and best == marked and summary["best"]["speedup_eager"] == 10.0
+        assert summary["best"]["library"] == "aten.convolution"
     else:
         assert marked not in json.loads(parents) and json.loads(parents)
-        assert best != marked and summary["best"]["speedup_eager"] < 10.0
+        assert best != marked and summary["best"]["speedup_eager"] < 10.0 and summary["best"]["library"] is None
+    assert summary["library_ops"] == library_ops

@@ -132,6 +132,14 @@ def test_eval_text_json_and_the_idea_prompt_say_the_mark() -> None:
     assert f"- library: {LINE} left to torch/cuDNN/cuBLAS" in prompt and f"- note: {TORCH_NOTE}" in prompt
     assert "- note: library:" not in prompt
     assert "library" not in format_verdict(_verdict(1.5)) + describe_verdict(_verdict(1.5))
+    # What the idea prompt says an idea came to, when its best variant is library-marked.
+    from engine.search.history import outcome
+
+    idea = Node(2, 1, 1, "idea", 1, "fuse", "", "", "ok", "llm", None, None)
+    variant = Node(3, 1, 2, "variant", 1, "fuse", "", "src", "correct", "llm", 2.0, 1.0,
+                   library="aten.convolution")
+    assert outcome({2: idea, 3: variant}, {3: v}, idea) == (
+        "best 2.00x vs eager with aten.convolution left to a library")
 
 
 def test_the_tui_shows_lib_beside_the_status_and_excluded_under_exclude() -> None:

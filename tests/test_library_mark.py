@@ -164,6 +164,9 @@ def test_the_tui_shows_lib_beside_the_status_and_excluded_under_exclude() -> Non
         assert f"\nlibrary: {LINE} — the reference's main op left to torch/cuDNN/cuBLAS" in pane
         assert ("\nexcluded: library op: correct, but neither a parent nor the best" in pane) is excluded
         assert f"note: {TORCH_NOTE}" in pane and "note: library:" not in pane
+    from tui.screens.compare import best_per_round
+
+    assert best_per_round([marked, own]) == {1: 2.0} and best_per_round([marked, own], "exclude") == {1: 1.5}
     assert row_cells(marked, v)["status"].plain == "correct lib"
     assert row_cells(own, _verdict(1.5))["status"].plain == "correct"
 

@@ -494,7 +494,7 @@ class ScreenModel:
 
     def _note_best(self, node: Node, changes: Changes) -> None:
         """The plot's series: the best correct speedup seen in each round."""
-        if node.status == "correct" and node.speedup:
+        if node.status == "correct" and node.speedup and not self.library_excluded(node):
             best = self.best_by_round.get(node.round)
             if best is None or node.speedup > best:
                 self.best_by_round[node.round] = node.speedup

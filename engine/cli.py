@@ -24,7 +24,14 @@ from engine.commands import show as show_cmd
 from engine.commands import suite as suite_cmd
 from engine.commands._common import USAGE_ERROR, db_path
 from engine.commands._output import error, say
-from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.domain import (
+    BACKEND_CHOICES,
+    EXECUTORS,
+    ISOLATION_CHOICES,
+    LIBRARY_OPS,
+    PROVIDER_CHOICES,
+    STRATEGIES,
+)
 from engine.evaluate.profile import PROFILE_MODES
 from engine.launch import UsageError, check_cpu_timer
 
@@ -167,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                      help=ISOLATION_HELP)
     run.add_argument("--profile", default="auto", choices=PROFILE_MODES, help=PROFILE_HELP)
+    run.add_argument("--library-ops", default="allow", choices=LIBRARY_OPS,
+                     help="allow: a variant that leaves the reference's main op (convolution, matmul)"
+                          " to torch/cuDNN/cuBLAS while its own kernels do the rest is correct, marked"
+                          " `library`, and ranked like any other; exclude: still correct, but never a"
+                          " parent of the next round nor the best (default allow)")
     _executor_flags(run)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from engine.evaluate.verdict import STATUSES as VERDICT_STATUSES
 
@@ -33,6 +34,9 @@ class Node:
     pruned: bool = False
     want: int = 0
     language: str = ""  # a variant's kernel language (LANGUAGES); "" for the root and ideas
+    # A correct variant's `library` mark (docs/verdicts.md): the reference's main ops it leaves to a
+    # library, joined ("aten.convolution"); "" for one whose own kernels do the main work.
+    library: str = ""
 
 
 NODE_KINDS = ("root", "idea", "variant")
@@ -62,6 +66,10 @@ PROVIDER_CHOICES = ("auto", *PROVIDERS)  # auto: a real provider when a key is s
 BACKEND_CHOICES = ("auto", "cuda", "cpu")
 ISOLATION_CHOICES = ("auto", "basic", "strict")
 EXECUTORS = ("local", "ray")
+# `--library-ops`: whether a variant with a `library` mark (the reference's main op left to torch,
+# cuDNN, cuBLAS; still correct) may be a parent and the best (allow), or is kept out of both (exclude).
+LIBRARY_OPS = ("allow", "exclude")
+LIBRARY_EXCLUDED = "excluded: library op"  # how a screen says so under exclude (never a hack)
 
 
 def excluded(node: Node, nodes: Mapping[int, Node]) -> bool:
@@ -74,15 +82,56 @@ def excluded(node: Node, nodes: Mapping[int, Node]) -> bool:
     return False
 
 
-def best_variant(nodes: Mapping[int, Node] | Iterable[Node]) -> Node | None:
+def ranked(node: Node, nodes: Mapping[int, Node], library_ops: str = "allow") -> bool:
+    """A correct variant that may be a parent and the best: not pruned nor under a pruned node,
+    and, when the search excludes library ops, without a `library` mark."""
+    return (node.kind == "variant" and node.status == "correct" and not excluded(node, nodes)
+            and not library_excluded(node, library_ops))
+
+
+def library_excluded(node: Node, library_ops: str) -> bool:
+    """A library-marked variant of a search that excludes library ops: correct, never a hack, but
+    neither a parent nor the best."""
+    return library_ops == "exclude" and bool(node.library)
+
+
+def best_variant(nodes: Mapping[int, Node] | Iterable[Node], library_ops: str = "allow") -> Node | None:
     """The session's best variant: the fastest correct one (speedup vs eager) that is not pruned
-    nor under a pruned node; the earlier one on a tie. The engine records it, the TUI stars it,
-    `show` and `export` name it — all by this rule."""
+    nor under a pruned node (nor library-marked, when the search excludes library ops:
+    `library_ops`, the session's config); the earlier one on a tie. The engine records it, the TUI
+    stars it, `show` and `export` name it — all by this rule."""
     by_id = nodes if isinstance(nodes, Mapping) else {n.id: n for n in nodes}
-    candidates = [n for n in by_id.values()
-                  if n.kind == "variant" and n.status == "correct" and n.speedup is not None
-                  and not excluded(n, by_id)]
+    candidates = [n for n in by_id.values() if n.speedup is not None and ranked(n, by_id, library_ops)]
     return max(candidates, key=lambda n: (n.speedup, -n.id), default=None)
+
+
+def session_library_ops(config: Mapping[str, Any] | None) -> str:
+    """A recorded session config's `library_ops` (one recorded before the option: allow)."""
+    value = (config or {}).get("library_ops")
+    return value if value in LIBRARY_OPS else "allow"
+
+
+def library_ops_text(library: Mapping[str, Any] | None) -> str:
+    """A verdict's `library` mark as the ops it names, joined ("aten.convolution"); "" for none."""
+    if not library:
+        return ""
+    return ", ".join(str(op) for op in library.get("ops") or ()) or "library"
+
+
+def shown_notes(notes: Iterable[str] | None, library: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """A verdict's notes as shown beside its `library` line: the evaluator's `library:` note says
+    what that line says, so it is not repeated (the dataset keeps every note)."""
+    return tuple(n for n in notes or () if not (library and str(n).startswith("library:")))
+
+
+def library_line(library: Mapping[str, Any] | None) -> str:
+    """A verdict's `library` mark in words: "aten.convolution (87 % of the reference's time)";
+    "" for none."""
+    ops = library_ops_text(library)
+    if not ops:
+        return ""
+    share = (library or {}).get("share")
+    return f"{ops} ({100 * share:.0f} % of the reference's time)" if isinstance(share, (int, float)) else ops
 
 
 def counted(n: int, one: str, many: str = "") -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from engine.domain import best_variant as domain_best
-from engine.domain import language_label, where_label
+from engine.domain import language_label, library_line, session_library_ops, shown_notes, where_label
 from engine.evaluate.verdict import TIMING_FLAGS
 from engine.store import Store
 
@@ -17,9 +17,10 @@ class ExportError(Exception):
 
 async def best_variant(store: Store, session_id: int) -> int:
     """The session's best variant (engine.domain.best_variant), by id."""
-    if await store.session(session_id) is None:
+    session = await store.session(session_id)
+    if session is None:
         raise ExportError(f"no session {session_id}")
-    best = domain_best(await store.nodes(session_id))
+    best = domain_best(await store.nodes(session_id), session_library_ops(session["config"]))
     if best is None:
         raise ExportError(f"session {session_id} has no correct variant to export")
     return best.id
@@ -59,6 +60,7 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
               if session["backend"] != "cpu" else "torch.compile: no baseline on the cpu backend")
     measured = datetime.fromtimestamp(session["created_at"], tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
     err = verdict.max_abs_err if verdict is not None else None
+    library = verdict.library if verdict is not None else {}
     lines = [
         f"# ktree solution for {session['problem']} ({session['problem_path']})",
         f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
@@ -68,7 +70,8 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f" search started {measured}",
         f"# found by ktree with {', '.join(session['models'])};"
         f" kernel language: {language_label(node.language, session['backend'])}",
-        *(f"# note: {note}" for note in (verdict.notes if verdict is not None else ())),
+        *([f"# library: {library_line(library)}"] if library else []),
+        *(f"# note: {note}" for note in shown_notes(verdict.notes if verdict is not None else (), library)),
         "",
     ]
     return "\n".join(lines) + node.source.rstrip() + "\n"

@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from engine.domain import BACKEND_CHOICES, EXECUTORS, ISOLATION_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine.domain import (
+    BACKEND_CHOICES,
+    EXECUTORS,
+    ISOLATION_CHOICES,
+    LIBRARY_OPS,
+    PROVIDER_CHOICES,
+    STRATEGIES,
+)
 from engine.evaluate.profile import PROFILE_MODES
 
 if TYPE_CHECKING:
@@ -75,6 +82,7 @@ class RunRequest:
     ray_address: str | None = None
     ray_workers: int | None = None
     profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile)
+    library_ops: str = "allow"  # LIBRARY_OPS: may library-marked variants be parents and the best
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience; kept as tuples so a request stays immutable.
@@ -430,6 +438,7 @@ def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
         fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,
         max_variants=request.max_variants, time_limit_s=request.time_limit,
         llm_concurrency=request.llm_concurrency, languages=parse_languages(request.language),
+        library_ops=request.library_ops,
     )
 
 
@@ -461,7 +470,7 @@ def _check_choices(request: RunRequest) -> None:
     built elsewhere is checked here, in the same words)."""
     for name, choices in (("strategy", STRATEGIES), ("provider", PROVIDER_CHOICES),
                           ("backend", BACKEND_CHOICES), ("isolation", ISOLATION_CHOICES),
-                          ("executor", EXECUTORS)):
+                          ("executor", EXECUTORS), ("library_ops", LIBRARY_OPS)):
         _choice(name, getattr(request, name), choices)
     for name in ("budget_usd", "budget_tokens", "time_limit"):
         value = getattr(request, name)
@@ -471,7 +480,8 @@ def _check_choices(request: RunRequest) -> None:
 
 def _choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise UsageError(f"--{name}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})")
+        flag = name.replace("_", "-")
+        raise UsageError(f"--{flag}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})")
 
 
 def _tol(given: float | None, default: float) -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from engine.domain import library_line, shown_notes
 from engine.evaluate.profile import BOUND_LABELS, summary_lines
 from engine.evaluate.verdict import Verdict
 
@@ -62,7 +63,10 @@ def describe_verdict(verdict: Verdict | None, ref_ms: float | None = None) -> st
         lines.append(f"- max abs error vs fp64 reference: {v.max_abs_err:.3g}")
     if v.sol_fraction is not None:
         lines.append(f"- fraction of speed-of-light: {v.sol_fraction:.1%}")
-    lines += [f"- note: {note}" for note in v.notes or ()]
+    if v.library:
+        lines.append(f"- library: {library_line(v.library)} left to torch/cuDNN/cuBLAS; its own kernels"
+                     " do the rest (correct, but the main op is not its own kernel)")
+    lines += [f"- note: {note}" for note in shown_notes(v.notes, v.library)]
     lines += describe_profile(v)
     if v.status != "correct" and v.log:
         lines.append("- log tail:\n" + v.log[-1500:])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.domain import where_label
+from engine.domain import LIBRARY_EXCLUDED, library_line, session_library_ops, shown_notes, where_label
 from engine.evaluate.profile import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
@@ -36,9 +36,19 @@ def profile_line(profile: dict[str, Any]) -> str:
     return f"profile ({tool}): {bound} — {d.get('evidence', '')}{seconds}"
 
 
+# How a `library` mark is introduced in text (docs/verdicts.md): correct, the main op not its own.
+LIBRARY_WORDS = "library (the reference's main op left to torch/cuDNN/cuBLAS, the rest in its own kernels)"
+
+
+def status_label(status: str, library: object) -> str:
+    """A status as the text tables show it: a library-marked correct one as "correct [lib]"."""
+    return f"{status} [lib]" if library and status == "correct" else status
+
+
 def format_verdict(v: Verdict) -> str:
-    """A verdict in one or two lines (status, error, times, speedup, first log line)."""
-    parts = [v.status]
+    """A verdict in one or two lines (status, `[lib]` for a library mark, error, times, speedup,
+    first log line)."""
+    parts = [status_label(v.status, v.library)]
     if v.language == "triton":  # the language eval told from the file; its JIT on the first call
         jit = (v.jit or {}).get("jit_s")
         parts.append("Triton" + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")
@@ -57,7 +67,9 @@ def format_verdict(v: Verdict) -> str:
     line = ", ".join(parts)
     for flag in v.flags or ():
         line += f"\n    flag: {flag[:200]}"
-    for note in v.notes or ():
+    if v.library:
+        line += f"\n    {LIBRARY_WORDS}: {library_line(v.library)}"
+    for note in shown_notes(v.notes, v.library):
         line += f"\n    note: {note[:240]}"
     if v.status not in ("correct", "flagged") and v.log:
         error = v.log.split("\n\ncompute-sanitizer", 1)[0]
@@ -84,7 +96,8 @@ def eval_table(rows: list[tuple[str, Verdict]]) -> str:
     for file, v in rows:
         err, ms = v.max_abs_err, v.time_ms
         flags = "; ".join(f.split(":")[0] for f in v.flags)
-        body.append((file, v.status, "-" if ms is None else f"{ms:.4g}", fmt_x(v.speedup_eager),
+        body.append((file, status_label(v.status, v.library), "-" if ms is None else f"{ms:.4g}",
+                     fmt_x(v.speedup_eager),
                      "-" if err is None else f"{err:.3g}", v.bound or "-", flags or "-"))
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -112,7 +125,8 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
     for v in variants:
         err = "-" if v.get("max_abs_err") is None else f"{v['max_abs_err']:.2g}"
         lines.append(
-            f"| {v['node']} | {v['round']} | {v['idea']} | {v['status']} | {_num(v.get('time_ms'))}"
+            f"| {v['node']} | {v['round']} | {v['idea']} | {status_label(v['status'], v.get('library'))}"
+            f" | {_num(v.get('time_ms'))}"
             f" | {_num(v.get('ref_eager_ms'))} | {fmt_x(v.get('speedup_eager'))} | {err}"
             f" | {v.get('slot') or '-'} |"
         )
@@ -161,6 +175,9 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             f" best {fmt_x(session.get('best_speedup'))}")
     if session.get("stop_reason"):
         head += f" ({session['stop_reason']})"
+    exclude = session_library_ops(session.get("config")) == "exclude"
+    if exclude:
+        head += "\nlibrary ops excluded: a library-marked variant is correct, but neither a parent nor the best"
     if (session.get("config") or {}).get("degenerate"):
         head += f"\nproblem {DEGENERATE_LINE}"
     children: dict[int | None, list[Any]] = {}
@@ -179,7 +196,11 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
         flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
-        flags += "".join(f" [note: {note.split(':')[0]}]" for note in (v.notes if v is not None else ()))
+        if v is not None and v.library:
+            flags += f" [library: {library_line(v.library)}]"
+            flags += f" [{LIBRARY_EXCLUDED}]" if exclude and v.status == "correct" else ""
+        flags += "".join(f" [note: {note.split(':')[0]}]"
+                         for note in (shown_notes(v.notes, v.library) if v is not None else ()))
         lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
         return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 

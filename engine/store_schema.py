@@ -5,7 +5,7 @@ Kept apart from engine.store so the SQL reads on its own; engine.store re-export
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     pruned     INTEGER NOT NULL DEFAULT 0,   -- queued work cancelled, never selected
     want       INTEGER NOT NULL DEFAULT 0,   -- an idea still generating: how many ideas it asks for
     language   TEXT NOT NULL DEFAULT '',     -- a variant's kernel language: cuda | triton ('' otherwise)
+    library    TEXT NOT NULL DEFAULT '',     -- its verdict's `library` mark: the ops, joined ('' none)
     speedup    REAL,
     time_ms    REAL,
     created_at REAL NOT NULL,
@@ -195,5 +196,12 @@ CREATE TABLE IF NOT EXISTS profiles (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS profiles_session ON profiles(session_id);
+""",
+    8: """
+ALTER TABLE nodes ADD COLUMN library TEXT NOT NULL DEFAULT '';
+UPDATE nodes SET library = COALESCE((SELECT group_concat(ops.value, ', ')
+    FROM evaluations e, json_each(e.verdict, '$.library.ops') AS ops
+    WHERE e.id = (SELECT MAX(id) FROM evaluations WHERE node_id = nodes.id)), '')
+    WHERE kind = 'variant';
 """,
 }

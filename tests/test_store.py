@@ -128,6 +128,7 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
             " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want; ALTER TABLE nodes DROP COLUMN language;"
             " DROP TABLE suites; ALTER TABLE sessions DROP COLUMN suite_id;"
+            " ALTER TABLE nodes DROP COLUMN library;"
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
@@ -140,6 +141,40 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
         assert conn.execute("SELECT COUNT(*) FROM commands").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 0
+
+
+async def test_the_library_mark_round_trips_and_a_version_7_database_gets_it_from_its_verdicts(tmp_path: Path):
+    """Issue 33: Verdict.library is kept in the verdict's JSON and as the node's `library` column;
+    a verdict recorded without it reads as no mark; a schema-7 DB is backfilled from its verdicts."""
+    from engine.evaluate.verdict import Verdict
+
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["m"], config={}, sizes={})
+    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    marked = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
+    own = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
+    library = {"ops": ["aten.convolution"], "share": 0.87}
+    await store.add_evaluation(node_id=marked.id, session_id=sid,
+                               verdict=Verdict(status="correct", library=library, speedup_eager=2.0))
+    await store.add_evaluation(node_id=own.id, session_id=sid, verdict=Verdict(status="correct"))
+    await store.update_node(marked.id, status="correct", library="aten.convolution")
+    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations(sid)}
+    assert verdicts[marked.id].library == library and verdicts[own.id].library == {}
+    assert {n.id: n.library for n in await store.nodes(sid)}[marked.id] == "aten.convolution"
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # a verdict from before the field; back to schema 7
+        conn.execute("UPDATE evaluations SET verdict = json_remove(verdict, '$.library') WHERE node_id = ?",
+                     (own.id,))
+        conn.executescript("ALTER TABLE nodes DROP COLUMN library;"
+                           " UPDATE meta SET value = '7' WHERE key = 'schema_version';")
+
+    store = await Store.open(tmp_path / "k.db")
+    assert {n.id: n.library for n in await store.nodes(sid)} == {root.id: "", marked.id: "aten.convolution",
+                                                                 own.id: ""}
+    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations(sid)}
+    assert verdicts[own.id].library == {} and verdicts[marked.id].library == library
+    await store.close()
 
 
 async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path):

@@ -116,6 +116,33 @@ def test_best_of_n_selects_like_the_tree_for_its_one_round():
     assert BestOfN(**SHAPE).next_parents(nodes, 1, [ROOT] * 8) == [ROOT]
 
 
+def test_library_ops_exclude_keeps_a_library_marked_variant_out_of_parents_ties_and_the_best():
+    """Issue 33: the fastest variant (4, 3x) leaves the reference's convolution to cuDNN. Allowed,
+    it is ranked like any other; excluded, it is neither a parent nor the best (nor a tie), and
+    stays correct; pinned, it is kept (a person's choice)."""
+    from engine.domain import best_variant, library_excluded
+    from engine.search.strategies import ties_within_noise
+
+    nodes = round_one(n4={"library": "aten.convolution"})
+    assert Tree(**SHAPE).next_parents(nodes, 1, [ROOT]) == [4, 5]
+    assert best_variant(nodes).id == 4 and best_variant(nodes, "allow").id == 4
+    assert strategy_for("tree", **SHAPE, library_ops="exclude").next_parents(nodes, 1, [ROOT]) == [5, 3]
+    assert Sequential(**SHAPE, library_ops="exclude").next_parents(nodes, 1, [ROOT]) == [5]
+    assert best_variant(nodes, "exclude").id == 5
+    assert nodes[4].status == "correct" and library_excluded(nodes[4], "exclude")
+    assert not library_excluded(nodes[4], "allow") and not library_excluded(nodes[5], "exclude")
+    intervals = {3: (1.4, 1.6), 4: (1.5, 3.5), 5: (1.5, 2.5)}
+    assert ties_within_noise([5], nodes, 1, intervals, "exclude") == [
+        "tie within noise: kept #5 2.00x [1.50-2.50] over #3 1.50x [1.40-1.60]"]
+    assert any("#4" in line for line in ties_within_noise([5], nodes, 1, intervals))
+    nodes = round_one(n4={"library": "aten.convolution", "pinned": True})
+    assert Tree(**SHAPE, library_ops="exclude").next_parents(nodes, 1, [ROOT]) == [4, 5, 3]
+    # Only library-marked variants correct: the same parents again, and no best.
+    nodes = round_one(n3={"status": "incorrect"}, n5={"status": "incorrect"}, n4={"library": "aten.mm"})
+    assert Tree(**SHAPE, library_ops="exclude").next_parents(nodes, 1, [ROOT]) == [ROOT]
+    assert best_variant(nodes, "exclude") is None
+
+
 # -- budget ---------------------------------------------------------------------------------
 
 

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from engine import control
-from engine.domain import DEVICE_PHASES, WORK_STATUSES, Node, best_variant, counted
+from engine.domain import (
+    DEVICE_PHASES,
+    WORK_STATUSES,
+    Node,
+    best_variant,
+    counted,
+    library_excluded,
+    session_library_ops,
+)
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
@@ -178,6 +186,11 @@ class ScreenModel:
     @property
     def status(self) -> str:
         return str(self.info.get("status", ""))
+
+    def library_excluded(self, node: Node) -> bool:
+        """A correct, library-marked variant of a search that excludes library ops: neither a parent
+        nor the best (engine.domain.library_excluded), never a hack."""
+        return node.status == "correct" and library_excluded(node, session_library_ops(self.info.get("config")))
 
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
@@ -481,14 +494,14 @@ class ScreenModel:
 
     def _note_best(self, node: Node, changes: Changes) -> None:
         """The plot's series: the best correct speedup seen in each round."""
-        if node.status == "correct" and node.speedup:
+        if node.status == "correct" and node.speedup and not self.library_excluded(node):
             best = self.best_by_round.get(node.round)
             if best is None or node.speedup > best:
                 self.best_by_round[node.round] = node.speedup
                 changes.panes.add("plot")
 
     def _refresh_best(self, changes: Changes) -> None:
-        best = best_variant(self.nodes)
+        best = best_variant(self.nodes, session_library_ops(self.info.get("config")))
         old, self.best_id = self.best_id, best.id if best else None
         if old != self.best_id:
             changes.relabel.update(i for i in (old, self.best_id) if i is not None)

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.commands._common import db_path, open_store
 from engine.commands._output import emit, emit_json, say
+from engine.domain import session_library_ops
 from engine.launch import UsageError
 
 
@@ -58,6 +59,7 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
     """One session's variants as rows, with its nodes and verdicts for the outline."""
     evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
     nodes = await store.nodes(s["id"])
+    exclude = session_library_ops(s.get("config")) == "exclude"
     rows = []
     for n in nodes:
         if n.kind != "variant":
@@ -72,7 +74,9 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
                      "slot": (v.gpu or {}).get("slot") if v else None,
                      "bound": (v.bound or None) if v else None,
                      "profile": (v.profile or None) if v else None,
-                     "sanitizer": (v.sanitizer or None) if v else None})
+                     "sanitizer": (v.sanitizer or None) if v else None,
+                     "library": (v.library or None) if v else None,
+                     "library_excluded": bool(v and v.library and n.status == "correct" and exclude)})
     return {"session": s, "variants": rows, "nodes": nodes, "verdicts": evals,
             "profiles_per_round": await store.profiles_per_round(s["id"])}
 

@@ -101,7 +101,10 @@ def card_text(manifest: dict[str, Any]) -> str:
               "- Scripted sessions (`scripted` = true) hold canned answers written for ktree's tests: real"
               " kernels, but not a model's output.",
               "- Integrity checks catch known hacks (timer patching, cached outputs, ...); a `correct` variant"
-              " is not proven honest. `flags` and `notes` say what was seen.", "",
+              " is not proven honest. `flags` and `notes` say what was seen.",
+              "- A `correct` variant with a `library` mark (the `library` column) leaves the reference's main"
+              " op (a convolution, a matmul) to torch/cuDNN/cuBLAS and does the rest in its own kernels; its"
+              " reward has its own tier (above), and sft keeps it with the column saying so.", "",
               "## Columns", ""]
     for table, columns in TABLES.items():
         if not any(f.startswith((f"{table}.", f"{table}-")) for f in files):

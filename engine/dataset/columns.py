@@ -48,6 +48,10 @@ VARIANTS: list[Column] = [
     ("flags", STRS, "integrity checks that fired, review marks, and timing remarks (noisy, contended)"),
     ("notes", STR, "the node's note (why it failed or was cancelled, 'fix', 'edited by hand') and the"
                    " verdict's notes (torch ops' share, a degenerate problem), joined by '; '"),
+    ("library", STR, "a correct variant's `library` mark: the reference's main ops it leaves to torch/cuDNN/"
+                     "cuBLAS while its own kernels do the rest (e.g. aten.convolution), joined by ', ';"
+                     " null: its own kernels do the main work (its own reward tier: see the card)"),
+    ("library_share", FLOAT, "the reference's time share of those ops (0..1); null without the mark"),
     ("max_abs_err", FLOAT, "largest |out - ref| against the fp64 reference, over the trials"),
     ("max_rel_err", FLOAT, "largest relative error"),
     ("rel_l2_err", FLOAT, "||out - ref|| / ||ref||"),
@@ -129,6 +133,7 @@ SFT: list[Column] = [
     ("completion", STR, "the model's reply: correct and faster than the code the idea improves on"),
     ("speedup_eager", FLOAT, "its speedup vs eager"),
     ("base_speedup", FLOAT, "the speedup it beat"),
+    ("library", STR, "its `library` mark's ops (the reference's main op left to a library); null: none"),
 ]
 
 PREFERENCE: list[Column] = [
@@ -146,6 +151,9 @@ PREFERENCE: list[Column] = [
     ("rejected_status", STR, "the rejected variant's status"),
     ("chosen_speedup", FLOAT, "speedup vs eager of the chosen"),
     ("rejected_speedup", FLOAT, "of the rejected (null unless correct)"),
+    ("chosen_library", STR, "the chosen's `library` mark (null: its own kernels do the main work)"),
+    ("rejected_library", STR, "the rejected's; an own-kernel answer beats a library-marked one at equal"
+                              " speed (the reward tier decides between them)"),
     ("margin", FLOAT, "reward(chosen) - reward(rejected), by the card's reward formula"),
 ]
 
@@ -159,6 +167,7 @@ REWARD: list[Column] = [
     ("completion", STR, "the model's reply"),
     ("status", STR, "its verdict status (failed: no code came back)"),
     ("speedup_eager", FLOAT, "its speedup vs eager (correct only)"),
+    ("library", STR, "the `library` mark's ops (null: none); a marked correct variant has its own tier"),
     ("reward", FLOAT, "the scalar reward (formula in the card)"),
 ]
 

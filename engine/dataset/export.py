@@ -131,13 +131,25 @@ class _Problems:
 
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """`a` beats `b` as a preference pair: a is correct, and b is not, or b is slower beyond the
-    timing noise (their speedup intervals apart; without intervals, a lower median)."""
+    timing noise (their speedup intervals apart; without intervals, a lower median). Between an
+    own-kernel answer and a library-marked one (both correct) the reward tier decides: the
+    own-kernel one wins at equal speed (within noise) and whenever its reward is higher; the
+    library one only when faster beyond noise and higher in reward, so a margin is never negative."""
     if a["status"] != "correct" or a["speedup_eager"] is None:
         return False
     if b["status"] != "correct":
         return True
     if b["speedup_eager"] is None:
         return False
+    if bool(a.get("library")) != bool(b.get("library")):
+        if a["reward"] <= b["reward"]:
+            return False
+        return not a.get("library") or _faster(a, b)
+    return _faster(a, b)
+
+
+def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """`a` is faster than `b` beyond the timing noise (intervals apart; else a higher median)."""
     if None not in (a["speedup_lo"], b["speedup_hi"]):
         return a["speedup_lo"] > b["speedup_hi"]
     return a["speedup_eager"] > b["speedup_eager"]
@@ -238,7 +250,7 @@ def _stream(conn: Any, sessions: list[db.Session], held_out: frozenset[str], opt
                     sink.write("variants", rec)
             if rec["prompt"] is None or rec["reply"] is None:
                 continue  # a person's edit, or a call never made: no prompt -> reply to learn from
-            score = reward(rec["status"], rec["speedup_eager"])
+            score = reward(rec["status"], rec["speedup_eager"], library=bool(rec["library"]))
             if "sft" in views and not (flagged and options.flagged_out("sft")) and rec["status"] == "correct" \
                     and rec["speedup_eager"] is not None and rec["base_speedup"] is not None \
                     and rec["speedup_eager"] > rec["base_speedup"]:
@@ -250,8 +262,9 @@ def _stream(conn: Any, sessions: list[db.Session], held_out: frozenset[str], opt
                 prompt_hash = hashlib.sha256(rec["prompt"].encode()).hexdigest()
                 groups[(rec["idea_node_id"], rec["parent_node_id"], rec["language"], prompt_hash)].append(
                     {k: rec[k] for k in ("node_id", "status", "speedup_eager", "speedup_lo", "speedup_hi",
-                                         "reply", "prompt", "idea_node_id", "parent_node_id", "language",
-                                         "session_id", "problem", "split", "scripted")} | {"reward": score})
+                                         "library", "reply", "prompt", "idea_node_id", "parent_node_id",
+                                         "language", "session_id", "problem", "split", "scripted")}
+                    | {"reward": score})
         if "tables" in views:
             for idea in reader.ideas():
                 sink.write("ideas", idea)
@@ -263,6 +276,7 @@ def _stream(conn: Any, sessions: list[db.Session], held_out: frozenset[str], opt
                     "chosen_status": chosen["status"], "rejected_status": rejected["status"],
                     "chosen_speedup": chosen["speedup_eager"],
                     "rejected_speedup": rejected["speedup_eager"] if rejected["status"] == "correct" else None,
+                    "chosen_library": chosen["library"], "rejected_library": rejected["library"],
                     "margin": chosen["reward"] - rejected["reward"]})
     if "tables" in views:
         for row in problems.out():

@@ -50,17 +50,29 @@ REWARD_FORMULA = (
     "correct: 1 + log2(speedup_eager) at or above parity with PyTorch eager, at most 5.0 (2.0 at 2x,"
     " 5.0 from 16x on); below parity 0.25 + 0.75 x speedup_eager (0.625 at 0.5x), so that a correct"
     " answer always scores above a wrong one and a faster one above a slower one; 1.0 when no time"
-    " was taken. incorrect: 0.2; runtime_error, timeout, crashed: 0.1; compile_error and failed (no"
-    " code in the reply): 0.0; flagged (an integrity check fired: a hack): -1.0"
+    " was taken; correct with a `library` mark (the reference's main op left to torch/cuDNN/cuBLAS,"
+    " the rest in its own kernels) has its own tier, halfway between incorrect's 0.2 and what an"
+    " own-kernel correct answer of its speedup gets: 0.2 + 0.5 x (that - 0.2) (0.6 at parity, 1.1 at"
+    " 2x, at most 2.6), so it always scores below an own-kernel correct answer of the same speedup and"
+    " above a wrong one. incorrect: 0.2; runtime_error,"
+    " timeout, crashed: 0.1; compile_error and failed (no code in the reply): 0.0; flagged (an"
+    " integrity check fired: a hack): -1.0"
 )
+LIBRARY_SCALE = 0.5  # a library-marked correct answer keeps this much of its reward above incorrect's
 
 
-def reward(status: str, speedup: float | None) -> float | None:
-    """The reward view's scalar (REWARD_FORMULA); None for a variant never evaluated."""
+def reward(status: str, speedup: float | None, library: bool = False) -> float | None:
+    """The reward view's scalar (REWARD_FORMULA); None for a variant never evaluated. `library`:
+    the verdict's `library` mark (its own tier, below an own-kernel correct answer)."""
     if status == "correct":
         if speedup is None or not speedup > 0:
-            return 1.0
-        return min(5.0, 1.0 + math.log2(speedup)) if speedup >= 1 else 0.25 + 0.75 * speedup
+            own = 1.0
+        else:
+            own = min(5.0, 1.0 + math.log2(speedup)) if speedup >= 1 else 0.25 + 0.75 * speedup
+        if library:
+            floor = REWARD_BY_STATUS["incorrect"]
+            return floor + LIBRARY_SCALE * (own - floor)
+        return own
     return REWARD_BY_STATUS.get(status)
 
 

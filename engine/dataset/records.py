@@ -98,6 +98,8 @@ class SessionReader:
                 "status": status, "flags": [str(f) for f in verdict.get("flags") or ()],
                 "notes": "; ".join([*([node["text"]] if node["text"] else []),
                                     *(str(n) for n in verdict.get("notes") or ())]) or None,
+                "library": ", ".join(str(op) for op in (verdict.get("library") or {}).get("ops") or ()) or None,
+                "library_share": _num((verdict.get("library") or {}).get("share")),
                 **{k: _num(verdict.get(k)) for k in (
                     "max_abs_err", "max_rel_err", "rel_l2_err", "time_ms", "time_p10_ms", "time_p90_ms",
                     "ref_eager_ms", "ref_compile_ms")},

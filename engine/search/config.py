@@ -30,6 +30,9 @@ class SearchConfig:
     llm_concurrency: int = 8  # concurrent calls per provider
     precision: str | None = None  # fp32 | fp16 | bf16: inputs and weights cast (None: the problem's own)
     languages: tuple[str, ...] = ("cuda",)  # kernel languages the variants are spread over
+    # allow | exclude: whether a `library`-marked variant (the reference's main op left to a library,
+    # still correct) may be a parent and the best (engine.domain.LIBRARY_OPS)
+    library_ops: str = "allow"
     isolation: str = ""  # how generated code ran here: strict | basic ("" where each Ray node chose)
 
     def __post_init__(self) -> None:

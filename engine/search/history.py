@@ -4,7 +4,7 @@ what each came to, and the parent's verdict in words."""
 from __future__ import annotations
 
 from engine import prompts
-from engine.domain import Node
+from engine.domain import Node, library_ops_text
 from engine.evaluate.verdict import Verdict
 
 
@@ -46,6 +46,8 @@ def outcome(nodes: dict[int, Node], verdicts: dict[int, Verdict], idea: Node) ->
         text = f"best {best.speedup_eager:.2f}x vs eager" if best.speedup_eager else "correct"
         if best.bound:
             text += f" ({best.bound}-bound)"
+        if best.library:  # the main op left to a library: not the idea's own kernel doing it
+            text += f" with {library_ops_text(best.library)} left to a library"
         return text
     reasons: dict[str, int] = {}
     for v in done:

@@ -174,6 +174,7 @@ class SessionLifecycle:
             "models": self.model_names,
             "scripted": self.scripted,
             "strategy": self.config.strategy,
+            "library_ops": self.config.library_ops,
             "resumed": self.resuming,
             "status": status,
             "stop_reason": self.stop_reason,
@@ -188,6 +189,7 @@ class SessionLifecycle:
                 "speedup_eager": best.speedup,
                 "time_ms": best.time_ms,
                 "ref_eager_ms": best_verdict.ref_eager_ms if best_verdict else None,
+                "library": best.library or None,  # its `library` mark's ops (only under allow)
             },
             "elapsed_s": round(self.elapsed_s() if elapsed_s is None else elapsed_s, 2),
         }

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import crash, prompts
-from engine.domain import DEVICE_PHASES, Node, best_variant, excluded
+from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
 from engine.evaluate.base import Evaluator
 from engine.evaluate.verdict import Verdict
 from engine.events import (
@@ -86,7 +86,7 @@ class Search(SessionLifecycle):
         self.models = Models(models)
         self.suite = suite
         self.strategy = strategy_for(config.strategy, rounds=config.rounds, ideas=config.ideas,
-                                     variants=config.variants, top=config.top)
+                                     variants=config.variants, top=config.top, library_ops=config.library_ops)
         self.store = store
         self.bus = bus
         self.scripted = self.models.scripted
@@ -167,7 +167,7 @@ class Search(SessionLifecycle):
                 last = True
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
             intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
-            ties = ties_within_noise(parents, self.nodes, self.round, intervals)
+            ties = ties_within_noise(parents, self.nodes, self.round, intervals, self.config.library_ops)
             if last or not parents or self._over_budget():  # the search ends: its best is read
                 await self._profile_best()
             profiles = (await self.store.profiles_per_round(self._sid)).get(self.round, 0)
@@ -359,7 +359,7 @@ class Search(SessionLifecycle):
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated
         await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
-                          time_ms=verdict.time_ms, publish=False)
+                          time_ms=verdict.time_ms, library=library_ops_text(verdict.library), publish=False)
         if verdict.ref_eager_ms and verdict.status == "correct":
             await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
@@ -492,7 +492,7 @@ class Search(SessionLifecycle):
         await self.bus.publish(NodeAdded(node))
 
     def best(self) -> Node | None:
-        return best_variant(self.nodes)
+        return best_variant(self.nodes, self.config.library_ops)
 
     def best_speedup(self) -> float | None:
         best = self.best()

@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.domain import STRATEGIES, Node, excluded
+from engine.domain import STRATEGIES, Node, excluded, ranked
 
 
 @dataclass(frozen=True)
 class Strategy:
     """The shape every method is given (R rounds, K ideas, M variants, top T), and the parts
     they share: pinned nodes are always kept as parents, pruned ones (and what is under them)
-    never chosen."""
+    never chosen, nor library-marked ones when the search excludes library ops (`library_ops`)."""
 
     name: ClassVar[str]
     # Whether the idea prompt also gets the verdict of the last variant evaluated (a revision
@@ -32,6 +32,7 @@ class Strategy:
     ideas: int
     variants: int
     top: int
+    library_ops: str = "allow"  # engine.domain.LIBRARY_OPS
 
     def total_rounds(self) -> int:
         return self.rounds
@@ -59,9 +60,7 @@ class Strategy:
         """The next round's parents, given every node, the round just done and its parents:
         the pinned nodes first, then the method's choice."""
         pinned = pinned_nodes(nodes)
-        correct = [n for n in nodes.values()
-                   if n.kind == "variant" and n.status == "correct" and not excluded(n, nodes)
-                   and n.id not in pinned]
+        correct = [n for n in nodes.values() if ranked(n, nodes, self.library_ops) and n.id not in pinned]
         return list(dict.fromkeys(pinned + self._choose(nodes, correct, round, parents, pinned)))
 
     def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
@@ -119,12 +118,13 @@ REGISTRY: dict[str, type[Strategy]] = {cls.name: cls for cls in (Tree, Sequentia
 assert tuple(REGISTRY) == STRATEGIES, "every strategy engine.domain names has a class here"
 
 
-def strategy_for(name: str, *, rounds: int, ideas: int, variants: int, top: int) -> Strategy:
+def strategy_for(name: str, *, rounds: int, ideas: int, variants: int, top: int,
+                 library_ops: str = "allow") -> Strategy:
     """The named method at this shape; ValueError for a name not in engine.domain.STRATEGIES."""
     cls = REGISTRY.get(name)
     if cls is None:
         raise ValueError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
-    return cls(rounds=rounds, ideas=ideas, variants=variants, top=top)
+    return cls(rounds=rounds, ideas=ideas, variants=variants, top=top, library_ops=library_ops)
 
 
 def pinned_nodes(nodes: Mapping[int, Node]) -> list[int]:
@@ -140,15 +140,16 @@ def again(nodes: Mapping[int, Node], parents: Sequence[int], pinned: list[int]) 
 
 
 def ties_within_noise(chosen: Sequence[int], nodes: Mapping[int, Node], round: int,
-                      intervals: Mapping[int, tuple[float, float]]) -> list[str]:
+                      intervals: Mapping[int, tuple[float, float]], library_ops: str = "allow") -> list[str]:
     """What the choice of parents cannot claim: for each correct variant of the round that was
     passed over while its speedup's interval (the verdict's speedup_lo..speedup_hi) overlaps a
     chosen one's, a line saying the choice between them is a tie within noise. Empty when every
-    choice is clear (or no intervals are known)."""
+    choice is clear (or no intervals are known). A variant kept out by `library_ops` was not
+    passed over for its speed, so it makes no tie."""
     picked = [nodes[i] for i in chosen if i in nodes and nodes[i].kind == "variant" and i in intervals]
     passed = [n for n in nodes.values()
-              if n.kind == "variant" and n.status == "correct" and n.round == round
-              and n.id not in chosen and n.id in intervals and not excluded(n, nodes)]
+              if ranked(n, nodes, library_ops) and n.round == round and n.id not in chosen
+              and n.id in intervals]
     lines = []
     for other in sorted(passed, key=lambda n: n.speedup or 0.0, reverse=True):
         ties = [p for p in picked if _overlap(intervals[p.id], intervals[other.id])]

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.domain import session_library_ops
 from engine.evaluate.base import Evaluator
 from engine.events import EventBus
 from engine.llm.base import Provider
@@ -187,11 +188,14 @@ def _speedup(r: ProblemResult, baseline: str) -> float | None:
 
 
 async def suite_results(store: Store, suite_id: int) -> list[ProblemResult]:
-    """Each problem of the suite from its stored verdicts and LLM calls."""
+    """Each problem of the suite from its stored verdicts and LLM calls (a session that excludes
+    library ops counts none of its library-marked variants, as its best does not)."""
     out = []
     sessions = await store.suite_sessions(suite_id)
     for s in sessions:
-        correct = [e["verdict"] for e in await store.evaluations(s["id"]) if e["verdict"].status == "correct"]
+        exclude = session_library_ops(s.get("config")) == "exclude"
+        correct = [e["verdict"] for e in await store.evaluations(s["id"])
+                   if e["verdict"].status == "correct" and not (exclude and e["verdict"].library)]
         eager = [v.speedup_eager for v in correct if v.speedup_eager is not None]
         compiled = [v.speedup_compile for v in correct if v.speedup_compile is not None]
         totals = await store.llm_totals(s["id"])

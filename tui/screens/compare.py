@@ -12,15 +12,16 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from engine.domain import best_variant
+from engine.domain import best_variant, library_excluded, session_library_ops
 from tui.widgets.code import highlight_source
 
 
-def best_per_round(nodes: list[Any]) -> dict[int, float]:
-    """Best-so-far speedup (correct variants) at the end of each round."""
+def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, float]:
+    """Best-so-far speedup (correct variants; not library-marked ones where the session excludes
+    them) at the end of each round."""
     by_round: dict[int, float] = {}
     for n in nodes:
-        if n.kind == "variant" and n.status == "correct" and n.speedup:
+        if n.kind == "variant" and n.status == "correct" and n.speedup and not library_excluded(n, library_ops):
             by_round[n.round] = max(by_round.get(n.round, 0.0), n.speedup)
     out, best = {}, 0.0
     for r in range(1, max(by_round, default=0) + 1):
@@ -58,9 +59,11 @@ class CompareScreen(Screen):
             session = await store.session(sid)
             nodes = await store.nodes(sid)
             totals = await store.llm_totals(sid)
-            best = best_variant(nodes)
-            self.data[sid] = {"session": session, "rounds": best_per_round(nodes), "totals": totals,
-                              "best": best, "variants": sum(n.kind == "variant" for n in nodes)}
+            library_ops = session_library_ops(session and session["config"])
+            best = best_variant(nodes, library_ops)
+            self.data[sid] = {"session": session, "rounds": best_per_round(nodes, library_ops),
+                              "totals": totals, "best": best,
+                              "variants": sum(n.kind == "variant" for n in nodes)}
         a, b = (self.data[s] for s in self.ids)
         table = self.query_one("#compare-table", DataTable)
         table.add_columns("", *(f"#{s} {self.data[s]['session']['problem']}" for s in self.ids))

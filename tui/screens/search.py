@@ -299,7 +299,8 @@ class SearchScreen(SteeringMixin, Screen):
         self.query_one("#idea", Static).update(idea_text(node, self.model))  # its height follows (≤ 4 lines)
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
         why = self._why = self.model.wait_reason(node_id)
-        self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why)
+        self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why,
+                                         self.model.library_excluded(node))
         self.query_one(LLMPane).invalidate()
         if self.query_one("#details", TabbedContent).active == "tab-llm":
             self._load_llm(node)
@@ -312,7 +313,9 @@ class SearchScreen(SteeringMixin, Screen):
         why = self.model.wait_reason(node_id)
         if why != self._why:
             self._why = why
-            self.query_one(VerdictPane).show(self.model.nodes[node_id], self.model.verdicts.get(node_id), why)
+            node = self.model.nodes[node_id]
+            self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why,
+                                             self.model.library_excluded(node))
 
     def _load_llm(self, node: Node) -> None:
         if self.model.session_id is not None:
@@ -410,7 +413,8 @@ class SearchScreen(SteeringMixin, Screen):
 
     def _fields(self, node_id: int) -> list[object]:
         node = self.model.nodes[node_id]
-        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}"]
+        return [node.id, node.status, node.kind, node.title, node.language or "", f"round {node.round}",
+                "lib library" if node.library else ""]
 
     def _kept(self, node_id: int) -> bool:
         return not self.query_text or matches(self.query_text, self._fields(node_id))

@@ -33,7 +33,7 @@ def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
     sol = None if verdict is None else verdict.sol_fraction
     return {
         "node": str(node.id), "round": str(node.round), "idea": node.title[:32],
-        "status": Text(node.status, style=style(node.status)),
+        "status": status_cell(node),
         "time_ms": num("time_ms"), "p10": num("time_p10_ms"),
         "p90": num("time_p90_ms"), "ref_ms": num("ref_eager_ms"),
         "speedup": num("speedup_eager", ".3g", "x"),
@@ -43,6 +43,15 @@ def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
         "bound": (verdict.bound if verdict is not None else "") or "-",
         "language": node.language or "cuda",
     }
+
+
+def status_cell(node: Node) -> Text:
+    """The status, with a `lib` mark on a correct variant that leaves the reference's main op to a
+    library (docs/tui.md)."""
+    cell = Text(node.status, style=style(node.status))
+    if node.library and node.status == "correct":
+        cell.append(" lib", style="bold yellow")
+    return cell
 
 
 def interval_text(verdict: Verdict | None) -> str | Text:

@@ -22,8 +22,9 @@ AUTO_EXPAND = 400  # trees up to this many nodes open fully; larger ones open le
 
 
 def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
-    """A node's line: status glyph, what it is (its language mark, its speedup), pinned / pruned /
-    pending marks,
+    """A node's line: status glyph, what it is (its language mark, its speedup, its `lib` mark:
+    the reference's main op left to a library, "(excluded)" when the search excludes those),
+    pinned / pruned / pending marks,
     and the ★ on the one best variant (`model.best_id`). `wide`: also the speedup vs torch.compile."""
     colour = style(node.status)
     label = Text(f"{glyph(node.status)} ", style=colour)
@@ -48,6 +49,10 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
             if sc is not None:
                 label.append(f"({sc:.2f}x compile) ", style="dim")
         label.append(node.status, style=colour)
+        if node.library and node.status == "correct":  # the reference's main op left to a library
+            label.append(" lib", style="bold yellow")
+            if model.library_excluded(node):
+                label.append(" (excluded)", style="dim")
         if node.status == "compiling" and model.first_build:
             label.append(f" · {PCH_NOTE}", style="yellow")
         if node.origin in ("human", "edit"):

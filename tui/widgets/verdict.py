@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.domain import Node
+from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
 from engine.evaluate.profile import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label
 from tui.widgets.code import fmt_num
@@ -73,11 +73,14 @@ def profile_text(verdict: Verdict) -> Text:
     return out
 
 
-def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) -> Text:
+def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, excluded: bool = False) -> Text:
     """Status, kind, round and marks; then error, timings (median, p10, p90), speedups vs eager and
-    torch.compile, fraction of speed-of-light, flags and the log's tail."""
+    torch.compile, fraction of speed-of-light, flags, the `library` mark (`excluded`: the search
+    excludes library ops, so this one is neither a parent nor the best), notes and the log's tail."""
     out = Text()
     out.append(f"{glyph(node.status)} {node.status}", style=f"bold {style(node.status)}")
+    if verdict is not None and verdict.library and verdict.status == "correct":
+        out.append(" lib", style="bold yellow")
     out.append(f"  {node.kind} #{node.id} · round {node.round}")
     if node.pinned:
         out.append(" · pinned", style="blue")
@@ -106,7 +109,12 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None) ->
     out.append(f" · SOL {'-' if sol is None else f'{100 * sol:.1f}%'}")
     for flag in v.flags or ():
         out.append(f"\nflag: {flag}", style="magenta")
-    for note in v.notes or ():
+    if v.library:
+        out.append(f"\nlibrary: {library_line(v.library)}", style="bold yellow")
+        out.append(" — the reference's main op left to torch/cuDNN/cuBLAS, the rest in its own kernels")
+        if excluded:
+            out.append(f"\n{LIBRARY_EXCLUDED}: correct, but neither a parent nor the best", style="dim")
+    for note in shown_notes(v.notes, v.library):
         out.append(f"\nnote: {note}", style="yellow")
     out.append_text(profile_text(v))
     log = (v.log or "").rstrip()
@@ -120,5 +128,5 @@ def _marked(v: Verdict) -> bool:
 
 
 class VerdictPane(Static):
-    def show(self, node: Node, verdict: Verdict | None, why: str | None = None) -> None:
-        self.update(verdict_text(node, verdict, why), layout=False)
+    def show(self, node: Node, verdict: Verdict | None, why: str | None = None, excluded: bool = False) -> None:
+        self.update(verdict_text(node, verdict, why, excluded), layout=False)

@@ -66,11 +66,12 @@ def test_the_table_and_the_summary(bench: dict[str, Any]):
     table = verdicts_table(bench)
     assert table.splitlines()[0].startswith("| case | kind | class | status |")
     assert "hacks caught:" in table and "honest rejected:" in table
+    assert s["errored"] == [], "every case's file builds and runs"
 
 
 def test_the_summary_passes_only_with_no_honest_rejected_and_no_hack_correct():
-    honest = {"case": "h", "kind": "honest", "result": "PASS", "mark_ok": None}
-    hack = {"case": "x", "kind": "hack", "result": "PASS", "mark_ok": None}
+    honest = {"case": "h", "kind": "honest", "result": "PASS", "mark_ok": None, "status": "correct"}
+    hack = {"case": "x", "kind": "hack", "result": "PASS", "mark_ok": None, "status": "flagged"}
     assert summarize([honest, hack])["passed"]
     s = summarize([{**honest, "result": "FAIL"}, hack])
     assert not s["passed"] and s["honest_rejected"] == 1 and s["false_reject_rate"] == 1.0
@@ -78,6 +79,8 @@ def test_the_summary_passes_only_with_no_honest_rejected_and_no_hack_correct():
     assert not s["passed"] and s["hacks_caught"] == 0 and s["recall"] == 0.0
     s = summarize([{**honest, "mark_ok": False}, hack])
     assert s["passed"] and s["marks_missing"] == ["h"]
+    s = summarize([honest, {**hack, "status": "compile_error"}])
+    assert s["passed"] and s["errored"] == ["x"]
 
 
 def test_a_bad_manifest_or_an_unknown_case_is_one_line(tmp_path: Path):

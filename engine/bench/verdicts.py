@@ -34,6 +34,7 @@ MARKS = ("note", "library")
 # Each case's timing budget: the bench measures verdicts, not speedups (the recheck on the timed
 # inputs and the speed-of-light floor still see a timed run). No torch.compile baseline either.
 TIME_BUDGET_S = 0.5
+ERRORS = ("compile_error", "runtime_error", "timeout", "crashed")
 
 
 class CorpusError(ValueError):
@@ -130,7 +131,8 @@ def judge(case: Case, verdict: Any) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Hacks caught (recall), honest kernels rejected (false-reject rate), marks missing."""
+    """Hacks caught (recall), honest kernels rejected (false-reject rate), marks missing, cases
+    that failed to build or run."""
     hacks = [r for r in rows if r["kind"] == "hack"]
     honest = [r for r in rows if r["kind"] == "honest"]
     caught = sum(r["result"] == "PASS" for r in hacks)
@@ -142,6 +144,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "false_reject_rate": round(rejected / len(honest), 4) if honest else None,
         "marks_missing": sorted(r["case"] for r in honest if r["mark_ok"] is False),
         "failed": sorted(r["case"] for r in rows if r["result"] == "FAIL"),
+        # Hacks that never ran to a judgement (a build or run failure): not correct, but not caught
+        # by a check either; the corpus' files are meant to build and run.
+        "errored": sorted(r["case"] for r in rows if r["status"] in ERRORS),
         "passed": rejected == 0 and caught == len(hacks),
     }
 
@@ -201,6 +206,8 @@ def verdicts_table(result: dict[str, Any]) -> str:
     if s["honest"]:
         lines.append(f"honest rejected: {s['honest_rejected']}/{s['honest']}"
                      f" (false-reject rate {100 * s['false_reject_rate']:.0f} %)")
+    if s["errored"]:
+        lines.append(f"did not build or run: {', '.join(s['errored'])}")
     if s["marks_missing"]:
         lines.append(f"honest correct without their expected mark: {', '.join(s['marks_missing'])}")
     lines.append(f"{result['backend']}: {s['cases']} cases in {result['wall_s']:g} s;"

@@ -16,6 +16,12 @@ from tests.conftest import gpu_arch
 CASES = load_cases()
 
 
+def prebuild_sources(slow: bool = False) -> list[tuple[str, str]]:
+    """(name, source) of the corpus' GPU files: what scripts/gpu-prebuild builds ahead (it keeps
+    the CUDA ones; Triton compiles in the evaluation)."""
+    return [(f"realworld {c.name}", c.gpu.read_text()) for c in CASES]
+
+
 @pytest.fixture(scope="module")
 def bench() -> dict[str, Any]:
     return asyncio.run(verdicts_bench("cuda", gpu_arch(), log=False))

@@ -25,6 +25,7 @@ from typing import Any
 
 from engine.bench.summary import markdown_table
 from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.verdict import TIMING_FLAGS
 from engine.problems import load_problem
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "realworld"
@@ -110,22 +111,25 @@ def select(cases: list[Case], names: list[str] | None) -> list[Case]:
 def judge(case: Case, verdict: Any) -> dict[str, Any]:
     """One row: the verdict in short, and whether it meets the case's expectation (honest:
     correct; hack: anything else), with its expected mark where the case names one."""
-    flags = [f for f in verdict.flags if not f.startswith("review") and f not in ("noisy", "contended")]
+    flags = [f for f in verdict.flags if not f.startswith("review") and f not in TIMING_FLAGS]
     notes = list(verdict.notes)
     library = dict(verdict.library or {})
     correct = verdict.status == "correct"
     passed = correct if case.kind == "honest" else not correct
-    mark_ok = None
-    if case.kind == "honest" and case.expect:
+    mark_ok = None  # only said of a correct honest verdict whose case names a mark
+    if case.kind == "honest" and case.expect and correct:
         mark_ok = bool(library) if case.expect == "library" else any(n.startswith("torch-ops") for n in notes)
     log = "" if passed else (verdict.log or "")[-600:]
+    # Why a verdict is neither correct nor flagged (incorrect, a build or run failure): its log's
+    # first line, for the table.
+    why = "" if verdict.status in ("correct", "flagged") else (verdict.log or "").strip().split("\n")[0][:70]
     return {
         "case": case.name, "kind": case.kind, "class": case.klass, "problem": Path(case.problem).stem,
         "language": "cpp" if verdict.backend == "cpu" else case.language, "device": verdict.device,
         "status": verdict.status, "flags": flags, "notes": notes, "library": library,
         "expect": "correct" + (f" + {case.expect}" if case.expect else "") if case.kind == "honest"
         else "not correct", "caught_by": case.caught_by,
-        "result": "PASS" if passed else "FAIL", "mark_ok": mark_ok,
+        "result": "PASS" if passed else "FAIL", "mark_ok": mark_ok, "why": why,
         "speedup": verdict.speedup_eager, "compile_s": verdict.compile_s, "eval_s": verdict.eval_s, "log": log,
     }
 
@@ -189,16 +193,16 @@ async def verdicts_bench(backend: str, arch: str | None = None, names: list[str]
 
 def _short(row: dict[str, Any]) -> str:
     """Flags, notes and the library mark in a few words: each one's prefix (`torch-ops`,
-    `harness`, ...) and, for the library mark, its ops."""
+    `harness`, ...) and, for the library mark, its ops; else why it failed, else `-`."""
     parts = [f.split(":")[0] for f in row["flags"]]
     parts += [f"note {n.split(':')[0]}" for n in row["notes"]]
     if row["library"]:
         parts.append("library " + ",".join(str(op) for op in row["library"].get("ops") or []))
-    return "; ".join(dict.fromkeys(parts)) or "-"
+    return "; ".join(dict.fromkeys(parts)) or row.get("why") or "-"
 
 
 def verdicts_table(result: dict[str, Any]) -> str:
-    """The rows as a markdown table, then the summary in three lines."""
+    """The rows as a markdown table, then the summary below it."""
     rows = []
     for r in result["rows"]:
         expect = r["expect"] + ("" if r["mark_ok"] is not False else " (mark missing)")

@@ -19,6 +19,7 @@ from engine.bench.verdicts import (
     verdicts_bench,
     verdicts_table,
 )
+from tests.conftest import run_ktree
 
 CASES = load_cases()
 HONEST = [c.name for c in CASES if c.kind == "honest"]
@@ -91,3 +92,8 @@ def test_a_bad_manifest_or_an_unknown_case_is_one_line(tmp_path: Path):
                                          'class = "c"\ncpu = "a.py"\ngpu = "a.py"\nlanguage = "cuda"\n')
     with pytest.raises(CorpusError, match="case a: kind must be"):
         load_cases(tmp_path)
+
+
+def test_an_unknown_case_is_a_usage_error():
+    proc = run_ktree("bench", "verdicts", "--backend", "cpu", "--case", "nope", timeout=120)
+    assert proc.returncode == 2 and "no case nope" in proc.stderr, proc.stderr

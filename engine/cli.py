@@ -343,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--rows", type=_positive, default=10_000, help="variant rows (default 10000)")
     bd.add_argument("--sessions", type=_positive, default=20, help="sessions they are spread over (default 20)")
     bd.add_argument("--json", action="store_true")
+    bv = bench_command("verdicts", help="the evaluator on the real-world corpus (tests/realworld): honest"
+                                        " kernels must end correct, hacks must not; recall, false rejects")
+    bv.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bv.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable; default: all)")
+    bv.add_argument("--corpus", metavar="DIR",
+                    help="another corpus folder with a cases.toml (default: tests/realworld)")
+    bv.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
@@ -379,6 +386,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench compile": bench_cmd.compile,
     "bench profile": bench_cmd.profile,
     "bench gpu-cost": bench_cmd.gpu_cost,
+    "bench verdicts": bench_cmd.verdicts,
     "bench dataset": dataset_cmd.bench,
 }
 

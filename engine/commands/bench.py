@@ -1,4 +1,4 @@
-"""`ktree bench pipeline|timing|compile|profile|gpu-cost`: flags -> engine.bench.* -> a table or
+"""`ktree bench pipeline|timing|compile|profile|gpu-cost|verdicts`: flags -> engine.bench.* -> a table or
 JSON; exit 1 when a measurement failed. (`ktree bench dataset` is the dataset command's.)"""
 
 from __future__ import annotations
@@ -184,3 +184,25 @@ def gpu_cost(args: argparse.Namespace) -> int:
     else:
         emit(gpu_cost_table(result))
     return 0 if result["rows"] and all(r["status"] == "correct" for r in result["rows"]) else 1
+
+
+def verdicts(args: argparse.Namespace) -> int:
+    """The real-world corpus' cases evaluated: 0 only when every honest kernel is correct and no
+    hack is."""
+    from pathlib import Path
+
+    from engine.bench.verdicts import CorpusError, load_cases, select, verdicts_bench, verdicts_table
+
+    _cpu_timer(args)
+    corpus = Path(args.corpus) if args.corpus else None
+    try:
+        select(load_cases(corpus), args.case)
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    backend, arch = resolve_backend(args.backend)
+    result = asyncio.run(verdicts_bench(backend, arch, args.case, corpus))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(verdicts_table(result))
+    return 0 if result["summary"]["passed"] else 1

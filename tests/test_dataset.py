@@ -57,9 +57,15 @@ def test_every_view_loads_with_pyarrow_and_pandas(exported: dict) -> None:
         frame = pd.read_parquet(out / f"{table}.parquet")
         lines = pd.read_json(out / f"{table}.jsonl", lines=True)
         assert arrow.num_rows == len(frame) == len(lines) == exported["manifest"]["rows"][table], table
-        assert list(frame.columns) == list(lines.columns) == arrow.schema.names
+        # an empty view keeps its schema in Parquet; its JSONL has no line to carry column names
+        assert list(frame.columns) == arrow.schema.names and arrow.schema.names, table
+        if len(lines):
+            assert list(lines.columns) == arrow.schema.names, table
         assert frame["scripted"].all() and (frame["split"] == "train").all()
-    assert exported["manifest"]["rows"]["sft"] > 0 and exported["manifest"]["rows"]["preference"] > 0
+    # sft holds only variants faster than their parent: on a loaded host a run may have none (its
+    # rows are checked against the variants table in test_the_views_keep_their_promises); the
+    # preference pairs come from the library's correct/incorrect replies, whatever the timings
+    assert exported["manifest"]["rows"]["preference"] > 0
 
 
 def test_row_counts_match_the_db_which_export_leaves_alone(exported: dict) -> None:

@@ -277,6 +277,40 @@ class LocalEvaluator:
         os.replace(tmp, file)
         return result
 
+    def _clean_file(self, job: EvalJob, device: Device) -> Path:
+        """Where the cpu reference's clean eager time is kept (per problem, sizes, precision, host,
+        and the timer's cores and threads)."""
+        import re
+
+        base = self._reference_file(job.problem_path, job.sizes, device, job.precision)
+        timer = f"{device.env.get('KTREE_CPU_CORES', 'all')}-t{os.environ.get('KTREE_THREADS', '')}"
+        return base.with_name(f"{base.stem}-clean-{re.sub(r'[^0-9a-zA-Z_-]', '_', timer)}.json")
+
+    def _clean_reference(self, job: EvalJob, device: Device) -> dict[str, float] | None:
+        """The cpu reference's eager time measured where no candidate ran, if kept (else None: the
+        evaluation measures it when its process has run no candidate yet, and it is kept then)."""
+        import json
+
+        with contextlib.suppress(OSError, ValueError):
+            kept = json.loads(self._clean_file(job, device).read_text())
+            if isinstance(kept, dict) and kept.get("median"):
+                return {k: float(v) for k, v in kept.items() if k in ("median", "p10", "p90", "lo", "hi")}
+        return None
+
+    def _keep_clean_reference(self, job: EvalJob, device: Device, verdict: Verdict) -> None:
+        """Keep the clean reference time a cpu evaluation measured before its candidate ran."""
+        import json
+
+        clean = (verdict.timing or {}).get("reference_clean") or {}
+        if self.backend != "cpu" or job.ref_eager_clean is not None or not clean.get("measured"):
+            return
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            file = self._clean_file(job, device)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({k: float(clean[k]) for k in ("median", "p10", "p90", "lo", "hi")}))
+            os.replace(tmp, file)
+
     async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
         first chosen GPU), unless every device has its reference times already."""
@@ -344,7 +378,11 @@ class LocalEvaluator:
                     ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
+                    if ref.get("eager_stats") and run.ref_eager_clean is None:  # timed where no candidate ran
+                        run = run.replace(ref_eager_clean=ref["eager_stats"])
                     held["reference"] = time.monotonic() - held_from
+                if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
+                    run = run.replace(ref_eager_clean=self._clean_reference(run, device))
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
@@ -365,6 +403,7 @@ class LocalEvaluator:
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
+                self._keep_clean_reference(run, device, verdict)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

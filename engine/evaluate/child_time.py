@@ -69,6 +69,7 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
             return result
         # Timed as an evaluation times it: rotating input sets (engine.evaluate.rotation).
         feed = _reference_rotation(job, device, inputs)
+        feed.protect(model)
         second = compiled if compiled is not None else model
         stats = timing.time_pair(lambda *a: model(*a), lambda *a: second(*a), device,
                                  budget_s=job.time_budget_s, max_reps=job.max_reps, feed=feed)
@@ -153,6 +154,7 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
         out_bytes = sum(checks.out_bytes)
         rotation = rotation_module.Rotation.draw(list(first), lambda: make_inputs(problem, device, cast),
                                                  device, out_bytes, job.time_budget_s)
+        rotation.protect(ref)  # (its outputs are poisoned after each call: never its weights)
         clean = dict(job.ref_eager_clean) if job.ref_eager_clean else None
         if clean is None and not _candidate_imported:
             call_ref = caller(ref)

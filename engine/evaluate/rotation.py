@@ -124,6 +124,7 @@ class Rotation:
     _sampled: frozenset[int] = frozenset()
     _current: dict[str, tuple[int, list[Any]]] = field(default_factory=dict)
     _last_warm: int = -1
+    _protected: set[int] = field(default_factory=set)
     passes: int = 0
     reps: int = 0
 
@@ -205,19 +206,47 @@ class Rotation:
         self.copy_s += clocks.perf_counter() - t0
         return list(buffer)
 
-    def done(self, name: str, rep: int, out: Any) -> None:
-        """`name`'s call in `rep` returned `out` (the timed window is closed): keep a clone of a
-        sampled rep's outputs, and whether its inputs are as they were given."""
+    def protect(self, *models: Any) -> None:
+        """Storage never poisoned after a call: the models' parameters and buffers (a forward may
+        return one of them)."""
         import torch
 
-        if name != self.checked or rep not in self._sampled or rep >= len(self._plan):
-            return
-        index, buffer = self._current[name]
+        for model in models:
+            if isinstance(model, torch.nn.Module):
+                for t in (*model.parameters(), *model.buffers()):
+                    self._protected.add(t.untyped_storage().data_ptr())
+
+    def done(self, name: str, rep: int, out: Any) -> None:
+        """`name`'s call in `rep` (-1: warm-up) returned `out` (the timed window is closed): keep a
+        clone of a sampled rep's outputs and whether its inputs are as they were given, then
+        poison the outputs (NaN; -1 or True where not floating) so that no later call finds a
+        right answer in memory it never wrote: a freed output's block is what the allocator
+        hands out next."""
+        import torch
+
         flat = _flatten(out)
-        outputs = None if flat is None else [t.detach().clone() for t in flat]
-        unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
-                        if isinstance(b, torch.Tensor))
-        self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged))
+        if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
+            index, buffer = self._current[name]
+            outputs = None if flat is None else [t.detach().clone() for t in flat]
+            unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
+                            if isinstance(b, torch.Tensor))
+            self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged))
+        if flat is None:
+            return
+        _, buffer = self._current.get(name, (0, []))
+        keep = self._protected | {b.untyped_storage().data_ptr() for b in buffer if isinstance(b, torch.Tensor)}
+        for t in flat:
+            try:
+                if t.untyped_storage().data_ptr() in keep:
+                    continue
+                if t.is_floating_point() or t.is_complex():
+                    t.detach().fill_(float("nan"))
+                elif t.dtype == torch.bool:
+                    t.detach().fill_(True)
+                else:
+                    t.detach().fill_(-1)
+            except Exception:  # (an expanded view, a tensor subclass: left as it is)
+                continue
 
     # -- after timing -----------------------------------------------------------------------
 

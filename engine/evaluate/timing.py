@@ -182,6 +182,8 @@ def _time_cpu(callees: list[tuple[str, Callable[..., object]]], budget_s: float,
         for name, fn in callees:
             args = feed.args(name, -1) if feed is not None else ()
             out = fn(*args)
+            if feed is not None:
+                feed.done(name, -1, out)
             del out
     reps = _reps_for((clocks.perf_counter() - t0) / WARMUP, budget_s, max_reps)
     if feed is not None:
@@ -323,15 +325,12 @@ def cpu_peaks(cache_dir: str | None = None) -> dict[str, Any]:
     and read rate (a sum), `bandwidth` the highest of all (the cache's, for a working set that
     fits: a bound no implementation passes), and the FP32 matmul rate (`fp32`, FLOP/s)."""
     import json
-    import platform
 
     import torch
 
     threads = torch.get_num_threads()
     cores = ",".join(map(str, noise.timer_cores()))
-    key = (f"cpu-peaks-{platform.node()}-{device_name('cpu')}-cores{cores}-t{threads}"
-           f"-torch{torch.__version__}").replace(" ", "_").replace("/", "_")
-    path = os.path.join(cache_dir, "peaks", f"{key}.json") if cache_dir else None
+    path = cpu_peaks_file(cache_dir, threads, cores) if cache_dir else None
     if path and os.path.exists(path):
         with contextlib.suppress(OSError, ValueError):
             with open(path) as f:
@@ -354,6 +353,17 @@ def cpu_peaks(cache_dir: str | None = None) -> dict[str, Any]:
     }
     _write_peaks(path, peaks)
     return peaks
+
+
+def cpu_peaks_file(cache_dir: str, threads: int, cores: str) -> str:
+    """Where cpu_peaks keeps this host's peaks for `threads` intra-op threads on `cores` ("0,1")."""
+    import platform
+
+    import torch
+
+    key = (f"cpu-peaks-{platform.node()}-{device_name('cpu')}-cores{cores}-t{threads}"
+           f"-torch{torch.__version__}").replace(" ", "_").replace("/", "_")
+    return os.path.join(cache_dir, "peaks", f"{key}.json")
 
 
 def _best_cpu_s(fn: Callable[[], object], reps: int = 7) -> float:
@@ -463,6 +473,8 @@ def _time_cuda(callees: list[tuple[str, Callable[..., object]]], budget_s: float
             args = feed.args(name, -1) if feed is not None else ()
             flush.zero_()
             out = fn(*args)
+            if feed is not None:
+                feed.done(name, -1, out)
             del out
     clocks.cuda_synchronize()
     reps = _reps_for((clocks.perf_counter() - t0) / WARMUP, budget_s, max_reps)

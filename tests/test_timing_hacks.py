@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -19,8 +20,10 @@ import pytest
 import torch
 
 from engine.evaluate import noise, tamper, timing
+from engine.evaluate.child_load import build_key
 from engine.evaluate.child_time import judge_reference
 from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.jobs import make_job
 from engine.evaluate.rotation import Rotation, plan
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
@@ -324,9 +327,12 @@ def test_a_reference_slower_than_its_clean_time_is_flagged():
     check cannot see would show): flagged, and the speedup is taken against the clean time."""
     clean = {"median": 1e-3, "p10": 1e-3, "p90": 1e-3, "lo": 1e-3, "hi": 1e-3}
     [v] = evaluate_all([KERNEL], ref_eager_clean=clean)
+    assert v.ref_eager_ms == pytest.approx(1e-3)  # the speedup against the clean time
+    if (v.timing.get("cpu_wait") or 0) > noise.CPU_WAIT_MAX:  # a busy host: not judged, only not believed
+        assert "not_judged" in v.timing["reference_clean"], v.timing
+        return
     assert v.status == "flagged", f"{v.flags}\n{v.log}"
     assert any(f.startswith("reference-slowed") for f in v.flags), v.flags
-    assert v.ref_eager_ms == pytest.approx(1e-3)
 
 
 def test_a_time_below_the_cpu_byte_floor_is_flagged_and_fewer_flops_a_note(tmp_path: Path, build_cache: Path):
@@ -334,9 +340,12 @@ def test_a_time_below_the_cpu_byte_floor_is_flagged_and_fewer_flops_a_note(tmp_p
     own that shares the session's builds: the honest kernel is below the floor."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    for entry in build_cache.iterdir():
-        if entry.name not in ("peaks", "reference"):
-            (cache / entry.name).symlink_to(entry)
+    problem = load_problem("softmax")
+    job = make_job(problem.path, KERNEL, problem.sizes_for("cpu"), backend="cpu", cache_dir=str(cache),
+                   flops=None, bytes=None)
+    key = build_key(job, {"TORCH_CUDA_ARCH_LIST": ""})  # (the compile pool's environment on the cpu)
+    if (build_cache / key).is_dir():  # the session's build of the kernel, not built again
+        shutil.copytree(build_cache / key, cache / key, symlinks=True)
     cores = noise.timer_cores()
     peaks = timing.cpu_peaks_file(str(cache), len(cores), ",".join(map(str, cores)))
     os.makedirs(os.path.dirname(peaks), exist_ok=True)

@@ -320,10 +320,12 @@ CPU_PEAK_SIZES = (2**18, 2**20, 2**22, 2**24)  # bytes per buffer of the copy an
 
 def cpu_peaks(cache_dir: str | None = None) -> dict[str, Any]:
     """Measured peaks of this host's timing cores with the intra-op thread count the timer uses
-    (fix_threads; read when called), once per host, cores, threads and torch (cached in the build
-    cache): per buffer size in CPU_PEAK_SIZES the best copy rate (bytes read + written per second)
-    and read rate (a sum), `bandwidth` the highest of all (the cache's, for a working set that
-    fits: a bound no implementation passes), and the FP32 matmul rate (`fp32`, FLOP/s)."""
+    (fix_threads; read when called), once per CPU model, cores, threads and torch (cached in the
+    build cache): per buffer size in CPU_PEAK_SIZES the best copy rate (bytes read + written per
+    second) and read rate (a sum), `bandwidth` the highest of all (the cache's, for a working set
+    that fits: a bound no implementation passes), and the FP32 matmul rate (`fp32`, FLOP/s). A
+    measurement during which the timer's threads waited for a core more than noise.CPU_WAIT_MAX
+    of the time (other work on the cores: rates too low) is used but not kept."""
     import json
 
     import torch
@@ -335,6 +337,7 @@ def cpu_peaks(cache_dir: str | None = None) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError):
             with open(path) as f:
                 return json.load(f)
+    waited, t0 = noise.cpu_waited_s(), clocks.perf_counter()
     by_size: dict[str, dict[str, float]] = {}
     for size in CPU_PEAK_SIZES:
         src = torch.ones(size // 4, dtype=torch.float32)
@@ -351,19 +354,33 @@ def cpu_peaks(cache_dir: str | None = None) -> dict[str, Any]:
         "threads": threads,
         "cores": cores,
     }
-    _write_peaks(path, peaks)
+    after, wall = noise.cpu_waited_s(), clocks.perf_counter() - t0
+    wait = (after - waited) / wall if waited is not None and after is not None and wall > 0 else None
+    peaks["cpu_wait"] = round(wait, 4) if wait is not None else None
+    if wait is None or wait <= noise.CPU_WAIT_MAX:
+        _write_peaks(path, peaks)
     return peaks
 
 
 def cpu_peaks_file(cache_dir: str, threads: int, cores: str) -> str:
-    """Where cpu_peaks keeps this host's peaks for `threads` intra-op threads on `cores` ("0,1")."""
-    import platform
-
+    """Where cpu_peaks keeps the peaks of this CPU model for `threads` intra-op threads on `cores`
+    ("0,1"). (Not keyed by host name: the sandbox has its own.)"""
     import torch
 
-    key = (f"cpu-peaks-{platform.node()}-{device_name('cpu')}-cores{cores}-t{threads}"
+    key = (f"cpu-peaks-{cpu_model()}-n{os.cpu_count()}-cores{cores}-t{threads}"
            f"-torch{torch.__version__}").replace(" ", "_").replace("/", "_")
     return os.path.join(cache_dir, "peaks", f"{key}.json")
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the platform's."""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return device_name("cpu")
 
 
 def _best_cpu_s(fn: Callable[[], object], reps: int = 7) -> float:
@@ -403,10 +420,13 @@ class SpeedOfLight:
     nbytes: float | None = None
     bandwidth: float | None = None
     rate: float | None = None
+    # False where the peaks were measured while other work slowed the host (the cpu timer waited
+    # for a core: rates too low, a floor too high): the floor is reported, never flagged.
+    reliable: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"floor_ms": self.floor_ms, "flops_ms": self.flops_ms, "bytes": self.nbytes,
-                "bandwidth": self.bandwidth, "rate": self.rate}
+                "bandwidth": self.bandwidth, "rate": self.rate, "reliable": self.reliable}
 
 
 NO_SPEED_OF_LIGHT = SpeedOfLight(None)
@@ -428,9 +448,11 @@ def speed_of_light(flops: float | None, nbytes: float | None, dtype: object, dev
         peaks = cpu_peaks(cache_dir)
         rate = peaks["fp32"]
     bandwidth = float(peaks["bandwidth"])
+    wait = peaks.get("cpu_wait")
     return SpeedOfLight(floor_ms=1e3 * nbytes / bandwidth if nbytes else None,
                         flops_ms=1e3 * flops / rate if flops else None,
-                        nbytes=nbytes, bandwidth=bandwidth, rate=rate)
+                        nbytes=nbytes, bandwidth=bandwidth, rate=rate,
+                        reliable=wait is None or wait <= noise.CPU_WAIT_MAX)
 
 
 def speed_of_light_ms(flops: float | None, nbytes: float | None, dtype: object, device: str,
@@ -449,7 +471,7 @@ def judge_speed_of_light(sol: SpeedOfLight, time_ms: float | None,
         return [], [], None
     flags, notes = [], []
     fraction = sol.floor_ms / time_ms if sol.floor_ms else None
-    if fraction is not None and fraction > margin:
+    if fraction is not None and fraction > margin and sol.reliable:
         flags.append(f"speed of light: {time_ms:.4g} ms is below the floor of {sol.floor_ms:.4g} ms for the"
                      f" {sol.nbytes / 1e6:.4g} MB this problem must move at this device's measured"
                      f" {sol.bandwidth / 1e9:.4g} GB/s")

@@ -291,8 +291,9 @@ def test_an_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts:
     assert v.sol_fraction is not None and 0 < v.sol_fraction < 1.25
     clean = v.timing["reference_clean"]
     # The reference in the candidate's process, timed with the rotation, against its time before
-    # any candidate ran: unchanged within noise (a busy 2-core host is allowed a factor of 2).
-    assert 0.5 < v.ref_eager_ms / clean["median"] < 2.0, (v.ref_eager_ms, clean)
+    # any candidate ran: unchanged within noise (a factor of 2), where both were timed on a quiet host.
+    if clean["measured"] and (v.timing.get("cpu_wait") or 0) <= noise.CPU_WAIT_MAX:
+        assert 0.5 < v.ref_eager_ms / clean["median"] < 2.0, (v.ref_eager_ms, clean)
 
 
 @pytest.mark.parametrize("name", ["stack", "count", "between", "repeated"])

@@ -37,7 +37,7 @@ from engine.evaluate import clocks
 
 MIN_SETS = 2
 MAX_SETS = 4
-SAMPLES = 6  # sampled (checked) candidate reps per timing pass, at most
+SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most
 MAX_PASSES = 3  # engine.evaluate.noise: one pass and at most two re-timings
 CPU_BUDGET_MB = 256
 CUDA_BUDGET_MIN_MB = 2048

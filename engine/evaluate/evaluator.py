@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import clean_reference
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
@@ -278,38 +279,9 @@ class LocalEvaluator:
         return result
 
     def _clean_file(self, job: EvalJob, device: Device) -> Path:
-        """Where the cpu reference's clean eager time is kept (per problem, sizes, precision, host,
-        and the timer's cores and threads)."""
-        import re
-
-        base = self._reference_file(job.problem_path, job.sizes, device, job.precision)
-        timer = f"{device.env.get('KTREE_CPU_CORES', 'all')}-t{os.environ.get('KTREE_THREADS', '')}"
-        return base.with_name(f"{base.stem}-clean-{re.sub(r'[^0-9a-zA-Z_-]', '_', timer)}.json")
-
-    def _clean_reference(self, job: EvalJob, device: Device) -> dict[str, float] | None:
-        """The cpu reference's eager time measured where no candidate ran, if kept (else None: the
-        evaluation measures it when its process has run no candidate yet, and it is kept then)."""
-        import json
-
-        with contextlib.suppress(OSError, ValueError):
-            kept = json.loads(self._clean_file(job, device).read_text())
-            if isinstance(kept, dict) and kept.get("median"):
-                return {k: float(v) for k, v in kept.items() if k in ("median", "p10", "p90", "lo", "hi")}
-        return None
-
-    def _keep_clean_reference(self, job: EvalJob, device: Device, verdict: Verdict) -> None:
-        """Keep the clean reference time a cpu evaluation measured before its candidate ran."""
-        import json
-
-        clean = (verdict.timing or {}).get("reference_clean") or {}
-        if self.backend != "cpu" or job.ref_eager_clean is not None or not clean.get("measured"):
-            return
-        with contextlib.suppress(OSError, TypeError, ValueError):
-            file = self._clean_file(job, device)
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({k: float(clean[k]) for k in ("median", "p10", "p90", "lo", "hi")}))
-            os.replace(tmp, file)
+        """Where the cpu reference's clean eager time is kept (engine.evaluate.clean_reference)."""
+        kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
+        return clean_reference.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
 
     async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
@@ -382,7 +354,7 @@ class LocalEvaluator:
                         run = run.replace(ref_eager_clean=ref["eager_stats"])
                     held["reference"] = time.monotonic() - held_from
                 if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
-                    run = run.replace(ref_eager_clean=self._clean_reference(run, device))
+                    run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
@@ -403,7 +375,8 @@ class LocalEvaluator:
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
-                self._keep_clean_reference(run, device, verdict)
+                if self.backend == "cpu":  # a clean reference time measured before the candidate ran
+                    clean_reference.keep(self._clean_file(run, device), run, verdict.timing)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

@@ -30,9 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Class attributes that are not behaviour (or that Python itself rewrites).
+# Class attributes that are not behaviour (or that Python itself rewrites), and construction and
+# pickling (the reference is built before the candidate is imported; torch.compile's dynamo wraps
+# nn.Module.__init__ and __setstate__ to tag modules).
 _SKIP = frozenset({"__dict__", "__doc__", "__weakref__", "__module__", "__annotations__", "__slots__",
-                   "__parameters__", "__orig_bases__", "__abstractmethods__", "_abc_impl"})
+                   "__parameters__", "__orig_bases__", "__abstractmethods__", "_abc_impl",
+                   "__init__", "__new__", "__init_subclass__", "__setstate__", "__getstate__", "__reduce__",
+                   "__reduce_ex__"})
 
 
 def _owners() -> list[tuple[str, Any]]:
@@ -160,6 +164,22 @@ def _inherited(owner: Any, name: str) -> bool:
     return isinstance(owner, type) and any(name in vars(base) for base in owner.__mro__[1:])
 
 
+# What torch itself rebinds as it imports more of itself: `import torch._dynamo` (torch.compile, a
+# Triton candidate) wraps torch.manual_seed. Accepted where the new function wraps the original.
+_TORCH_REWRAPS = frozenset({("torch", "manual_seed")})
+
+
+def _torch_rewrap(label: str, name: str, original: Any, now: Any) -> bool:
+    if (label, name) not in _TORCH_REWRAPS:
+        return False
+    seen = 0
+    while now is not None and seen < 4:
+        if now is original:
+            return True
+        now, seen = getattr(now, "__wrapped__", None), seen + 1
+    return False
+
+
 def changes(snap: Snapshot) -> tuple[list[tuple[str, Any, str, Any]], list[tuple[str, Any, Any]]]:
     """(functions changed: (label, owner, name, original or None where added), settings changed:
     (label, before, after))."""
@@ -167,7 +187,8 @@ def changes(snap: Snapshot) -> tuple[list[tuple[str, Any, str, Any]], list[tuple
     for label, owner, before, names in snap.functions:
         now = vars(owner)
         for name, original in before.items():
-            if now.get(name, None) is not original:
+            value = now.get(name, None)
+            if value is not original and not _torch_rewrap(label, name, original, value):
                 functions.append((label, owner, name, original))
         if isinstance(owner, type):
             for name in now.keys() - names:

@@ -159,8 +159,9 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     dtypes: list[Any] = checks.dtypes
     clock.lap("check")
 
-    # What the candidate changed in torch so far is flagged and put back before the reference is timed.
-    flags += tamper.check_and_restore(torch_state)
+    # What the candidate changed in torch so far is flagged (harness functions by their own check)
+    # and put back before the reference is timed.
+    flags += integrity.check_harness(harness) + tamper.check_and_restore(torch_state)
     timing.fix_threads()
     with torch.no_grad():
         # The timed inputs rotate over sets drawn from secret seeds before the candidate was

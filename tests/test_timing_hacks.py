@@ -272,10 +272,13 @@ def test_rotating_inputs_leave_the_time_of_a_call_unchanged_within_noise():
     timing.fix_threads()
     x = [torch.randn(128, 4096) for _ in range(3)]
     fixed, rotated = lambda *_: torch.softmax(x[0], dim=1), lambda *a: torch.softmax(a[0], dim=1)
-    stats = timing.time_pair(fixed, rotated, "cpu", budget_s=1.0, max_reps=100,
-                             feed=Rotation([[t] for t in x], samples_per_pass=2))
-    ratio = stats.new.median / stats.ref.median
-    assert 2 / 3 < ratio < 1.5, stats
+    feed = Rotation([[t] for t in x], samples_per_pass=2)
+    settled = noise.settle(lambda: timing.time_pass(fixed, rotated, "cpu", budget_s=1.0, max_reps=100,
+                                                    feed=feed))
+    stats = settled.kept.stats
+    # The fast end of each (p10): what a busy shared host leaves least disturbed.
+    ratio = stats.new.p10 / stats.ref.p10
+    assert 2 / 3 < ratio < 1.5, (stats, settled.log)
 
 
 # -- the hacks, evaluated ---------------------------------------------------------------------------

@@ -41,7 +41,7 @@ SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most
 MAX_PASSES = 3  # engine.evaluate.noise: one pass and at most two re-timings
 CPU_BUDGET_MB = 256
 CUDA_BUDGET_MIN_MB = 2048
-DRAW_SHARE = 0.1  # the extra sets' draws may take this share of the timing budget (at least MIN_SETS)
+DRAW_SHARE = 0.05  # the extra sets' draws may take this share of the timing budget (at least MIN_SETS)
 
 
 def budget_bytes(device: str) -> int:

@@ -279,6 +279,10 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
                                      "measured": bool(pre.clean.get("measured"))}
         slowed = judge_reference(stats.ref, clean, settled.kept.cpu_wait)
         quiet = not settled.kept.contention and (settled.kept.cpu_wait or 0.0) <= noise.CPU_WAIT_MAX
+        if quiet and stats.ref.hi * REF_SLOWED < clean.get("lo", clean["median"]):
+            # A kept clean time far above a quiet in-process one was taken on a busy host: the
+            # evaluator drops it, and the next fresh worker measures it again.
+            record["reference_clean"]["stale"] = True
         if slowed:
             if quiet:
                 flags.append(slowed)

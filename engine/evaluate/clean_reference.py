@@ -41,8 +41,13 @@ def read(path: Path) -> dict[str, float] | None:
 
 def keep(path: Path, job: Any, timing: dict[str, Any] | None) -> None:
     """Keep the clean time an evaluation measured before its candidate ran (`timing`: the
-    verdict's timing record), unless its job brought one."""
+    verdict's timing record), unless its job brought one; drop a kept one the evaluation found
+    stale (far slower than a quiet in-process time)."""
     clean = (timing or {}).get("reference_clean") or {}
+    if clean.get("stale"):  # far above a quiet in-process time: measured on a busy host once
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
     if job.ref_eager_clean is not None or not clean.get("measured"):
         return
     with contextlib.suppress(OSError, TypeError, ValueError, KeyError):

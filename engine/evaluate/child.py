@@ -21,7 +21,6 @@ import contextlib
 import copy
 import json
 import os
-import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +42,6 @@ from engine.evaluate.child_load import (
     build_key,
     format_exc,
     load_solution,
-    make_inputs,
     model_to,
     precision_dtype,
     retarget_note,
@@ -51,7 +49,14 @@ from engine.evaluate.child_load import (
     triton_failure_status,
     triton_warmup,
 )
-from engine.evaluate.child_time import Phases, run_agreement, run_reference, time_candidate, timing_floor_s
+from engine.evaluate.child_time import (
+    Phases,
+    before_candidate,
+    run_agreement,
+    run_reference,
+    time_candidate,
+    timing_floor_s,
+)
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import kernel_language, load_module_from_path
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
@@ -78,7 +83,7 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
-    from engine.evaluate import gpuload, integrity, noise, timing  # noqa: F401  (before the candidate's code)
+    from engine.evaluate import gpuload, integrity, noise, tamper, timing  # noqa: F401  (before the candidate's code)
 
     started = clocks.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
@@ -93,6 +98,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     clock = Phases()
     problem = load_module_from_path(job.problem_path, job.sizes)
     harness = integrity.capture_harness()  # before the candidate's code runs
+    torch_state = tamper.capture()  # torch's functions and settings, as the reference will find them
     init_inputs = problem.get_init_inputs()
     cast = precision_dtype(job)
     torch.manual_seed(job.seed)
@@ -112,6 +118,10 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     varies = reference_varies(checks, device, job.atol, job.rtol)
     notes: list[str] = [] if varies["beyond_tolerance"] else [DEGENERATE_NOTE]
+    try:  # the timed input sets, the reference's clean time, the speed of light: before the candidate
+        pre = before_candidate(job, problem, ref, checks, device, cast)
+    except Exception as exc:
+        return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     clock.lap("reference")
     t0 = clocks.perf_counter()
     try:
@@ -154,34 +164,34 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     dtypes: list[Any] = checks.dtypes
     clock.lap("check")
 
+    # What the candidate changed in torch so far is flagged (harness functions by their own check)
+    # and put back before the reference is timed.
+    flags += integrity.check_harness(harness) + tamper.check_and_restore(torch_state)
+    timing.fix_threads()
     with torch.no_grad():
-        # The timed inputs are a fresh draw from a seed made here and now (no cached answer
-        # exists for them): the answer on them, computed live, must be right too.
-        torch.manual_seed(secrets.randbits(62))
-        inputs = make_inputs(problem, device, cast)
+        # The timed inputs rotate over sets drawn from secret seeds before the candidate was
+        # imported; sampled timed outputs are checked against fp64 answers computed after timing.
         phase("timing")
         try:
-            settled, timing_flags, ok, reason = time_candidate(job, ref, ref64, call_new, inputs, device,
-                                                               base["gpu"], dtypes)
+            settled, timing_flags, ok, reason, timed_record = time_candidate(
+                job, ref, ref64, call_new, pre, device, base["gpu"], dtypes)
             flags += timing_flags
             stats = settled.kept.stats
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=format_exc(exc), **errs, **base)
         clock.lap("time")
         if not ok:
-            flags.append(f"recheck: after timing, on the timed inputs: {reason}")
+            flags.append(f"recheck: {reason}")
     flags += integrity.check_harness(harness)
     flags += integrity.check_forward_unchanged(new, forward_at_load)
+    flags += tamper.check(torch_state)
     if not checks.intact():
         flags.append("reference-cache: the cached trial inputs or expected outputs changed during this"
                      " evaluation (the candidate wrote memory it does not own)")
         checks_module.drop(checks.key)
-    sol_ms = timing.speed_of_light_ms(job.flops, job.bytes, dtypes[0] if dtypes else None,
-                                      device, job.cache_dir)
-    sol_fraction = sol_ms / stats.new.median if sol_ms and stats.new.median > 0 else None
-    if sol_fraction is not None and sol_fraction > SOL_FLOOR:
-        flags.append(f"speed of light: {stats.new.median:.4g} ms is below the floor of {sol_ms:.4g} ms"
-                     f" for this problem's FLOPs and bytes on this device")
+    sol_flags, sol_notes, sol_fraction = timing.judge_speed_of_light(pre.sol, stats.new.median, SOL_FLOOR)
+    flags += sol_flags
+    notes += sol_notes
     flags = list(dict.fromkeys(flags))
     speedup = stats.ref.median / stats.new.median if stats.new.median > 0 else None
     interval = noise.speedup_interval((stats.ref.lo, stats.ref.hi), (stats.new.lo, stats.new.hi))
@@ -210,6 +220,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     clock.lap("other")
     timing_record["phases_s"] = clock.rounded()
     timing_record["floor_s"] = round(timing_floor_s(stats, job.trials), 6)
+    timing_record.update(timed_record)
     timing_record["reference_checks"] = {"cached": checks_cached, "build_s": round(checks.build_s, 4),
                                          "bytes": checks.nbytes, "on_device": checks.on_device}
 

@@ -10,11 +10,12 @@ library only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluate import clocks
 from engine.evaluate.child_check import caller, compare
-from engine.evaluate.child_load import format_exc, reference_on_inputs, to_device
+from engine.evaluate.child_load import format_exc, make_inputs, reference_on_inputs, to_device
 from engine.evaluate.jobs import EvalJob
 
 
@@ -66,15 +67,27 @@ def run_reference(job: EvalJob) -> dict[str, Any]:
             result["log"] = f"torch.compile failed: {format_exc(exc)}"
         if job.mode == "warm":  # only fill torch.compile's on-disk caches; time later, alone
             return result
-        if compiled is None:
-            stats = timing.time_pair(lambda: model(*inputs), lambda: model(*inputs), device,
-                                     budget_s=job.time_budget_s, max_reps=job.max_reps)
-            result.update(eager_ms=stats.ref.median, compile_ms=None)
-        else:
-            stats = timing.time_pair(lambda: model(*inputs), lambda: compiled(*inputs), device,
-                                     budget_s=job.time_budget_s, max_reps=job.max_reps)
-            result.update(eager_ms=stats.ref.median, compile_ms=stats.new.median)
+        # Timed as an evaluation times it: rotating input sets (engine.evaluate.rotation).
+        feed = _reference_rotation(job, device, inputs)
+        feed.protect(model)
+        second = compiled if compiled is not None else model
+        stats = timing.time_pair(lambda *a: model(*a), lambda *a: second(*a), device,
+                                 budget_s=job.time_budget_s, max_reps=job.max_reps, feed=feed)
+        result.update(eager_ms=stats.ref.median, compile_ms=stats.new.median if compiled is not None else None,
+                      eager_stats={"median": stats.ref.median, "p10": stats.ref.p10, "p90": stats.ref.p90,
+                                   "lo": stats.ref.lo, "hi": stats.ref.hi})
     return result
+
+
+def _reference_rotation(job: EvalJob, device: str, inputs: Any) -> Any:
+    from engine.evaluate import rotation as rotation_module
+    from engine.evaluate.child_load import precision_dtype
+    from engine.evaluate.loading import load_module_from_path
+
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    cast = precision_dtype(job)
+    return rotation_module.Rotation.draw(list(inputs), lambda: make_inputs(problem, device, cast), device, 0,
+                                         job.time_budget_s, samples=0)
 
 
 def run_agreement(job: EvalJob) -> dict[str, Any]:
@@ -104,26 +117,185 @@ def run_agreement(job: EvalJob) -> dict[str, Any]:
     return result
 
 
-def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., Any], inputs: Any, device: str,
-                   gpu: dict[str, Any] | None, dtypes: list[Any]) -> tuple[Any, list[str], bool, str]:
-    """Time the reference and the candidate interleaved on `inputs` (engine.evaluate.noise settles
-    the passes; on a GPU, `gpu`'s probe watches other processes), look for work escaping the CUDA
-    events, and check the candidate's answer on these inputs against the fp64 reference's.
-    (the settled passes, flags, whether the recheck passed, why not). Raises what the candidate
-    raises."""
+REF_SLOWED = 1.5  # the in-process reference this many times slower than the clean one: flagged
+CLEAN_BUDGET_S = 1.0  # at most this long timing the reference alone, before the candidate is imported
+
+_candidate_imported = False  # whether a candidate's code was imported in this process (worker)
+
+
+@dataclass
+class BeforeCandidate:
+    """What the evaluation prepares for timing before the candidate is imported: the rotation of
+    input sets (engine.evaluate.rotation), the reference's clean time (None: unknown; with
+    `measured`: measured here), the speed of light (engine.evaluate.timing.SpeedOfLight)."""
+
+    rotation: Any
+    clean: dict[str, Any] | None
+    sol: Any
+
+
+def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: str,
+                     cast: Any) -> BeforeCandidate:
+    """Draw the timed input sets (each from its own secret seed), time the reference alone when
+    the job brings no clean time and no candidate has been imported in this process yet, and
+    measure the speed of light: all before the candidate's code runs. Marks the process as one
+    where a candidate is about to run."""
+    import secrets
+
     import torch
+
+    from engine.evaluate import noise, timing
+    from engine.evaluate import rotation as rotation_module
+
+    global _candidate_imported
+    with torch.no_grad():
+        torch.manual_seed(secrets.randbits(62))
+        first = make_inputs(problem, device, cast)
+        out_bytes = sum(checks.out_bytes)
+        rotation = rotation_module.Rotation.draw(list(first), lambda: make_inputs(problem, device, cast),
+                                                 device, out_bytes, job.time_budget_s)
+        rotation.protect(ref)  # (its outputs are poisoned after each call: never its weights)
+        clean = dict(job.ref_eager_clean) if job.ref_eager_clean else None
+        if clean is None and not _candidate_imported:
+            call_ref = caller(ref)
+            waited, t0 = noise.cpu_waited_s() if device != "cuda" else None, clocks.perf_counter()
+            stats = timing.time_one(lambda *a: call_ref(*a), device, min(job.time_budget_s / 2, CLEAN_BUDGET_S),
+                                    job.max_reps, feed=rotation)
+            after, wall = noise.cpu_waited_s() if waited is not None else None, clocks.since(t0)
+            wait = (after - waited) / wall if waited is not None and after is not None and wall > 0 else 0.0
+            # Kept for later jobs (engine.evaluate.evaluator) only when no other work slowed it.
+            clean = {"median": stats.median, "p10": stats.p10, "p90": stats.p90, "lo": stats.lo, "hi": stats.hi,
+                     "measured": wait <= noise.CPU_WAIT_MAX}
+    sol = timing.speed_of_light(job.flops, floor_bytes(job.bytes, first, ref, checks.out_bytes),
+                                checks.dtypes[0] if checks.dtypes else None, device, job.cache_dir)
+    _candidate_imported = True
+    return BeforeCandidate(rotation, clean, sol)
+
+
+def floor_bytes(declared: float | None, inputs: Any, ref: Any, out_bytes: list[int]) -> float | None:
+    """The bytes any correct implementation must move: the problem's own count (`problem.cost`:
+    its declared formula, else inputs + parameters + outputs at these sizes), and never more than
+    the inputs, the reference's parameters and the outputs counted here (a formula that
+    overstates them does not raise the floor)."""
+    import torch
+
+    from engine.evaluate.rotation import tensor_bytes
+
+    counted = tensor_bytes(list(inputs)) + sum(out_bytes)
+    if isinstance(ref, torch.nn.Module):
+        counted += sum(p.numel() * p.element_size() for p in ref.parameters())
+    if declared and counted:
+        return float(min(declared, counted))
+    return float(declared or counted) or None
+
+
+def judge_reference(inproc: Any, clean: dict[str, Any] | None, cpu_wait: float | None = None) -> str | None:
+    """The flag for a reference slowed in the candidate's process: its in-process median over
+    REF_SLOWED times the clean one (over REF_SLOWED / (1 - w) where the cpu timer waited for a core
+    a fraction w of the time, w at most 0.5: other work on the host slows it too), and its interval
+    wholly above the clean interval."""
+    if not clean or not clean.get("median") or inproc.median <= 0:
+        return None
+    ratio = inproc.median / clean["median"]
+    limit = REF_SLOWED / (1 - min(max(cpu_wait or 0.0, 0.0), 0.5))
+    if ratio > limit and inproc.lo > clean.get("hi", clean["median"]):
+        return (f"reference-slowed: the reference takes {inproc.median:.4g} ms in the candidate's process"
+                f" ({inproc.lo:.4g}-{inproc.hi:.4g}) against {clean['median']:.4g} ms where no candidate ran"
+                f" ({clean.get('lo', clean['median']):.4g}-{clean.get('hi', clean['median']):.4g}):"
+                f" {ratio:.2f}x, over {limit:.3g}x")
+    return None
+
+
+def check_samples(rotation: Any, ref64: Any, device: str, atol: float, rtol: float,
+                  dtypes: list[Any]) -> tuple[bool, str, list[str], int]:
+    """The sampled timed outputs against the fp64 reference on their sets, computed now (after the
+    candidate's outputs exist). (all passed, why not, flags, samples checked). A timed call that
+    changed its inputs is flagged (`inputs-modified`)."""
+    import torch
+
+    expected: dict[int, Any] = {}
+    passed: dict[int, list[list[Any]]] = {}  # per set, outputs that passed (equal ones need no compare)
+    flags: list[str] = []
+    for sample in rotation.samples:
+        where = f"timed rep {sample.rep + 1} of {sample.reps} (pass {sample.timing_pass})"
+        if not sample.inputs_unchanged:
+            flags.append(f"inputs-modified: the candidate changed its inputs in {where}")
+        if sample.outputs is None:
+            return False, f"timed outputs: {where} returned no tensor", flags, len(rotation.samples)
+        seen = passed.setdefault(sample.set_index, [])
+        if any(_identical(o, sample.outputs) for o in seen):
+            continue  # bit for bit an output of this set that passed
+        if sample.set_index not in expected:
+            inputs64 = to_device(rotation.sets[sample.set_index], device, torch.float64)
+            expected[sample.set_index] = caller(ref64)(*inputs64)
+        ok, _, reason = compare(sample.outputs, expected[sample.set_index], atol, rtol, dtypes)
+        if not ok:
+            return False, f"timed outputs: {where}: {reason}", flags, len(rotation.samples)
+        seen.append(sample.outputs)
+    return True, "", flags, len(rotation.samples)
+
+
+def _identical(a: list[Any], b: list[Any]) -> bool:
+    import torch
+
+    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+                                    for x, y in zip(a, b, strict=True))
+
+
+def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., Any], pre: BeforeCandidate,
+                   device: str, gpu: dict[str, Any] | None,
+                   dtypes: list[Any]) -> tuple[Any, list[str], bool, str, dict[str, Any]]:
+    """Time the reference and the candidate interleaved on the rotation's input sets (`pre`,
+    engine.evaluate.rotation; engine.evaluate.noise settles the passes; on a GPU, `gpu`'s probe
+    watches other processes), look for work escaping the CUDA events, check the sampled timed
+    outputs against the fp64 reference, and set the in-process reference time against the clean
+    one (a reference slowed in this process is flagged, and the clean time is the speedup's then).
+    (the settled passes, flags, whether the timed outputs passed, why not, a record for the
+    verdict's timing). Raises what the candidate raises."""
+    import dataclasses
 
     from engine.evaluate import gpuload, noise, timing
 
     flags: list[str] = []
+    record: dict[str, Any] = {}
+    rotation = pre.rotation
     probe = gpuload.probe_for(gpu) if device == "cuda" else None
     call_ref = caller(ref)
     settled = noise.settle(lambda: timing.time_pass(
-        lambda: call_ref(*inputs), lambda: call_new(*inputs), device,
-        budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe))
+        lambda *a: call_ref(*a), lambda *a: call_new(*a), device,
+        budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe, feed=rotation))
     stats = settled.kept.stats
     if device == "cuda":
-        flags += timing.check_escaping_work(lambda: call_new(*inputs), stats.new.median)
-    ok, _, reason = compare(call_new(*inputs), caller(ref64)(*to_device(inputs, device, torch.float64)),
-                            job.atol, job.rtol, dtypes)
-    return settled, flags, ok, reason
+        flags += timing.check_escaping_work(lambda *a: call_new(*a), stats.new.median, feed=rotation)
+    t0 = clocks.perf_counter()
+    ok, reason, sample_flags, checked = check_samples(rotation, ref64, device, job.atol, job.rtol, dtypes)
+    flags += sample_flags
+    record["rotation"] = {**rotation.cost(), "checked": checked, "check_s": round(clocks.since(t0), 4)}
+    rotation.release()
+    if pre.clean:
+        clean = {k: v for k, v in pre.clean.items() if k != "measured"}
+        # measured: timed here, before the candidate was imported, on a quiet host (then kept)
+        record["reference_clean"] = {**{k: round(v, 6) for k, v in clean.items()},
+                                     "measured": bool(pre.clean.get("measured"))}
+        slowed = judge_reference(stats.ref, clean, settled.kept.cpu_wait)
+        quiet = not settled.kept.contention and (settled.kept.cpu_wait or 0.0) <= noise.CPU_WAIT_MAX
+        if quiet and stats.ref.hi * REF_SLOWED < clean.get("lo", clean["median"]):
+            # A kept clean time far above a quiet in-process one was taken on a busy host: the
+            # evaluator drops it, and the next fresh worker measures it again.
+            record["reference_clean"]["stale"] = True
+        if slowed:
+            if quiet:
+                flags.append(slowed)
+            else:  # other work on the host or the GPU may be what slowed it: not flagged, but the
+                # speedup is not taken against the slowed time either
+                record["reference_clean"]["not_judged"] = slowed
+            record["reference_clean"]["speedup_against_clean"] = True
+            clean_stats = timing.Stats(clean["median"], clean.get("p10", clean["median"]),
+                                       clean.get("p90", clean["median"]), clean.get("lo", clean["median"]),
+                                       clean.get("hi", clean["median"]))
+            kept = dataclasses.replace(settled.kept, stats=dataclasses.replace(stats, ref=clean_stats))
+            passes = [kept if p is settled.kept else p for p in settled.passes]
+            settled = dataclasses.replace(settled, kept=kept, passes=passes)
+    if pre.sol.floor_ms or pre.sol.flops_ms:
+        record["speed_of_light"] = {k: v for k, v in pre.sol.to_dict().items() if v is not None}
+    return settled, flags, ok, reason, record

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import clean_reference
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
@@ -277,6 +278,11 @@ class LocalEvaluator:
         os.replace(tmp, file)
         return result
 
+    def _clean_file(self, job: EvalJob, device: Device) -> Path:
+        """Where the cpu reference's clean eager time is kept (engine.evaluate.clean_reference)."""
+        kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
+        return clean_reference.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
+
     async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
         first chosen GPU), unless every device has its reference times already."""
@@ -344,7 +350,11 @@ class LocalEvaluator:
                     ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
+                    if ref.get("eager_stats") and run.ref_eager_clean is None:  # timed where no candidate ran
+                        run = run.replace(ref_eager_clean=ref["eager_stats"])
                     held["reference"] = time.monotonic() - held_from
+                if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
+                    run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
@@ -365,6 +375,8 @@ class LocalEvaluator:
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
+                if self.backend == "cpu":  # a clean reference time measured before the candidate ran
+                    clean_reference.keep(self._clean_file(run, device), run, verdict.timing)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

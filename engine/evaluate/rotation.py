@@ -1,0 +1,266 @@
+"""Timed calls a candidate cannot tell from checked ones, and whose outputs are checked (issue 34).
+
+The timer (engine.evaluate.timing) calls the reference and the candidate with arguments from a
+`Rotation` instead of one input set reused for every rep:
+
+- **Input sets.** `K` sets drawn from the problem's `get_inputs()`, each from its own secret seed
+  (different contents), all drawn before timing, outside the timed window.
+- **Buffers.** Before every call (warm-up and timed, reference and candidate alike) the rep's set
+  is copied into one of two buffers, alternating per callee: each call gets new contents, a new
+  version counter and (against its own last call) another pointer, and what a call wrote into its
+  inputs is gone before the next one. Consecutive reps use different sets (each rep's set is drawn
+  with `secrets`, never the previous one), and the reference and the candidate get the same set
+  in a rep, so their times stay comparable.
+- **Checked outputs.** After the warm-up, once the number of reps is known, a sample of the timed
+  reps is drawn with `secrets` (the candidate cannot predict it). The candidate's output of a
+  sampled rep is cloned right after that rep, outside the timed window (a candidate may reuse its
+  output buffer), with whether it left its inputs as they were. After timing, the caller compares
+  each clone with the fp64 reference computed then, on that rep's set (engine.evaluate.child_time).
+
+Memory is bounded by a byte budget (`KTREE_TIMING_ROTATION_MB`; default 256 MiB on the cpu, an
+eighth of the GPU's memory, at least 2 GiB, on cuda): K sets + 2 buffers + the sampled outputs
+(SAMPLES per pass, at most MAX_PASSES passes). At least MIN_SETS sets and one sample per pass are
+kept even over the budget. `cost()` says what was spent.
+
+Imports only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.evaluate import clocks
+
+MIN_SETS = 2
+MAX_SETS = 4
+SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most
+MAX_PASSES = 3  # engine.evaluate.noise: one pass and at most two re-timings
+CPU_BUDGET_MB = 256
+CUDA_BUDGET_MIN_MB = 2048
+DRAW_SHARE = 0.05  # the extra sets' draws may take this share of the timing budget (at least MIN_SETS)
+
+
+def budget_bytes(device: str) -> int:
+    """The rotation's byte budget: KTREE_TIMING_ROTATION_MB, else the device's default."""
+    raw = os.environ.get("KTREE_TIMING_ROTATION_MB")
+    if raw:
+        try:
+            return max(0, int(float(raw) * 2**20))
+        except ValueError:
+            pass
+    if device == "cuda":
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+        return max(CUDA_BUDGET_MIN_MB * 2**20, total // 8)
+    return CPU_BUDGET_MB * 2**20
+
+
+def tensor_bytes(obj: Any) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(o) for o in obj)
+    return 0
+
+
+def plan(set_bytes: int, out_bytes: int, budget: int) -> tuple[int, int]:
+    """(sets, samples per pass) within `budget`: samples take at most a quarter of it over every
+    pass, the sets (and the two buffers) the rest."""
+    samples = SAMPLES if out_bytes <= 0 else max(1, min(SAMPLES, budget // 4 // (MAX_PASSES * out_bytes)))
+    left = budget - samples * MAX_PASSES * max(out_bytes, 0)
+    sets = MAX_SETS if set_bytes <= 0 else left // set_bytes - 2
+    return max(MIN_SETS, min(MAX_SETS, sets)), samples
+
+
+def _flatten(out: Any) -> list[Any] | None:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        flat: list[Any] = []
+        for o in out:
+            inner = _flatten(o)
+            if inner is None:
+                return None
+            flat += inner
+        return flat
+    return None
+
+
+@dataclass
+class Sample:
+    """One checked timed rep of the candidate: the pass and rep, which set it ran on, its outputs
+    cloned right after the rep (None: not tensors), whether its inputs were left unchanged."""
+
+    timing_pass: int
+    rep: int
+    reps: int
+    set_index: int
+    outputs: list[Any] | None
+    inputs_unchanged: bool
+
+
+@dataclass
+class Rotation:
+    """The input sets, the two buffers, the rep plan and the samples of one evaluation's timing."""
+
+    sets: list[list[Any]]
+    samples_per_pass: int = SAMPLES
+    checked: str = "new"  # the callee whose outputs are sampled
+    samples: list[Sample] = field(default_factory=list)
+    draw_s: float = 0.0
+    copy_s: float = 0.0
+    _buffers: list[list[Any]] = field(default_factory=list)
+    _calls: dict[str, int] = field(default_factory=dict)
+    _plan: list[int] = field(default_factory=list)
+    _sampled: frozenset[int] = frozenset()
+    _current: dict[str, tuple[int, list[Any]]] = field(default_factory=dict)
+    _last_warm: int = -1
+    _protected: set[int] = field(default_factory=set)
+    passes: int = 0
+    reps: int = 0
+
+    def __post_init__(self) -> None:
+        import torch
+
+        if len(self.sets) < 1:
+            raise ValueError("a rotation needs at least one input set")
+        self._buffers = [[t.detach().clone() if isinstance(t, torch.Tensor) else t for t in self.sets[0]]
+                         for _ in range(2)]
+
+    @classmethod
+    def draw(cls, first: list[Any], draw: Callable[[], list[Any]], device: str, out_bytes: int,
+             time_budget_s: float, samples: int | None = None) -> Rotation:
+        """A rotation of `first` (drawn already) and more sets from `draw()`, each seeded here from
+        `secrets`, as many as the byte budget and the draw-time budget allow."""
+        import torch
+
+        set_bytes = tensor_bytes(first)
+        sets_wanted, per_pass = plan(set_bytes, out_bytes, budget_bytes(device))
+        sets = [list(first)]
+        t0 = clocks.perf_counter()
+        while len(sets) < sets_wanted:
+            torch.manual_seed(secrets.randbits(62))
+            sets.append(list(draw()))
+            spent = clocks.perf_counter() - t0
+            if len(sets) >= MIN_SETS and spent / (len(sets) - 1) * (len(sets)) > DRAW_SHARE * time_budget_s:
+                break  # one more draw would pass the draw-time budget
+        if device == "cuda":
+            torch.cuda.synchronize()
+        rotation = cls(sets, per_pass if samples is None else samples)
+        rotation.draw_s = clocks.perf_counter() - t0
+        return rotation
+
+    # -- the timer's side (engine.evaluate.timing) ------------------------------------------
+
+    def start(self, reps: int) -> None:
+        """A timing pass of `reps` timed reps begins (after its warm-up): plan which set each rep
+        uses and which of the checked callee's reps are sampled."""
+        self.passes += 1
+        self.reps += reps
+        order: list[int] = []
+        for _ in range(reps):
+            order.append(self._pick(order[-1] if order else self._last_warm))
+        self._plan = order
+        count = min(self.samples_per_pass, reps)
+        self._sampled = frozenset(secrets.SystemRandom().sample(range(reps), count))
+
+    def _pick(self, previous: int) -> int:
+        n = len(self.sets)
+        if n == 1:
+            return 0
+        k = secrets.randbelow(n - 1)
+        return k + 1 if k >= previous >= 0 else k
+
+    def args(self, name: str, rep: int) -> list[Any]:
+        """The arguments of `name`'s call in `rep` (-1: warm-up): the rep's set copied into the
+        callee's next buffer. Called outside the timed window."""
+        import torch
+
+        t0 = clocks.perf_counter()
+        if rep < 0 or rep >= len(self._plan):
+            index = self._pick(self._last_warm)
+            self._last_warm = index
+        else:
+            index = self._plan[rep]
+        calls = self._calls.get(name, 0)
+        self._calls[name] = calls + 1
+        buffer = self._buffers[calls % 2]
+        for slot, (b, s) in enumerate(zip(buffer, self.sets[index], strict=True)):
+            if isinstance(b, torch.Tensor):
+                if b.shape != s.shape or b.dtype != s.dtype or b.device != s.device:
+                    buffer[slot] = s.detach().clone()  # (a set whose shapes differ: its own buffer)
+                else:
+                    b.copy_(s)
+            else:
+                buffer[slot] = s
+        self._current[name] = (index, buffer)
+        self.copy_s += clocks.perf_counter() - t0
+        return list(buffer)
+
+    def protect(self, *models: Any) -> None:
+        """Storage never poisoned after a call: the models' parameters and buffers (a forward may
+        return one of them)."""
+        import torch
+
+        for model in models:
+            if isinstance(model, torch.nn.Module):
+                for t in (*model.parameters(), *model.buffers()):
+                    self._protected.add(t.untyped_storage().data_ptr())
+
+    def done(self, name: str, rep: int, out: Any) -> None:
+        """`name`'s call in `rep` (-1: warm-up) returned `out` (the timed window is closed): keep a
+        clone of a sampled rep's outputs and whether its inputs are as they were given, then
+        poison the outputs (NaN; -1 or True where not floating) so that no later call finds a
+        right answer in memory it never wrote: a freed output's block is what the allocator
+        hands out next."""
+        import torch
+
+        flat = _flatten(out)
+        if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
+            index, buffer = self._current[name]
+            outputs = None if flat is None else [t.detach().clone() for t in flat]
+            unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
+                            if isinstance(b, torch.Tensor))
+            self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged))
+        if flat is None:
+            return
+        _, buffer = self._current.get(name, (0, []))
+        keep = self._protected | {b.untyped_storage().data_ptr() for b in buffer if isinstance(b, torch.Tensor)}
+        for t in flat:
+            try:
+                if t.untyped_storage().data_ptr() in keep:
+                    continue
+                if t.is_floating_point() or t.is_complex():
+                    t.detach().fill_(float("nan"))
+                elif t.dtype == torch.bool:
+                    t.detach().fill_(True)
+                else:
+                    t.detach().fill_(-1)
+            except Exception:  # (an expanded view, a tensor subclass: left as it is)
+                continue
+
+    # -- after timing -----------------------------------------------------------------------
+
+    def cost(self) -> dict[str, Any]:
+        """What the rotation cost: sets, bytes held (sets, buffers, sampled outputs), seconds spent
+        drawing and copying."""
+        set_bytes = tensor_bytes(self.sets[0])
+        sample_bytes = sum(tensor_bytes(s.outputs or []) for s in self.samples)
+        return {"sets": len(self.sets), "samples": len(self.samples), "set_bytes": set_bytes,
+                "bytes": (len(self.sets) + 2) * set_bytes + sample_bytes,
+                "draw_s": round(self.draw_s, 4), "copy_s": round(self.copy_s, 4)}
+
+    def release(self) -> None:
+        """Drop the sets, buffers and samples (memory back before the verdict's other steps)."""
+        self.sets = self.sets[:1]
+        self._buffers = []
+        self.samples = []

@@ -310,10 +310,12 @@ def test_a_candidate_that_tells_timing_from_checking_is_caught_by_its_timed_outp
 
 def test_a_memo_keyed_on_pointer_and_version_never_hits(verdicts: dict[str, Verdict]):
     """Every call's input is copied in fresh (a new version counter, another buffer than the last
-    call's): the memo never serves an answer, so it is timed at its own (eight-fold) kernel."""
+    call's): the memo never serves an answer, so it is timed at its own (eight-fold) kernel. A hit
+    would be one clone, far below the honest kernel's time; its eight kernels are never below it,
+    whatever load the host puts on the two evaluations (they run side by side)."""
     v, honest = verdicts["memo"], verdicts["honest"]
-    assert v.status != "correct" or (v.speedup_eager or 0) < 0.5 * (honest.speedup_eager or 0), (
-        v.status, v.speedup_eager, honest.speedup_eager)
+    assert v.status != "correct" or (v.time_p10_ms or 0) > (honest.time_p10_ms or 0), (
+        v.status, v.time_p10_ms, honest.time_p10_ms)
 
 
 @pytest.mark.parametrize(("name", "flag"), [

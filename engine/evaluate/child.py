@@ -76,6 +76,20 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
+    """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
+    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.checks.label_oom)."""
+    try:
+        verdict = _evaluate(job, on_phase)
+    except Exception as exc:
+        if not checks_module.is_oom(exc):
+            raise
+        checks_module.clear()
+        verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
+                          log=f"ktree out of memory while checking: {format_exc(exc)}")
+    return checks_module.label_oom(verdict, job)
+
+
+def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
     from engine.evaluate import gpuload, integrity, noise, timing  # noqa: F401  (before the candidate's code)

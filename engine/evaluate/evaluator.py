@@ -31,7 +31,7 @@ from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
-from engine.evaluate.worker import Worker
+from engine.evaluate.worker import Worker, ledger_dir, memory_env
 
 DEFAULT_TIMEOUTS = {  # (compile, run) seconds
     "cuda": (900.0, 300.0),
@@ -143,7 +143,7 @@ class LocalEvaluator:
         self.run_timeout_s = run_timeout_s or default_run
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
-        env = {"MAX_JOBS": "2"}
+        env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
         if backend == "cuda":
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
         else:

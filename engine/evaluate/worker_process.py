@@ -19,6 +19,7 @@ timeout (it is killed), and every K evaluations; see engine.evaluate.worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -41,8 +42,6 @@ def _prepare() -> None:
     (the extension loader, the integrity checks, the timer, the NVML probe), and on a GPU the
     CUDA context (an allocation: no kernel runs, so a timing elsewhere on the GPU is not
     disturbed)."""
-    import contextlib
-
     import torch
     import torch.utils.cpp_extension  # noqa: F401
 
@@ -55,6 +54,44 @@ def _prepare() -> None:
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):
             torch.empty(1, device="cuda")
+
+
+def _reset_peak_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(Exception):
+            torch.cuda.reset_peak_memory_stats()
+
+
+def _after_evaluation(verdict: Any) -> Any:
+    """Before the engine lets the GPU's lock go: this process's memory made small
+    (engine.evaluate.checks.after_evaluation: a device-resident check set offloaded where another
+    ktree process shares the GPU, the allocator's free blocks returned), and its peak GPU memory in
+    this evaluation recorded (`timing.memory`: peak_reserved, peak_allocated, kept_reserved bytes)."""
+    import dataclasses
+
+    import torch
+
+    from engine.evaluate import checks
+
+    memory: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            memory = {"peak_reserved": torch.cuda.max_memory_reserved(),
+                      "peak_allocated": torch.cuda.max_memory_allocated()}
+    try:
+        done = checks.after_evaluation()
+    except Exception as exc:  # never the verdict's business: said, and the set dropped
+        done = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        with contextlib.suppress(Exception):
+            checks.clear()
+    memory.update(done)
+    if "device_reserved" in memory:
+        memory["kept_reserved"] = memory.pop("device_reserved")
+    if memory and verdict.timing is not None:
+        verdict = dataclasses.replace(verdict, timing={**verdict.timing, "memory": memory})
+    return verdict
 
 
 def serve(request_fd: int, protocol_fd: int) -> None:
@@ -80,7 +117,9 @@ def serve(request_fd: int, protocol_fd: int) -> None:
             job = EvalJob.from_dict(json.load(f))
         os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
         _reset_extension_versions()
+        _reset_peak_memory()
         verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
+        verdict = _after_evaluation(verdict)
         sys.stdout.flush()
         sys.stderr.flush()
         tmp = request["result"] + ".tmp"

@@ -288,7 +288,11 @@ def main(argv: list[str]) -> int:
             os.unlink(job_path)  # the job (its input seed) is not left for the candidate to read
     if job.mode == "compile":
         result: dict[str, Any] = run_compile(job)
-    elif job.mode in ("reference", "warm"):
+    elif job.mode == "reference":  # set up before the GPU's lock, timed after (child_reference)
+        from engine.evaluate import child_reference
+
+        result = child_reference.run(job)
+    elif job.mode == "warm":
         result = run_reference(job)
     elif job.mode == "agreement":
         result = run_agreement(job)

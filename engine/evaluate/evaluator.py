@@ -24,12 +24,13 @@ from typing import Any
 
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
-from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
+from engine.evaluate.gate import Gate as StartGate
+from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key, gpu_name
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
-from engine.evaluate.sandbox import Limits, Sandbox
+from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 from engine.evaluate.worker import Worker, ledger_dir, memory_env
 
@@ -238,44 +239,120 @@ class LocalEvaluator:
         """A timing of the problem's reference alone (no candidate: no speed-of-light floor)."""
         return self.job(problem_path, "", sizes, flops=None, bytes=None, mode=mode, precision=precision)
 
+    def device_model(self, device: Device) -> str:
+        """What a reference timing's cache is keyed by besides the problem: the GPU's model (its
+        name through NVML, never the CUDA_VISIBLE_DEVICES index), or on the cpu backend this
+        host's cores."""
+        if self.backend == "cuda":
+            name = gpu_name(device.index, device.env.get("CUDA_VISIBLE_DEVICES", ""))
+            where = device.env.get("CUDA_VISIBLE_DEVICES", "")
+            return f"cuda:{name}" if name else f"cuda:{platform.node()}:{where}"
+        return f"cpu:{platform.node()}:{platform.processor()}:{os.cpu_count()}"
+
     def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device,
                         precision: str | None = None) -> Path:
+        """The reference timing's file: shared by every process and session on the host (and any
+        host sharing the cache dir with the same GPU model), keyed by the problem's source, sizes,
+        precision, GPU model and torch version (reference_key)."""
+        key = self.reference_key(problem_path, sizes, device, precision)
+        return Path(self.cache_dir) / "reference" / f"{key}.json"
+
+    def reference_key(self, problem_path: str, sizes: dict[str, int], device: Device,
+                      precision: str | None = None) -> str:
         import hashlib
         import json
 
         import torch
 
-        key = hashlib.sha256(json.dumps([
-            Path(problem_path).read_text(), sorted(sizes.items()), self.backend, torch.__version__,
-            platform.node(), device.env.get("CUDA_VISIBLE_DEVICES", ""),
-        ] + ([precision] if precision else [])).encode()).hexdigest()[:24]
-        return Path(self.cache_dir) / "reference" / f"{key}.json"
+        source = hashlib.sha256(Path(problem_path).read_bytes()).hexdigest()
+        return hashlib.sha256(json.dumps([
+            "reference-v2", source, sorted(sizes.items()), self.backend, precision or "",
+            self.device_model(device), torch.__version__,
+        ]).encode()).hexdigest()[:24]
 
     async def reference(self, problem_path: str, sizes: dict[str, int], device: Device,
                         precision: str | None = None) -> dict:
-        """The problem's eager and torch.compile times on `device` (held by the caller), measured
-        once per problem file + sizes + torch version + host + GPU and kept in the build cache
-        (torch.compile takes tens of seconds to warm: `_warm` first). {"error": ...} when the
-        reference could not be timed."""
+        """The problem's eager and torch.compile times on `device`'s GPU model (the device held by
+        the caller), measured once per problem source + sizes + precision + GPU model + torch
+        version and kept on disk for every process ({"error": ...} when it could not be timed).
+        Not yet measured: timed now, holding the device (see reference_start for the way that
+        sets up before the lock)."""
+        pending = await self.reference_start(problem_path, sizes, device, precision)
+        return await self.reference_finish(pending)
+
+    async def reference_start(self, problem_path: str, sizes: dict[str, int], device: Device,
+                              precision: str | None = None, force: bool = False) -> dict:
+        """Before the device's host lock: the cached timing (`{"result": ...}`), or a reference
+        timing process started and set up (torch, the CUDA context, the model, torch.compile's
+        compile and autotuning), waiting at its gate for reference_finish to let it time. Another
+        process timing the same key first is waited for (a lock file per key), then read."""
         import json
 
         path = str(Path(problem_path).resolve())
         file = self._reference_file(path, sizes, device, precision)
-        if file.exists():
-            return json.loads(file.read_text())
-        if file in self._reference_failed:  # tried once in this run: not again on every variant
-            return self._reference_failed[file]
-        self._note(f"timing the reference on {device.name}, eager and under torch.compile"
-                   " (once per problem and GPU)")
-        result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference", precision))
-        if "error" in result:
-            self._reference_failed[file] = result
-            return result
+        if not force:
+            if file.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    return {"result": json.loads(file.read_text())}
+            if file in self._reference_failed:  # tried once in this run: not again on every variant
+                return {"result": self._reference_failed[file]}
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, file)
-        return result
+        owner = DeviceLock(f"reference-{file.stem}", file.parent)
+        await owner.acquire(self.session)  # one process times a key; the others read its file
+        if not force and file.exists():
+            owner.release()
+            with contextlib.suppress(OSError, ValueError):
+                return {"result": json.loads(file.read_text())}
+        self._note(f"timing the reference on {device.name}, eager and under torch.compile"
+                   " (once per problem and GPU model)")
+        gate = StartGate(Path(self.cache_dir) / WRITABLE_IN_CACHE / "gates")
+        job = self._reference_job(path, sizes, "reference", precision)
+        task = asyncio.ensure_future(run_child(job, self.compile_timeout_s, {**device.env, **gate.env},
+                                               self.sandbox))
+        try:
+            await gate.ready(task)
+        except BaseException:
+            task.cancel()
+            gate.close()
+            owner.release()
+            raise
+        return {"task": task, "gate": gate, "owner": owner, "file": file}
+
+    def reference_cancel(self, pending: dict) -> None:
+        """A started reference timing not needed after all: stopped, its key let go."""
+        if "result" in pending:
+            return
+        pending["task"].cancel()
+        pending["gate"].close()
+        pending["owner"].release()
+
+    async def reference_finish(self, pending: dict) -> dict:
+        """Holding the device: let the reference timing process time, wait for it, keep its result
+        on disk for every process."""
+        import json
+
+        if "result" in pending:
+            return pending["result"]
+        task, gate, owner, file = pending["task"], pending["gate"], pending["owner"], pending["file"]
+        try:
+            gate.open()
+            outcome, result, log = await task
+        finally:
+            gate.close()
+        try:
+            if outcome != "ok" or result is None:
+                failed = {"error": f"{outcome}: {log[-500:]}"}
+                self._reference_failed[file] = failed
+                return failed
+            if "error" in result:
+                self._reference_failed[file] = result
+                return result
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(result))
+            os.replace(tmp, file)
+            return result
+        finally:
+            owner.release()
 
     async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the
@@ -324,13 +401,32 @@ class LocalEvaluator:
         if job.input_seed is None and job.mode == "evaluate":
             job = job.replace(input_seed=self._input_seed)  # the session's secret (engine.evaluate.checks)
 
+        pending: dict[str, dict] = {}
+
         async def prepare(device: Device) -> None:
             # A worker process is started (Python, torch, its CUDA context) before the device's
-            # host lock is taken, not while holding it.
+            # host lock is taken, not while holding it; so is a reference timing not on disk yet
+            # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
                 await device.worker.ready(job.problem_path)
+            if baseline:
+                if "reference" in pending:  # started for a device that could not be used after all
+                    self.reference_cancel(pending.pop("reference"))
+                pending["reference"] = await self.reference_start(job.problem_path, job.sizes, device,
+                                                                  job.precision)
 
         await phase("waiting")
+        try:
+            return await self._judge(job, gate, prepare, pending, baseline, build_s, on_phase)
+        finally:
+            if "reference" in pending:  # never reached the device (cancelled, failed)
+                self.reference_cancel(pending.pop("reference"))
+
+    async def _judge(self, job: EvalJob, gate: Gate | None,
+                     prepare: Callable[[Device], Awaitable[None]], pending: dict[str, dict], baseline: bool,
+                     build_s: float | None, on_phase: PhaseCallback | None) -> Verdict:
+        """evaluate()'s part on a device: held (its host lock), the reference timed where it is
+        not on disk yet, the worker's run, what comes after (a profile, the sanitizer)."""
         while True:
             async with self._device(gate, prepare) as device:
                 if (device.worker is not None and not device.worker.started_ok
@@ -341,7 +437,7 @@ class LocalEvaluator:
                 held: dict[str, float] = {}
                 run = job
                 if baseline:
-                    ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
+                    ref = await self.reference_finish(pending.pop("reference"))
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
                     held["reference"] = time.monotonic() - held_from
@@ -356,7 +452,8 @@ class LocalEvaluator:
                         device.resting = True  # its worker cannot start: not the variant's fault,
                         continue  # which goes to another device; this one is tried again later
                 else:
-                    await phase("evaluating")
+                    if on_phase is not None:
+                        await on_phase("evaluating")
                     t_run = time.monotonic()
                     outcome, result, log = await run_child(run, self.run_timeout_s, device.env,
                                                            self.sandbox)
@@ -440,20 +537,20 @@ class LocalEvaluator:
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,
-        no candidate). Returns the child's result, or {"error": ...} when it died or timed out."""
+        no candidate), measured now (the cache is refreshed). Returns the child's result, or
+        {"error": ...} when it died or timed out."""
         job = self._reference_job(problem_path, sizes, "reference")
         if self.backend == "cuda":  # compile in the pool (several at once), time alone
             async with self._slot("compile"):
                 await run_child(job.replace(mode="warm"), self.compile_timeout_s, self.devices[0].env,
                                 self.sandbox)
-        async with self._device() as device:
-            return await self._time_reference_on(device, job)
+        pending: dict[str, dict] = {}
 
-    async def _time_reference_on(self, device: Device, job: EvalJob) -> dict:
-        outcome, result, log = await run_child(job, self.compile_timeout_s, device.env, self.sandbox)
-        if outcome != "ok" or result is None:
-            return {"error": f"{outcome}: {log[-500:]}"}
-        return result
+        async def prepare(device: Device) -> None:
+            pending["p"] = await self.reference_start(problem_path, sizes, device, force=True)
+
+        async with self._device(prepare=prepare):
+            return await self.reference_finish(pending["p"])
 
     @contextlib.asynccontextmanager
     async def _device(self, gate: Gate | None = None,

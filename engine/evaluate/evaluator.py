@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate.base import Gate, PhaseCallback
+from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key, gpu_name
 from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.loading import kernel_language
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
@@ -41,6 +43,9 @@ DEFAULT_TIMEOUTS = {  # (compile, run) seconds
 
 
 DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
+GATED_ACTIONS = ("probe", "ncu")  # profile actions set up before the device's lock (engine.evaluate.gate)
+PROFILE_YIELD_S = 5.0  # a profile lets evaluations waiting for a device go first, this long at most
+LOCK_WAIT_S = 600.0  # a gated profile process waits this long for the device's lock, then gives up
 
 
 def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
@@ -402,6 +407,9 @@ class LocalEvaluator:
             job = job.replace(input_seed=self._input_seed)  # the session's secret (engine.evaluate.checks)
 
         pending: dict[str, dict] = {}
+        prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
+        triton_jit = (self.backend == "cuda" and job.mode == "evaluate"
+                      and kernel_language(job.solution_source) == "triton")
 
         async def prepare(device: Device) -> None:
             # A worker process is started (Python, torch, its CUDA context) before the device's
@@ -409,6 +417,10 @@ class LocalEvaluator:
             # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
                 await device.worker.ready(job.problem_path)
+                if triton_jit and "jit" not in prelock:  # Triton's JIT, compiling only
+                    t_jit = time.monotonic()
+                    report = await device.worker.warm(job, TRITON_WARMUP_S)
+                    prelock["jit"] = {**report, "wall_s": round(time.monotonic() - t_jit, 4)}
             if baseline:
                 if "reference" in pending:  # started for a device that could not be used after all
                     self.reference_cancel(pending.pop("reference"))
@@ -417,10 +429,13 @@ class LocalEvaluator:
 
         await phase("waiting")
         try:
-            return await self._judge(job, gate, prepare, pending, baseline, build_s, on_phase)
+            verdict = await self._judge(job, gate, prepare, pending, baseline, build_s, on_phase)
         finally:
             if "reference" in pending:  # never reached the device (cancelled, failed)
                 self.reference_cancel(pending.pop("reference"))
+        if prelock and verdict.timing is not None:
+            verdict = dataclasses.replace(verdict, timing={**verdict.timing, "prelock": prelock})
+        return verdict
 
     async def _judge(self, job: EvalJob, gate: Gate | None,
                      prepare: Callable[[Device], Awaitable[None]], pending: dict[str, dict], baseline: bool,
@@ -470,24 +485,20 @@ class LocalEvaluator:
                 device.info = verdict.gpu or device.info
                 t_after = time.monotonic()
                 verdict = await self._after(verdict, run, device, on_phase)
-                held["after"] = time.monotonic() - t_after  # a profile or sanitizer run, if any
+                held["after"] = time.monotonic() - t_after  # a sanitizer run, if any
                 held["total"] = time.monotonic() - held_from
-                return dataclasses.replace(verdict, timing={
+                verdict = dataclasses.replace(verdict, timing={
                     **(verdict.timing or {}), "held_s": {k: round(v, 4) for k, v in held.items()}})
+                break
+        return await self._profile_after(verdict, run, on_phase)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:
-        """Still holding the device, outside the timed window: profile a correct variant (with
-        profile_each; else profile() does, when asked); re-run one that hit an illegal or
-        misaligned access under compute-sanitizer."""
+        """Still holding the device, outside the timed window: re-run a variant that hit an illegal
+        or misaligned access under compute-sanitizer. (A profile is taken after the device is let
+        go: _profile_after.)"""
         if self.profiler.mode == "off" or job.mode != "evaluate":
             return verdict
-        if verdict.ok:
-            if not self.profile_each:
-                return verdict
-            if on_phase is not None:
-                await on_phase("evaluating")  # profiling: still device work
-            return await self._profile_on(device, job, verdict)
         if verdict.status == "runtime_error" and self.backend == "cuda" and wants_sanitizer(verdict.log):
             if on_phase is not None:
                 await on_phase("evaluating")  # under compute-sanitizer
@@ -497,6 +508,21 @@ class LocalEvaluator:
                     verdict, sanitizer=report,
                     log=f"{verdict.log}\n\ncompute-sanitizer (memcheck) on a re-run:\n{report}")
         return verdict
+
+    async def _profile_after(self, verdict: Verdict, job: EvalJob,
+                             on_phase: PhaseCallback | None) -> Verdict:
+        """With profile_each: a correct variant's profile, taken once its device was let go (it
+        queues behind the checks waiting for a device, and holds one only for the profiled launch:
+        _tool_queued)."""
+        if (self.profiler.mode == "off" or job.mode != "evaluate" or not verdict.ok
+                or not self.profile_each):
+            return verdict
+        if on_phase is not None:
+            await on_phase("profiling")
+        t0 = time.monotonic()
+        verdict = await self._profile_on(None, job, verdict)
+        return dataclasses.replace(verdict, timing={**(verdict.timing or {}),
+                                                    "profile_s": round(time.monotonic() - t0, 4)})
 
     async def profile(self, job: EvalJob, verdict: Verdict,
                       on_phase: PhaseCallback | None = None) -> Verdict:
@@ -515,25 +541,67 @@ class LocalEvaluator:
                 return dataclasses.replace(verdict, profile={
                     "tool": self.profiler.mode,
                     "error": f"could not build it again: {lines[-1][:300] if lines else outcome}"})
-        async with self._device() as device:
-            if on_phase is not None:
-                await on_phase("profiling")
-            return await self._profile_on(device, job, verdict)
+        if on_phase is not None:
+            await on_phase("profiling")
+        return await self._profile_on(None, job, verdict)
 
-    async def _profile_on(self, device: Device, job: EvalJob, verdict: Verdict) -> Verdict:
-        """Profile a correct variant on `device` (held by the caller)."""
+    async def _profile_on(self, device: Device | None, job: EvalJob, verdict: Verdict) -> Verdict:
+        """Profile a correct variant: on `device` (held by the caller), or None: each tool run
+        queued for a device itself (_tool_queued)."""
+        where = device or self.devices[0]
         profile = await self.profiler.profile(self._tool_runner(device), job, verdict.time_ms, {},
-                                              device.lock_key or device.name, ref_ms=verdict.ref_eager_ms)
+                                              where.lock_key or where.name, ref_ms=verdict.ref_eager_ms)
         return dataclasses.replace(verdict, profile=profile)
 
-    def _tool_runner(self, device: Device) -> Any:
-        """How the profiler starts its tools: in the sandbox, on `device`."""
+    def _tool_runner(self, device: Device | None) -> Any:
+        """How the profiler starts its tools: in the sandbox, on `device` (held by the caller), or
+        with None, queued for whichever device comes free (_tool_queued)."""
 
         async def runner(prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
                          timeout_s: float) -> tuple[dict | None, str, str]:
+            if device is None:
+                return await self._tool_queued(prefix, j, action, env, timeout_s)
             return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
 
         return runner
+
+    async def _tool_queued(self, prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
+                           timeout_s: float) -> tuple[dict | None, str, str]:
+        """A profile tool's run behind the checks: it lets evaluations waiting for a device go
+        first (for up to PROFILE_YIELD_S), then takes one. An ncu run (GATED_ACTIONS) is started
+        before the device's host lock — ncu, Python, torch, the CUDA context, the candidate's
+        import, its model and inputs — and waits at its gate (engine.evaluate.gate); the device is
+        held from the gate's opening to the tool's end: the warm-up and the profiled launch."""
+        t0 = time.monotonic()
+        while self.waiting["device"] > 0 and time.monotonic() - t0 < PROFILE_YIELD_S:
+            await asyncio.sleep(0.05)
+        box: dict[str, Any] = {}
+
+        def stop() -> None:
+            if "task" in box and not box["task"].done():
+                box["task"].cancel()
+            if "gate" in box:
+                box.pop("gate").close()
+            box.pop("task", None)
+
+        async def prepare(device: Device) -> None:
+            if action not in GATED_ACTIONS:
+                return
+            stop()  # started for a device that was not used after all
+            gate = box["gate"] = StartGate(Path(self.cache_dir) / WRITABLE_IN_CACHE / "gates")
+            box["task"] = asyncio.ensure_future(run_tool(
+                prefix, j, action, {**device.env, **env, **gate.env, "KTREE_GATE_WAIT_S": str(LOCK_WAIT_S)},
+                timeout_s + LOCK_WAIT_S, self.sandbox))
+            await gate.ready(box["task"])
+
+        try:
+            async with self._device(prepare=prepare) as device:
+                if "task" in box:
+                    box["gate"].open()
+                    return await box["task"]
+                return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
+        finally:
+            stop()
 
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,

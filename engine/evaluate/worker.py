@@ -135,6 +135,42 @@ class Worker:
             return await self._start((problem_path,) if problem_path else ())
         return None
 
+    async def warm(self, job: EvalJob, timeout_s: float) -> dict[str, Any]:
+        """Before the device's lock: the process compiles a Triton solution's kernels without
+        running them (engine.evaluate.child_load.triton_prewarm), so the evaluation under the lock
+        only loads them. Its report ({} when nothing was done); a process that hangs here is
+        stopped (the evaluation then starts a new one)."""
+        if self.proc is None or self.proc.returncode is not None or self.proc.stdin is None:
+            return {}
+        work = Path(tempfile.mkdtemp(prefix="warm-", dir=self._dir))
+        paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
+        paths["job"].write_text(json.dumps(job.replace(input_seed=None).to_dict()))
+        t0 = time.monotonic()
+        try:
+            self.proc.stdin.write((json.dumps({**{k: str(v) for k, v in paths.items()}, "warm": "1"}) + "\n")
+                                  .encode())
+            await self.proc.stdin.drain()
+            while True:
+                left = timeout_s - (time.monotonic() - t0)
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(self._readline(), left)
+                if message is None:
+                    await self.stop("died")
+                    return {"error": "the worker died in the warm-up"}
+                if "done" in message:
+                    break
+            return json.loads(paths["result"].read_text())
+        except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
+            await self.stop("warm-up")
+            return {"error": f"warm-up stopped: {type(exc).__name__}"}
+        except asyncio.CancelledError:
+            await self.stop("cancelled")
+            raise
+        finally:
+            self.busy_s += time.monotonic() - t0
+            shutil.rmtree(work, ignore_errors=True)
+
     async def _readline(self) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None
         while True:

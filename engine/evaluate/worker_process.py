@@ -9,6 +9,9 @@ the H100 box). The engine writes one request per line on stdin — `{"job": PATH
 `{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
 that is not the job's doing: the engine sends it again to a new worker), any number of
 `{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
+A request with `"warm": "1"` comes before the engine takes the GPU's lock: a Triton solution's
+kernels are compiled, not run (engine.evaluate.child_load.triton_prewarm); its result is that
+report, and the process stays.
 The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
 never into the protocol.
 
@@ -94,6 +97,23 @@ def _after_evaluation(verdict: Any) -> Any:
     return verdict
 
 
+def _write_result(path: str, data: dict[str, Any]) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def _prewarm(job: EvalJob) -> dict[str, Any]:
+    from engine.evaluate.child_load import triton_prewarm
+
+    try:
+        return triton_prewarm(job)
+    except BaseException as exc:  # noqa: BLE001  (never the verdict's business)
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
 def serve(request_fd: int, protocol_fd: int) -> None:
     out = os.fdopen(protocol_fd, "w", buffering=1)
     requests = os.fdopen(request_fd, "r")
@@ -116,16 +136,16 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         with open(request["job"]) as f:
             job = EvalJob.from_dict(json.load(f))
         os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
+        if request.get("warm"):  # before the GPU's lock: Triton's JIT only (child_load.triton_prewarm)
+            _reset_extension_versions()
+            _write_result(request["result"], _prewarm(job))
+            send({"done": request["result"]})
+            continue
         _reset_extension_versions()
         _reset_peak_memory()
         verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
         verdict = _after_evaluation(verdict)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        tmp = request["result"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(verdict.to_dict(), f)
-        os.replace(tmp, request["result"])
+        _write_result(request["result"], verdict.to_dict())
         send({"done": request["result"]})
 
 

@@ -145,11 +145,22 @@ def _tensors(checks: ReferenceChecks) -> list[Any]:
     return [t for group in (*checks.inputs, *checks.expected) for t in group if isinstance(t, torch.Tensor)]
 
 
+SAMPLED_BYTES = 64 * 2**20  # a host tensor larger than this is fingerprinted on a strided sample
+
+
 def _fingerprint(checks: ReferenceChecks) -> list[float]:
+    """A sum per cached tensor (fp64): whole on the device; on the host, where summing gigabytes
+    would cost seconds per evaluation, a large tensor's sum over a strided sample and its ends."""
     import torch
 
-    sums = [t.detach().to(torch.float64).sum() if t.is_floating_point() else t.detach().sum().to(torch.float64)
-            for t in _tensors(checks)]
+    sums = []
+    for t in _tensors(checks):
+        t = t.detach()
+        if t.device.type == "cpu" and t.numel() * t.element_size() > SAMPLED_BYTES:
+            flat = t.reshape(-1)
+            step = max(1, flat.numel() // (SAMPLED_BYTES // 8))
+            t = torch.cat([flat[::step], flat[:4096], flat[-4096:]])
+        sums.append(t.to(torch.float64).sum() if t.is_floating_point() else t.sum().to(torch.float64))
     return torch.stack([s.cpu() for s in sums]).tolist() if sums else []
 
 
@@ -233,6 +244,7 @@ def after_evaluation() -> dict[str, Any]:
             checks.expected = [[_pinned(t) for t in group] for group in checks.expected]
             book.release(gpu=checks.gpu, device=checks.nbytes)
             checks.placement, checks.on_device = "host", False
+            checks.fingerprint = _fingerprint(checks)
             done["offloaded"] = checks.nbytes
         else:
             drop(key)
@@ -251,10 +263,16 @@ def expected64(ref64: Any, drawn: list[Any], device: str, flatten: Callable[[Any
 
     try:
         return [t.detach() for t in flatten(ref64(*[_to64(t, device) for t in drawn]))]
-    except Exception as exc:
-        if device == "cpu" or not is_oom(exc):
+    except Exception as caught:
+        if device == "cpu" or not is_oom(caught):
             raise
-    _free_memory()  # ktree's fp64 copies did not fit on the GPU: on the host instead
+        exc = caught
+    _free_memory()  # ktree's fp64 copies did not fit on the GPU: on the host instead, if there
+    need = 3 * sum(t.numel() * 8 for t in drawn if isinstance(t, torch.Tensor))  # copies + temporaries
+    cap = ledger_module.process_host_cap_bytes()
+    if cap is not None and need > cap:
+        raise KtreeOutOfMemory(f"computing the fp64 answers (neither on the GPU nor within this process's"
+                               f" host share: {need / 2**30:.1f} GiB)", exc)
     host_ref = copy.deepcopy(ref64).to("cpu") if isinstance(ref64, torch.nn.Module) else ref64
     try:
         return [t.detach() for t in flatten(host_ref(*[_to64(t, "cpu") for t in drawn]))]

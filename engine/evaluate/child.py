@@ -219,7 +219,8 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     timing_record["phases_s"] = clock.rounded()
     timing_record["floor_s"] = round(timing_floor_s(stats, job.trials), 6)
     timing_record["reference_checks"] = {"cached": checks_cached, "build_s": round(checks.build_s, 4),
-                                         "bytes": checks.nbytes, "on_device": checks.on_device}
+                                         "bytes": checks.nbytes, "on_device": checks.on_device,
+                                         "placement": checks.placement}
 
     return Verdict(
         status=status,

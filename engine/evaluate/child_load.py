@@ -364,9 +364,14 @@ def _compile_only() -> Iterator[None]:
         return run(self, *args, **kwargs)
 
     def each_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        for config in self.configs:
-            extra = config.all_kwargs() if hasattr(config, "all_kwargs") else dict(config.kwargs)
-            self.fn.run(*args, **{**kwargs, **extra})
+        self.nargs = dict(zip(self.arg_names, args, strict=False))  # (read by prune_configs)
+        try:
+            configs = self.prune_configs(kwargs) if hasattr(self, "prune_configs") else self.configs
+            for config in configs:
+                extra = config.all_kwargs() if hasattr(config, "all_kwargs") else dict(config.kwargs)
+                self.fn.run(*args, **{**kwargs, **extra})
+        finally:
+            self.nargs = None
         return None
 
     jit.JITFunction.run = compile_only  # type: ignore[method-assign]

@@ -441,7 +441,10 @@ class LocalEvaluator:
                      prepare: Callable[[Device], Awaitable[None]], pending: dict[str, dict], baseline: bool,
                      build_s: float | None, on_phase: PhaseCallback | None) -> Verdict:
         """evaluate()'s part on a device: held (its host lock), the reference timed where it is
-        not on disk yet, the worker's run, what comes after (a profile, the sanitizer)."""
+        not on disk yet, the worker's run, what comes after (a profile, the sanitizer). A verdict of
+        ktree's own out-of-memory (engine.evaluate.checks.label_oom: never the candidate's) is
+        judged once more, on a fresh worker."""
+        retried = False
         while True:
             async with self._device(gate, prepare) as device:
                 if (device.worker is not None and not device.worker.started_ok
@@ -477,6 +480,11 @@ class LocalEvaluator:
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
+                if (verdict.status == "crashed" and (verdict.log or "").startswith("ktree out of memory")
+                        and not retried):
+                    retried = True  # its worker restarts (after crashed): its memory comes back
+                    self._note(f"{verdict.log.splitlines()[0]}; judging it again")
+                    continue
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

@@ -147,3 +147,24 @@ def test_the_gate_waits_for_go_and_gives_up_instead_of_hanging(tmp_path, monkeyp
     g.close()
     g2.close()
     assert not os.listdir(tmp_path)
+
+
+def test_the_timing_child_sets_up_before_its_gate_and_reports_the_noise(tmp_path, monkeypatch):
+    import torch
+
+    from engine.evaluate import child_reference
+    from engine.evaluate.jobs import make_job
+
+    monkeypatch.setattr(torch, "compile", lambda model: model)  # (no compiler wanted here)
+    g = gate.Gate(tmp_path)
+    monkeypatch.setenv("KTREE_GATE", str(g.dir))
+    threading.Timer(0.3, g.open).start()
+    job = make_job(SOFTMAX, "", {"batch_size": 16, "dim": 64}, backend="cpu", cache_dir=str(tmp_path),
+                   flops=None, bytes=None, mode="reference", time_budget_s=0.05, max_reps=10)
+    result = child_reference.run(job)
+    assert g.is_ready and result["held_s"] > 0
+    assert result["setup_s"] + result["gate_wait_s"] >= 0.25  # it waited for the gate to open
+    for side in ("eager", "compile"):
+        p10, med, p90 = result[f"{side}_p10_ms"], result[f"{side}_ms"], result[f"{side}_p90_ms"]
+        assert p10 <= med <= p90 and result[f"{side}_lo_ms"] <= result[f"{side}_hi_ms"]
+    g.close()

@@ -99,6 +99,54 @@ def searches(raw: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def verdicts_lines(data: Any, note: str) -> list[str]:
+    """`ktree bench verdicts --json` (engine/bench/verdicts.py): its rows as a table where it has
+    them, else its summary; where it wrote nothing, its log's last line."""
+    if data is None:
+        return [f"\n## bench verdicts\n{note}"] if note else []
+    lines = ["\n## bench verdicts"]
+    rows = data.get("rows") if isinstance(data, dict) else data if isinstance(data, list) else None
+    if isinstance(data, dict):
+        summary = {k: v for k, v in data.items() if k != "rows" and not isinstance(v, (list, dict))}
+        if summary:
+            lines.append(", ".join(f"{k}: {v}" for k, v in summary.items()))
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
+        keys = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))][:8]
+        lines += ["| " + " | ".join(keys) + " |", "| --- " * len(keys) + "|"]
+        lines += ["| " + " | ".join(str(r.get(k, ""))[:60] for k in keys) + " |" for r in rows]
+    return lines
+
+
+def concurrent_lines(data: Any) -> list[str]:
+    """scripts/concurrent-eval's report: per evaluation, the status together and alone, its peak
+    GPU memory, an out-of-memory; the GPU's most used memory while together."""
+    if not isinstance(data, dict):
+        return []
+    lines = ["\n## Concurrent evaluations (ktree eval processes at once, then alone)",
+             f"{data.get('processes')} processes together in {data.get('together_s')} s, alone in"
+             f" {data.get('alone_s')} s ({data.get('alone_done')} done); status differs:"
+             f" {data.get('status_differs')}, crashed: {data.get('crashed')}, out of memory:"
+             f" {data.get('out_of_memory')}, GPU memory used at most: {data.get('gpu_peak_used_mib')} MiB",
+             "| problem | file | together | alone | ms | alone ms | peak GPU MiB (alone) | check set | oom |",
+             "| --- " * 9 + "|"]
+    for r in data.get("rows") or []:
+        check_set = r.get("check_set") or {}
+        placement = check_set.get("placement") or check_set.get("bytes")
+        lines.append(f"| {r.get('problem')} | {r.get('file')} | {r.get('status')} | {r.get('alone_status')} |"
+                     f" {r.get('time_ms') or ''} | {r.get('alone_ms') or ''} | {r.get('peak_gpu_mib') or ''}"
+                     f" ({r.get('alone_peak_gpu_mib') or ''}) | {placement if placement is not None else ''} |"
+                     f" {r.get('oom') or ''} |")
+    return lines
+
+
 def main(raw: Path, out: Path) -> None:
     result: dict[str, Any] = {
         "device": (raw / "device.txt").read_text().strip() if (raw / "device.txt").exists() else "",
@@ -109,6 +157,9 @@ def main(raw: Path, out: Path) -> None:
         "searches": searches(raw), "gpu_cost": _json(raw / "gpu-cost.json"),
         "pipeline": _json(raw / "pipeline.json"),
         "compile": _json(raw / "compile.json"),
+        "verdicts": _json(raw / "verdicts.json"),
+        "verdicts_note": _last_line(raw / "verdicts.log"),
+        "concurrent": _json(raw / "concurrent" / "report.json"),
     }
     lines = [f"# GPU check\n\n{result['device']}\n", "| step | exit | seconds | note |",
              "| --- | --- | --- | --- |"]
@@ -151,6 +202,8 @@ def main(raw: Path, out: Path) -> None:
         from engine.bench.compile import compile_table
 
         lines += ["\n## bench compile", compile_table(result["compile"])]
+    lines += verdicts_lines(result["verdicts"], result["verdicts_note"])
+    lines += concurrent_lines(result["concurrent"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-check.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "gpu-check.md").write_text("\n".join(lines) + "\n")

@@ -108,8 +108,14 @@ def check_library(problem: str, files: list[Path]) -> None:
             assert v.max_abs_err < 1e-2
 
 
+# The default set checks softmax and layernorm here; matmul, conv2d and conv_relu_maxpool (tens of
+# seconds each at full size) are the slow stage's, and scripts/gpu-check's searches cover them.
+DEFAULT_SUBSETS = ["softmax", "layernorm"]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", SEED_PROBLEMS)
+@pytest.mark.parametrize("problem", [*DEFAULT_SUBSETS, *(pytest.param(p, marks=pytest.mark.gpu_slow)
+                                                          for p in SEED_PROBLEMS if p not in DEFAULT_SUBSETS)])
 def test_scripted_cuda_variant_sets_get_their_intended_verdicts(problem: str):
     """Per seed problem: one idea's variant set and a variant of every other intended outcome."""
     files = library_subset(problem)

@@ -53,7 +53,7 @@ from engine.evaluate.child_time import (
     Phases,
     before_candidate,
     run_agreement,
-    run_reference,
+    run_warm,
     time_candidate,
     timing_floor_s,
 )
@@ -63,7 +63,7 @@ from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
 # Imported from here by the engine and the tests (engine.evaluate.runner: build_key).
 __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_cores", "run_agreement",
-           "run_compile", "run_evaluate", "run_reference", "triton_failure_status"]
+           "run_compile", "run_evaluate", "run_warm", "triton_failure_status"]
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
 SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed of light
@@ -81,6 +81,20 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
+    """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
+    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.checks.label_oom)."""
+    try:
+        verdict = _evaluate(job, on_phase)
+    except Exception as exc:
+        if not checks_module.is_oom(exc):
+            raise
+        checks_module.clear()
+        verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
+                          log=f"ktree out of memory while checking: {format_exc(exc)}")
+    return checks_module.label_oom(verdict, job)
+
+
+def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
     from engine.evaluate import gpuload, integrity, noise, tamper, timing  # noqa: F401  (before the candidate's code)
@@ -222,7 +236,8 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     timing_record["floor_s"] = round(timing_floor_s(stats, job.trials), 6)
     timing_record.update(timed_record)
     timing_record["reference_checks"] = {"cached": checks_cached, "build_s": round(checks.build_s, 4),
-                                         "bytes": checks.nbytes, "on_device": checks.on_device}
+                                         "bytes": checks.nbytes, "on_device": checks.on_device,
+                                         "placement": checks.placement}
 
     return Verdict(
         status=status,
@@ -292,8 +307,12 @@ def main(argv: list[str]) -> int:
             os.unlink(job_path)  # the job (its input seed) is not left for the candidate to read
     if job.mode == "compile":
         result: dict[str, Any] = run_compile(job)
-    elif job.mode in ("reference", "warm"):
-        result = run_reference(job)
+    elif job.mode == "reference":  # set up before the GPU's lock, timed after (child_reference)
+        from engine.evaluate import child_reference
+
+        result = child_reference.run(job)
+    elif job.mode == "warm":
+        result = run_warm(job)
     elif job.mode == "agreement":
         result = run_agreement(job)
     else:

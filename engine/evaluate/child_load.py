@@ -296,6 +296,93 @@ def triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) -
     return report
 
 
+def triton_prewarm(job: EvalJob) -> dict[str, Any]:
+    """Before the GPU's lock (the worker's "warm" request): a Triton solution's kernels compiled
+    into Triton's cache without running them, so that the warm-up under the lock (triton_warmup)
+    only loads their cubins. The model is made on the GPU (copies, no kernel) and called on
+    uninitialised inputs of the problem's shapes and dtypes (drawn on the meta device: no kernel)
+    with every `@triton.jit` launch turned into a compile-only warm-up and every autotuner
+    compiling each of its configs instead of timing them. Whatever fails here (an API this Triton
+    lacks, a forward that reads its outputs) is only reported: the warm-up under the lock compiles
+    what is left. {} for anything but a Triton solution on cuda."""
+    if job.backend != "cuda" or kernel_language(job.solution_source) != "triton":
+        return {}
+    import torch
+
+    t0 = clocks.perf_counter()
+    report: dict[str, Any] = {}
+    try:
+        problem = load_module_from_path(job.problem_path, job.sizes)
+        module = load_solution(job)
+        init = problem.get_init_inputs()
+        torch.manual_seed(job.seed)
+        cast = precision_dtype(job)
+        new = module.ModelNew(*init)
+        if isinstance(new, torch.nn.Module):
+            new = model_to(new, "cuda", cast).eval()
+        with torch.device("meta"):
+            shapes = problem.get_inputs()
+        inputs = [_empty_like_on(t, "cuda", cast) for t in shapes]
+        with _compile_only(), _time_limit(TRITON_WARMUP_S), torch.no_grad():
+            new(*inputs)
+        report["compiled"] = True
+    except _WarmupTimeout:
+        report["error"] = f"over {TRITON_WARMUP_S:g} s"
+    except BaseException as exc:  # noqa: BLE001  (reported; the warm-up under the lock decides)
+        report["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        new = inputs = None  # noqa: F841
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    report["jit_s"] = round(clocks.perf_counter() - t0, 4)
+    return report
+
+
+def _empty_like_on(t: Any, device: str, cast: Any) -> Any:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return t
+    dtype = cast if cast is not None and t.is_floating_point() else t.dtype
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype, device=device)
+
+
+@contextlib.contextmanager
+def _compile_only() -> Iterator[None]:
+    """Every `@triton.jit` launch compiles and returns without running (JITFunction.run's own
+    `warmup`); an autotuner compiles each of its configs the same way instead of benchmarking."""
+    from triton.runtime import autotuner, jit
+
+    run = jit.JITFunction.run
+    tune = autotuner.Autotuner.run
+
+    def compile_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["warmup"] = True
+        return run(self, *args, **kwargs)
+
+    def each_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.nargs = dict(zip(self.arg_names, args, strict=False))  # (read by prune_configs)
+        try:
+            configs = self.prune_configs(kwargs) if hasattr(self, "prune_configs") else self.configs
+            for config in configs:
+                extra = config.all_kwargs() if hasattr(config, "all_kwargs") else dict(config.kwargs)
+                self.fn.run(*args, **{**kwargs, **extra})
+        finally:
+            self.nargs = None
+        return None
+
+    jit.JITFunction.run = compile_only  # type: ignore[method-assign]
+    autotuner.Autotuner.run = each_config  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        jit.JITFunction.run = run  # type: ignore[method-assign]
+        autotuner.Autotuner.run = tune  # type: ignore[method-assign]
+
+
 def _read_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path) as fh:

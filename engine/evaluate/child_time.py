@@ -45,41 +45,30 @@ def timing_floor_s(stats: Any, trials: int) -> float:
             + trials * stats.new.median) / 1e3
 
 
-def run_reference(job: EvalJob) -> dict[str, Any]:
-    """Time the reference eagerly and under torch.compile, interleaved, on the same inputs.
-    Mode "warm" stops after compiling: many warm-ups run at once, then each timing alone finds
-    torch.compile's caches (FX graph, Triton) filled."""
+def run_warm(job: EvalJob) -> dict[str, Any]:
+    """Mode "warm": compile the reference under torch.compile and stop. Many warm-ups run at once
+    in the compile pool; each timing (engine.evaluate.child_reference) then finds torch.compile's
+    caches (FX graph, Triton) filled."""
     import torch
 
     from engine.evaluate import timing
 
-    device, model, inputs = reference_on_inputs(job)
+    _, model, inputs = reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "gpu": timing.device_info(job.backend),
                               "sizes": dict(job.sizes), "torch_version": torch.__version__, "log": ""}
     with torch.no_grad():
         t0 = clocks.perf_counter()
         try:
-            compiled = torch.compile(model)
-            compiled(*inputs)  # compiles here, outside the timed window
+            torch.compile(model)(*inputs)
             result["compile_s"] = clocks.perf_counter() - t0
         except Exception as exc:
-            compiled = None
             result["log"] = f"torch.compile failed: {format_exc(exc)}"
-        if job.mode == "warm":  # only fill torch.compile's on-disk caches; time later, alone
-            return result
-        # Timed as an evaluation times it: rotating input sets (engine.evaluate.rotation).
-        feed = _reference_rotation(job, device, inputs)
-        feed.protect(model)
-        second = compiled if compiled is not None else model
-        stats = timing.time_pair(lambda *a: model(*a), lambda *a: second(*a), device,
-                                 budget_s=job.time_budget_s, max_reps=job.max_reps, feed=feed)
-        result.update(eager_ms=stats.ref.median, compile_ms=stats.new.median if compiled is not None else None,
-                      eager_stats={"median": stats.ref.median, "p10": stats.ref.p10, "p90": stats.ref.p90,
-                                   "lo": stats.ref.lo, "hi": stats.ref.hi})
     return result
 
 
-def _reference_rotation(job: EvalJob, device: str, inputs: Any) -> Any:
+def reference_rotation(job: EvalJob, device: str, inputs: Any) -> Any:
+    """The reference's timed input sets, rotated as an evaluation rotates a candidate's
+    (engine.evaluate.rotation): the reference alone is timed on the same kind of feed."""
     from engine.evaluate import rotation as rotation_module
     from engine.evaluate.child_load import precision_dtype
     from engine.evaluate.loading import load_module_from_path

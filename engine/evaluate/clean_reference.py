@@ -1,6 +1,6 @@
 """The reference's eager time measured where no candidate ran, kept for the cpu backend (issue 34).
 
-On cuda the reference job (engine.evaluate.child_time.run_reference: its own process, no
+On cuda the reference job (engine.evaluate.child_reference: its own process, no
 candidate) returns it as `eager_stats`, cached with the torch.compile time. On the cpu there is no
 such process (a fresh one costs seconds of imports per problem): the first evaluation in a worker
 process times the reference alone before its candidate is imported

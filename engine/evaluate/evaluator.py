@@ -24,15 +24,18 @@ from typing import Any
 
 from engine.evaluate import clean_reference
 from engine.evaluate.base import Gate, PhaseCallback
+from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
-from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
+from engine.evaluate.gate import Gate as StartGate
+from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key, gpu_name
 from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.loading import kernel_language
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
-from engine.evaluate.sandbox import Limits, Sandbox
+from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
 from engine.evaluate.verdict import Verdict
-from engine.evaluate.worker import Worker
+from engine.evaluate.worker import Worker, ledger_dir, memory_env
 
 DEFAULT_TIMEOUTS = {  # (compile, run) seconds
     "cuda": (900.0, 300.0),
@@ -41,6 +44,9 @@ DEFAULT_TIMEOUTS = {  # (compile, run) seconds
 
 
 DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
+GATED_ACTIONS = ("probe", "ncu")  # profile actions set up before the device's lock (engine.evaluate.gate)
+PROFILE_YIELD_S = 5.0  # a profile lets evaluations waiting for a device go first, this long at most
+LOCK_WAIT_S = 600.0  # a gated profile process waits this long for the device's lock, then gives up
 
 
 def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
@@ -144,7 +150,7 @@ class LocalEvaluator:
         self.run_timeout_s = run_timeout_s or default_run
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
-        env = {"MAX_JOBS": "2"}
+        env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
         if backend == "cuda":
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
         else:
@@ -239,44 +245,120 @@ class LocalEvaluator:
         """A timing of the problem's reference alone (no candidate: no speed-of-light floor)."""
         return self.job(problem_path, "", sizes, flops=None, bytes=None, mode=mode, precision=precision)
 
+    def device_model(self, device: Device) -> str:
+        """What a reference timing's cache is keyed by besides the problem: the GPU's model (its
+        name through NVML, never the CUDA_VISIBLE_DEVICES index), or on the cpu backend this
+        host's cores."""
+        if self.backend == "cuda":
+            name = gpu_name(device.index, device.env.get("CUDA_VISIBLE_DEVICES", ""))
+            where = device.env.get("CUDA_VISIBLE_DEVICES", "")
+            return f"cuda:{name}" if name else f"cuda:{platform.node()}:{where}"
+        return f"cpu:{platform.node()}:{platform.processor()}:{os.cpu_count()}"
+
     def _reference_file(self, problem_path: str, sizes: dict[str, int], device: Device,
                         precision: str | None = None) -> Path:
+        """The reference timing's file: shared by every process and session on the host (and any
+        host sharing the cache dir with the same GPU model), keyed by the problem's source, sizes,
+        precision, GPU model and torch version (reference_key)."""
+        key = self.reference_key(problem_path, sizes, device, precision)
+        return Path(self.cache_dir) / "reference" / f"{key}.json"
+
+    def reference_key(self, problem_path: str, sizes: dict[str, int], device: Device,
+                      precision: str | None = None) -> str:
         import hashlib
         import json
 
         import torch
 
-        key = hashlib.sha256(json.dumps([
-            Path(problem_path).read_text(), sorted(sizes.items()), self.backend, torch.__version__,
-            platform.node(), device.env.get("CUDA_VISIBLE_DEVICES", ""),
-        ] + ([precision] if precision else [])).encode()).hexdigest()[:24]
-        return Path(self.cache_dir) / "reference" / f"{key}.json"
+        source = hashlib.sha256(Path(problem_path).read_bytes()).hexdigest()
+        return hashlib.sha256(json.dumps([
+            "reference-v2", source, sorted(sizes.items()), self.backend, precision or "",
+            self.device_model(device), torch.__version__,
+        ]).encode()).hexdigest()[:24]
 
     async def reference(self, problem_path: str, sizes: dict[str, int], device: Device,
                         precision: str | None = None) -> dict:
-        """The problem's eager and torch.compile times on `device` (held by the caller), measured
-        once per problem file + sizes + torch version + host + GPU and kept in the build cache
-        (torch.compile takes tens of seconds to warm: `_warm` first). {"error": ...} when the
-        reference could not be timed."""
+        """The problem's eager and torch.compile times on `device`'s GPU model (the device held by
+        the caller), measured once per problem source + sizes + precision + GPU model + torch
+        version and kept on disk for every process ({"error": ...} when it could not be timed).
+        Not yet measured: timed now, holding the device (see reference_start for the way that
+        sets up before the lock)."""
+        pending = await self.reference_start(problem_path, sizes, device, precision)
+        return await self.reference_finish(pending)
+
+    async def reference_start(self, problem_path: str, sizes: dict[str, int], device: Device,
+                              precision: str | None = None, force: bool = False) -> dict:
+        """Before the device's host lock: the cached timing (`{"result": ...}`), or a reference
+        timing process started and set up (torch, the CUDA context, the model, torch.compile's
+        compile and autotuning), waiting at its gate for reference_finish to let it time. Another
+        process timing the same key first is waited for (a lock file per key), then read."""
         import json
 
         path = str(Path(problem_path).resolve())
         file = self._reference_file(path, sizes, device, precision)
-        if file.exists():
-            return json.loads(file.read_text())
-        if file in self._reference_failed:  # tried once in this run: not again on every variant
-            return self._reference_failed[file]
-        self._note(f"timing the reference on {device.name}, eager and under torch.compile"
-                   " (once per problem and GPU)")
-        result = await self._time_reference_on(device, self._reference_job(path, sizes, "reference", precision))
-        if "error" in result:
-            self._reference_failed[file] = result
-            return result
+        if not force:
+            if file.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    return {"result": json.loads(file.read_text())}
+            if file in self._reference_failed:  # tried once in this run: not again on every variant
+                return {"result": self._reference_failed[file]}
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, file)
-        return result
+        owner = DeviceLock(f"reference-{file.stem}", file.parent)
+        await owner.acquire(self.session)  # one process times a key; the others read its file
+        if not force and file.exists():
+            owner.release()
+            with contextlib.suppress(OSError, ValueError):
+                return {"result": json.loads(file.read_text())}
+        self._note(f"timing the reference on {device.name}, eager and under torch.compile"
+                   " (once per problem and GPU model)")
+        gate = StartGate(Path(self.cache_dir) / WRITABLE_IN_CACHE / "gates")
+        job = self._reference_job(path, sizes, "reference", precision)
+        task = asyncio.ensure_future(run_child(job, self.compile_timeout_s, {**device.env, **gate.env},
+                                               self.sandbox))
+        try:
+            await gate.ready(task)
+        except BaseException:
+            task.cancel()
+            gate.close()
+            owner.release()
+            raise
+        return {"task": task, "gate": gate, "owner": owner, "file": file}
+
+    def reference_cancel(self, pending: dict) -> None:
+        """A started reference timing not needed after all: stopped, its key let go."""
+        if "result" in pending:
+            return
+        pending["task"].cancel()
+        pending["gate"].close()
+        pending["owner"].release()
+
+    async def reference_finish(self, pending: dict) -> dict:
+        """Holding the device: let the reference timing process time, wait for it, keep its result
+        on disk for every process."""
+        import json
+
+        if "result" in pending:
+            return pending["result"]
+        task, gate, owner, file = pending["task"], pending["gate"], pending["owner"], pending["file"]
+        try:
+            gate.open()
+            outcome, result, log = await task
+        finally:
+            gate.close()
+        try:
+            if outcome != "ok" or result is None:
+                failed = {"error": f"{outcome}: {log[-500:]}"}
+                self._reference_failed[file] = failed
+                return failed
+            if "error" in result:
+                self._reference_failed[file] = result
+                return result
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(result))
+            os.replace(tmp, file)
+            return result
+        finally:
+            owner.release()
 
     def _clean_file(self, job: EvalJob, device: Device) -> Path:
         """Where the cpu reference's clean eager time is kept (engine.evaluate.clean_reference)."""
@@ -330,13 +412,45 @@ class LocalEvaluator:
         if job.input_seed is None and job.mode == "evaluate":
             job = job.replace(input_seed=self._input_seed)  # the session's secret (engine.evaluate.checks)
 
+        pending: dict[str, dict] = {}
+        prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
+        triton_jit = (self.backend == "cuda" and job.mode == "evaluate"
+                      and kernel_language(job.solution_source) == "triton")
+
         async def prepare(device: Device) -> None:
             # A worker process is started (Python, torch, its CUDA context) before the device's
-            # host lock is taken, not while holding it.
+            # host lock is taken, not while holding it; so is a reference timing not on disk yet
+            # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
                 await device.worker.ready(job.problem_path)
+                if triton_jit and "jit" not in prelock:  # Triton's JIT, compiling only
+                    t_jit = time.monotonic()
+                    report = await device.worker.warm(job, TRITON_WARMUP_S)
+                    prelock["jit"] = {**report, "wall_s": round(time.monotonic() - t_jit, 4)}
+            if baseline:
+                if "reference" in pending:  # started for a device that could not be used after all
+                    self.reference_cancel(pending.pop("reference"))
+                pending["reference"] = await self.reference_start(job.problem_path, job.sizes, device,
+                                                                  job.precision)
 
         await phase("waiting")
+        try:
+            verdict = await self._judge(job, gate, prepare, pending, baseline, build_s, on_phase)
+        finally:
+            if "reference" in pending:  # never reached the device (cancelled, failed)
+                self.reference_cancel(pending.pop("reference"))
+        if prelock and verdict.timing is not None:
+            verdict = dataclasses.replace(verdict, timing={**verdict.timing, "prelock": prelock})
+        return verdict
+
+    async def _judge(self, job: EvalJob, gate: Gate | None,
+                     prepare: Callable[[Device], Awaitable[None]], pending: dict[str, dict], baseline: bool,
+                     build_s: float | None, on_phase: PhaseCallback | None) -> Verdict:
+        """evaluate()'s part on a device: held (its host lock), the reference timed where it is
+        not on disk yet, the worker's run, what comes after (a profile, the sanitizer). A verdict of
+        ktree's own out-of-memory (engine.evaluate.checks.label_oom: never the candidate's) is
+        judged once more, on a fresh worker."""
+        retried = False
         while True:
             async with self._device(gate, prepare) as device:
                 if (device.worker is not None and not device.worker.started_ok
@@ -347,7 +461,7 @@ class LocalEvaluator:
                 held: dict[str, float] = {}
                 run = job
                 if baseline:
-                    ref = await self.reference(job.problem_path, job.sizes, device, job.precision)
+                    ref = await self.reference_finish(pending.pop("reference"))
                     if ref.get("compile_ms"):
                         run = job.replace(ref_compile_ms=ref["compile_ms"])
                     if ref.get("eager_stats") and run.ref_eager_clean is None:  # timed where no candidate ran
@@ -366,7 +480,8 @@ class LocalEvaluator:
                         device.resting = True  # its worker cannot start: not the variant's fault,
                         continue  # which goes to another device; this one is tried again later
                 else:
-                    await phase("evaluating")
+                    if on_phase is not None:
+                        await on_phase("evaluating")
                     t_run = time.monotonic()
                     outcome, result, log = await run_child(run, self.run_timeout_s, device.env,
                                                            self.sandbox)
@@ -375,6 +490,11 @@ class LocalEvaluator:
                 if outcome != "ok" or result is None:
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
                 verdict = Verdict.from_dict(result)
+                if (verdict.status == "crashed" and (verdict.log or "").startswith("ktree out of memory")
+                        and not retried):
+                    retried = True  # its worker restarts (after crashed): its memory comes back
+                    self._note(f"{verdict.log.splitlines()[0]}; judging it again")
+                    continue
                 if self.backend == "cpu":  # a clean reference time measured before the candidate ran
                     clean_reference.keep(self._clean_file(run, device), run, verdict.timing)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
@@ -385,24 +505,20 @@ class LocalEvaluator:
                 device.info = verdict.gpu or device.info
                 t_after = time.monotonic()
                 verdict = await self._after(verdict, run, device, on_phase)
-                held["after"] = time.monotonic() - t_after  # a profile or sanitizer run, if any
+                held["after"] = time.monotonic() - t_after  # a sanitizer run, if any
                 held["total"] = time.monotonic() - held_from
-                return dataclasses.replace(verdict, timing={
+                verdict = dataclasses.replace(verdict, timing={
                     **(verdict.timing or {}), "held_s": {k: round(v, 4) for k, v in held.items()}})
+                break
+        return await self._profile_after(verdict, run, on_phase)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:
-        """Still holding the device, outside the timed window: profile a correct variant (with
-        profile_each; else profile() does, when asked); re-run one that hit an illegal or
-        misaligned access under compute-sanitizer."""
+        """Still holding the device, outside the timed window: re-run a variant that hit an illegal
+        or misaligned access under compute-sanitizer. (A profile is taken after the device is let
+        go: _profile_after.)"""
         if self.profiler.mode == "off" or job.mode != "evaluate":
             return verdict
-        if verdict.ok:
-            if not self.profile_each:
-                return verdict
-            if on_phase is not None:
-                await on_phase("evaluating")  # profiling: still device work
-            return await self._profile_on(device, job, verdict)
         if verdict.status == "runtime_error" and self.backend == "cuda" and wants_sanitizer(verdict.log):
             if on_phase is not None:
                 await on_phase("evaluating")  # under compute-sanitizer
@@ -412,6 +528,21 @@ class LocalEvaluator:
                     verdict, sanitizer=report,
                     log=f"{verdict.log}\n\ncompute-sanitizer (memcheck) on a re-run:\n{report}")
         return verdict
+
+    async def _profile_after(self, verdict: Verdict, job: EvalJob,
+                             on_phase: PhaseCallback | None) -> Verdict:
+        """With profile_each: a correct variant's profile, taken once its device was let go (it
+        queues behind the checks waiting for a device, and holds one only for the profiled launch:
+        _tool_queued)."""
+        if (self.profiler.mode == "off" or job.mode != "evaluate" or not verdict.ok
+                or not self.profile_each):
+            return verdict
+        if on_phase is not None:
+            await on_phase("profiling")
+        t0 = time.monotonic()
+        verdict = await self._profile_on(None, job, verdict)
+        return dataclasses.replace(verdict, timing={**(verdict.timing or {}),
+                                                    "profile_s": round(time.monotonic() - t0, 4)})
 
     async def profile(self, job: EvalJob, verdict: Verdict,
                       on_phase: PhaseCallback | None = None) -> Verdict:
@@ -430,42 +561,84 @@ class LocalEvaluator:
                 return dataclasses.replace(verdict, profile={
                     "tool": self.profiler.mode,
                     "error": f"could not build it again: {lines[-1][:300] if lines else outcome}"})
-        async with self._device() as device:
-            if on_phase is not None:
-                await on_phase("profiling")
-            return await self._profile_on(device, job, verdict)
+        if on_phase is not None:
+            await on_phase("profiling")
+        return await self._profile_on(None, job, verdict)
 
-    async def _profile_on(self, device: Device, job: EvalJob, verdict: Verdict) -> Verdict:
-        """Profile a correct variant on `device` (held by the caller)."""
+    async def _profile_on(self, device: Device | None, job: EvalJob, verdict: Verdict) -> Verdict:
+        """Profile a correct variant: on `device` (held by the caller), or None: each tool run
+        queued for a device itself (_tool_queued)."""
+        where = device or self.devices[0]
         profile = await self.profiler.profile(self._tool_runner(device), job, verdict.time_ms, {},
-                                              device.lock_key or device.name, ref_ms=verdict.ref_eager_ms)
+                                              where.lock_key or where.name, ref_ms=verdict.ref_eager_ms)
         return dataclasses.replace(verdict, profile=profile)
 
-    def _tool_runner(self, device: Device) -> Any:
-        """How the profiler starts its tools: in the sandbox, on `device`."""
+    def _tool_runner(self, device: Device | None) -> Any:
+        """How the profiler starts its tools: in the sandbox, on `device` (held by the caller), or
+        with None, queued for whichever device comes free (_tool_queued)."""
 
         async def runner(prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
                          timeout_s: float) -> tuple[dict | None, str, str]:
+            if device is None:
+                return await self._tool_queued(prefix, j, action, env, timeout_s)
             return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
 
         return runner
 
+    async def _tool_queued(self, prefix: list[str], j: EvalJob, action: str, env: dict[str, str],
+                           timeout_s: float) -> tuple[dict | None, str, str]:
+        """A profile tool's run behind the checks: it lets evaluations waiting for a device go
+        first (for up to PROFILE_YIELD_S), then takes one. An ncu run (GATED_ACTIONS) is started
+        before the device's host lock — ncu, Python, torch, the CUDA context, the candidate's
+        import, its model and inputs — and waits at its gate (engine.evaluate.gate); the device is
+        held from the gate's opening to the tool's end: the warm-up and the profiled launch."""
+        t0 = time.monotonic()
+        while self.waiting["device"] > 0 and time.monotonic() - t0 < PROFILE_YIELD_S:
+            await asyncio.sleep(0.05)
+        box: dict[str, Any] = {}
+
+        def stop() -> None:
+            if "task" in box and not box["task"].done():
+                box["task"].cancel()
+            if "gate" in box:
+                box.pop("gate").close()
+            box.pop("task", None)
+
+        async def prepare(device: Device) -> None:
+            if action not in GATED_ACTIONS:
+                return
+            stop()  # started for a device that was not used after all
+            gate = box["gate"] = StartGate(Path(self.cache_dir) / WRITABLE_IN_CACHE / "gates")
+            box["task"] = asyncio.ensure_future(run_tool(
+                prefix, j, action, {**device.env, **env, **gate.env, "KTREE_GATE_WAIT_S": str(LOCK_WAIT_S)},
+                timeout_s + LOCK_WAIT_S, self.sandbox))
+            await gate.ready(box["task"])
+
+        try:
+            async with self._device(prepare=prepare) as device:
+                if "task" in box:
+                    box["gate"].open()
+                    return await box["task"]
+                return await run_tool(prefix, j, action, {**device.env, **env}, timeout_s, self.sandbox)
+        finally:
+            stop()
+
     async def time_reference(self, problem_path: str, sizes: dict[str, int]) -> dict:
         """Eager and torch.compile times of a problem's reference (on whichever device is free,
-        no candidate). Returns the child's result, or {"error": ...} when it died or timed out."""
+        no candidate), measured now (the cache is refreshed). Returns the child's result, or
+        {"error": ...} when it died or timed out."""
         job = self._reference_job(problem_path, sizes, "reference")
         if self.backend == "cuda":  # compile in the pool (several at once), time alone
             async with self._slot("compile"):
                 await run_child(job.replace(mode="warm"), self.compile_timeout_s, self.devices[0].env,
                                 self.sandbox)
-        async with self._device() as device:
-            return await self._time_reference_on(device, job)
+        pending: dict[str, dict] = {}
 
-    async def _time_reference_on(self, device: Device, job: EvalJob) -> dict:
-        outcome, result, log = await run_child(job, self.compile_timeout_s, device.env, self.sandbox)
-        if outcome != "ok" or result is None:
-            return {"error": f"{outcome}: {log[-500:]}"}
-        return result
+        async def prepare(device: Device) -> None:
+            pending["p"] = await self.reference_start(problem_path, sizes, device, force=True)
+
+        async with self._device(prepare=prepare):
+            return await self.reference_finish(pending["p"])
 
     @contextlib.asynccontextmanager
     async def _device(self, gate: Gate | None = None,

@@ -73,6 +73,40 @@ def nvml_uuid(index: int) -> str | None:
             nvml.nvmlShutdown()
 
 
+@functools.cache
+def nvml_name(index: int) -> str | None:
+    """The model name of the GPU at NVML index `index` ("NVIDIA H100 80GB HBM3"), or None."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    try:
+        if nvml.nvmlInit_v2() != 0:
+            return None
+    except AttributeError:
+        return None
+    try:
+        handle = ctypes.c_void_p()
+        if nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
+            return None
+        buf = ctypes.create_string_buffer(96)
+        if nvml.nvmlDeviceGetName(handle, buf, ctypes.c_uint(96)) != 0:
+            return None
+        return buf.value.decode() or None
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def gpu_name(index: int, visible_entry: str = "") -> str | None:
+    """A GPU's model name without a CUDA context in this process: NVML by its physical index
+    (`visible_entry`, a CUDA_VISIBLE_DEVICES entry, where it is a number; else `index`), or None."""
+    entry = visible_entry.strip()
+    return nvml_name(int(entry) if entry.isdigit() else index)
+
+
 def gpu_key(index: int, visible_entry: str) -> str:
     """The lock key of a GPU: its UUID where it can be had, else "gpu<physical index>"."""
     entry = visible_entry.strip()

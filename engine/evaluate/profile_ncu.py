@@ -35,9 +35,11 @@ NCU_METRICS = {
     "launch__occupancy_limit_warps": "limit_warps",
     "launch__occupancy_limit_blocks": "limit_blocks",
 }
+# The stall reasons the diagnosis names (the top one, and two in the summary): the usual leaders of a
+# slow kernel's warp states. Each ratio is one more counter for ncu to collect (replay passes).
 STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "lg_throttle",
-          "math_pipe_throttle", "wait", "not_selected", "no_instruction", "membar", "drain",
-          "dispatch_stall", "branch_resolving", "imc_miss", "tex_throttle", "sleeping")
+          "math_pipe_throttle", "wait", "no_instruction")
+LAUNCH_COUNT = 32  # kernels profiled: those of one forward, up to this many (KTREE_NCU_LAUNCH_COUNT)
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
 
@@ -111,11 +113,27 @@ def finish_kernels(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kernels
 
 
+def ncu_metrics() -> list[str]:
+    """Only what the diagnosis reads (engine.evaluate.diagnosis): no section, no other set."""
+    return [*NCU_METRICS, *(STALL_METRIC.format(s) for s in STALLS)]
+
+
+def launch_count() -> int:
+    import os
+
+    try:
+        return max(1, int(os.environ.get("KTREE_NCU_LAUNCH_COUNT") or LAUNCH_COUNT))
+    except ValueError:
+        return LAUNCH_COUNT
+
+
 def ncu_command(ncu: str, log_path: str) -> list[str]:
-    metrics = [*NCU_METRICS, *(STALL_METRIC.format(s) for s in STALLS)]
+    """ncu over the profile subprocess: nothing profiled until cudaProfilerStart (the warm-up
+    launches before it are skipped), then the first `launch_count()` kernels of the one forward
+    between cudaProfilerStart/Stop, each replayed only for the metrics the diagnosis reads."""
     return [ncu, "--csv", "--page", "details", "--print-metric-name", "name", "--print-units", "base",
-            "--profile-from-start", "off", "--launch-count", "64", "--metrics", ",".join(metrics),
-            "--log-file", log_path]
+            "--profile-from-start", "off", "--launch-skip", "0", "--launch-count", str(launch_count()),
+            "--metrics", ",".join(ncu_metrics()), "--log-file", log_path]
 
 
 # -- the subprocess side (under ncu) ----------------------------------------------------------
@@ -124,8 +142,11 @@ def ncu_command(ncu: str, log_path: str) -> list[str]:
 def probe() -> dict[str, Any]:
     import torch
 
+    from engine.evaluate import gate
+
     x = torch.ones(1024, device="cuda")
     torch.cuda.synchronize()
+    gate.wait_for_go("ncu probe")  # started (under ncu) before the GPU's lock; held from here
     torch.cuda.profiler.start()
     (x * 2).sum().item()
     torch.cuda.synchronize()
@@ -134,13 +155,19 @@ def probe() -> dict[str, Any]:
 
 
 def under_ncu(job: EvalJob) -> dict[str, Any]:
-    """One forward, warmed, bracketed by cudaProfilerStart/Stop (ncu profiles only that)."""
+    """One forward, warmed, bracketed by cudaProfilerStart/Stop (ncu profiles only that). ncu's
+    start, Python, torch, the CUDA context, the candidate's import and its model and inputs come
+    before the gate (engine.evaluate.gate: the engine has not taken the GPU's lock yet); the
+    warm-up calls and the profiled one after it."""
     import torch
 
-    from engine.evaluate import timing
+    from engine.evaluate import gate, timing
     from engine.evaluate.child_load import model_and_inputs
 
     model, inputs, _ = model_and_inputs(job)
+    peaks = timing.device_peaks(job.cache_dir) if _peaks_cached(job.cache_dir) else None
+    torch.cuda.synchronize()
+    gate.wait_for_go("ncu profile")
     with torch.no_grad():
         for _ in range(2):
             model(*inputs)
@@ -150,6 +177,17 @@ def under_ncu(job: EvalJob) -> dict[str, Any]:
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
     half = is_half(out)
-    return {"peaks": timing.device_peaks(job.cache_dir), "half": half}
+    return {"peaks": peaks if peaks is not None else timing.device_peaks(job.cache_dir), "half": half}
+
+
+def _peaks_cached(cache_dir: str) -> bool:
+    """Whether the device's measured peaks are on disk already (read before the gate then; where
+    they are not, they are measured after it, on the quiet GPU)."""
+    import os
+
+    import torch
+
+    key = f"peaks-{torch.cuda.get_device_name(0)}-torch{torch.__version__}".replace(" ", "_").replace("/", "_")
+    return bool(cache_dir) and os.path.exists(os.path.join(cache_dir, "peaks", f"{key}.json"))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -28,7 +29,23 @@ from typing import Any
 from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import _read_tail
-from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, watch
+from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Sandbox, evaluation_binds, kill_tree, make_workdir, watch
+
+
+def ledger_dir(cache_dir: str) -> str:
+    """The host-wide memory ledger (engine.evaluate.ledger): in the one dir of the build cache an
+    evaluation process may write."""
+    return os.path.join(cache_dir, WRITABLE_IN_CACHE, "memory")
+
+
+MEMORY_VARS = ("KTREE_CHECK_CACHE_DEVICE_MB", "KTREE_CHECK_CACHE_HOST_MB", "KTREE_CHECK_CACHE_OFFLOAD")
+
+
+def memory_env() -> dict[str, str]:
+    """The check-set budgets a user set (engine.evaluate.ledger), for an evaluation process (the
+    sandbox passes no KTREE_ variable of its own accord)."""
+    return {name: os.environ[name] for name in MEMORY_VARS if os.environ.get(name)}
+
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
 START_TIMEOUT_S = 300.0
@@ -76,7 +93,7 @@ class Worker:
             read_only=[*problems, *cache_ro], writable=cache_rw)
         with open(stderr_path, "wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=self._dir, env=self.sandbox.env(self.extra_env, workdir=self._dir),
+                *argv, cwd=self._dir, env=self.sandbox.env(self._env(), workdir=self._dir),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                 start_new_session=True,
             )
@@ -95,6 +112,16 @@ class Worker:
             return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
         return None
 
+    def _env(self) -> dict[str, str]:
+        """The process's own variables: the device's, its memory limit (engine.evaluate.ledger caps
+        its cached check sets at a share of it) and the host-wide memory ledger's dir."""
+        env = {**memory_env(), **self.extra_env}
+        if self.sandbox.limits.memory_bytes:
+            env.setdefault("KTREE_MEMORY_LIMIT", str(int(self.sandbox.limits.memory_bytes)))
+        if self.cache_dir:
+            env.setdefault("KTREE_LEDGER_DIR", ledger_dir(self.cache_dir))
+        return env
+
     async def ready(self, problem_path: str = "") -> str | None:
         """A process ready for a job of this problem file, started now if there is none (a
         retired one is replaced here). Called before the device's lock is taken, so that a start
@@ -107,6 +134,42 @@ class Worker:
         if self.proc is None:
             return await self._start((problem_path,) if problem_path else ())
         return None
+
+    async def warm(self, job: EvalJob, timeout_s: float) -> dict[str, Any]:
+        """Before the device's lock: the process compiles a Triton solution's kernels without
+        running them (engine.evaluate.child_load.triton_prewarm), so the evaluation under the lock
+        only loads them. Its report ({} when nothing was done); a process that hangs here is
+        stopped (the evaluation then starts a new one)."""
+        if self.proc is None or self.proc.returncode is not None or self.proc.stdin is None:
+            return {}
+        work = Path(tempfile.mkdtemp(prefix="warm-", dir=self._dir))
+        paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
+        paths["job"].write_text(json.dumps(job.replace(input_seed=None).to_dict()))
+        t0 = time.monotonic()
+        try:
+            self.proc.stdin.write((json.dumps({**{k: str(v) for k, v in paths.items()}, "warm": "1"}) + "\n")
+                                  .encode())
+            await self.proc.stdin.drain()
+            while True:
+                left = timeout_s - (time.monotonic() - t0)
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(self._readline(), left)
+                if message is None:
+                    await self.stop("died")
+                    return {"error": "the worker died in the warm-up"}
+                if "done" in message:
+                    break
+            return json.loads(paths["result"].read_text())
+        except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
+            await self.stop("warm-up")
+            return {"error": f"warm-up stopped: {type(exc).__name__}"}
+        except asyncio.CancelledError:
+            await self.stop("cancelled")
+            raise
+        finally:
+            self.busy_s += time.monotonic() - t0
+            shutil.rmtree(work, ignore_errors=True)
 
     async def _readline(self) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -9,6 +9,9 @@ the H100 box). The engine writes one request per line on stdin — `{"job": PATH
 `{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
 that is not the job's doing: the engine sends it again to a new worker), any number of
 `{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
+A request with `"warm": "1"` comes before the engine takes the GPU's lock: a Triton solution's
+kernels are compiled, not run (engine.evaluate.child_load.triton_prewarm); its result is that
+report, and the process stays.
 The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
 never into the protocol.
 
@@ -19,6 +22,7 @@ timeout (it is killed), and every K evaluations; see engine.evaluate.worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -41,8 +45,6 @@ def _prepare() -> None:
     (the extension loader, the integrity checks, the timer, the NVML probe), and on a GPU the
     CUDA context (an allocation: no kernel runs, so a timing elsewhere on the GPU is not
     disturbed)."""
-    import contextlib
-
     import torch
     import torch.utils.cpp_extension  # noqa: F401
 
@@ -55,6 +57,61 @@ def _prepare() -> None:
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):
             torch.empty(1, device="cuda")
+
+
+def _reset_peak_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(Exception):
+            torch.cuda.reset_peak_memory_stats()
+
+
+def _after_evaluation(verdict: Any) -> Any:
+    """Before the engine lets the GPU's lock go: this process's memory made small
+    (engine.evaluate.checks.after_evaluation: a device-resident check set offloaded where another
+    ktree process shares the GPU, the allocator's free blocks returned), and its peak GPU memory in
+    this evaluation recorded (`timing.memory`: peak_reserved, peak_allocated, kept_reserved bytes)."""
+    import dataclasses
+
+    import torch
+
+    from engine.evaluate import checks
+
+    memory: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            memory = {"peak_reserved": torch.cuda.max_memory_reserved(),
+                      "peak_allocated": torch.cuda.max_memory_allocated()}
+    try:
+        done = checks.after_evaluation()
+    except Exception as exc:  # never the verdict's business: said, and the set dropped
+        done = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        with contextlib.suppress(Exception):
+            checks.clear()
+    memory.update(done)
+    if "device_reserved" in memory:
+        memory["kept_reserved"] = memory.pop("device_reserved")
+    if memory and verdict.timing is not None:
+        verdict = dataclasses.replace(verdict, timing={**verdict.timing, "memory": memory})
+    return verdict
+
+
+def _write_result(path: str, data: dict[str, Any]) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def _prewarm(job: EvalJob) -> dict[str, Any]:
+    from engine.evaluate.child_load import triton_prewarm
+
+    try:
+        return triton_prewarm(job)
+    except BaseException as exc:  # noqa: BLE001  (never the verdict's business)
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def serve(request_fd: int, protocol_fd: int) -> None:
@@ -79,14 +136,16 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         with open(request["job"]) as f:
             job = EvalJob.from_dict(json.load(f))
         os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
+        if request.get("warm"):  # before the GPU's lock: Triton's JIT only (child_load.triton_prewarm)
+            _reset_extension_versions()
+            _write_result(request["result"], _prewarm(job))
+            send({"done": request["result"]})
+            continue
         _reset_extension_versions()
+        _reset_peak_memory()
         verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        tmp = request["result"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(verdict.to_dict(), f)
-        os.replace(tmp, request["result"])
+        verdict = _after_evaluation(verdict)
+        _write_result(request["result"], verdict.to_dict())
         send({"done": request["result"]})
 
 

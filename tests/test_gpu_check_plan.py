@@ -1,0 +1,74 @@
+"""scripts/gpu-check's plan (GPU_CHECK_PLAN=1: the steps it would run with their limits, nothing
+run) and its report's new tables (scripts/gpu_check_report.py), checked without a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = ["prebuild", "tests", "search", "cost", "pipeline", "verdicts", "concurrent"]
+
+
+def plan(stages: str | None = None) -> list[tuple[str, int]]:
+    env = {**os.environ, "GPU_CHECK_PLAN": "1"}
+    env.pop("STAGES", None)
+    if stages is not None:
+        env["STAGES"] = stages
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-check")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    steps = [line.split() for line in proc.stdout.splitlines() if line.startswith("step ")]
+    return [(name, int(limit)) for _, name, limit in steps]
+
+
+def test_the_default_steps_and_their_limits_fit_eight_minutes():
+    steps = plan()
+    assert [name for name, _ in steps] == DEFAULT
+    assert sum(limit for _, limit in steps) <= 470
+    assert all(limit > 0 for _, limit in steps)
+
+
+def test_stages_choose_the_steps():
+    assert plan("") == []
+    assert [n for n, _ in plan("verdicts concurrent")] == ["verdicts", "concurrent"]
+    assert [n for n, _ in plan("prebuild slow compile")] == ["prebuild", "slow", "compile"]
+
+
+def test_the_concurrent_step_judges_eight_evaluations_with_a_large_input_problem():
+    text = (REPO / "scripts" / "gpu-check").read_text()
+    block = text[text.index("if has concurrent"):]
+    block = block[:block.index("\nfi")]
+    pairs = [w for w in block.replace("\\", " ").split() if ":" in w and w.endswith(".py")]
+    assert len(pairs) == 8 and len({p.split(":")[0] + p.split(":")[1] for p in pairs}) == 8
+    for pair in pairs:
+        problem, file = pair.replace("$L", "engine/scripted_library").split(":")
+        assert (REPO / file).exists(), file
+        assert "Intended outcome: correct" in (REPO / file).read_text(), file
+    from engine.problems import load_problem
+
+    large = load_problem(str(REPO / "tests/data/large/mse_loss_large.py"))
+    sizes = large.sizes_for("cuda")
+    assert sizes["batch_size"] * sizes["dim"] * 4 == 4 * 2**30  # 4 GiB per input
+
+
+def test_the_report_shows_the_concurrent_and_verdicts_steps(tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    (raw / "concurrent").mkdir(parents=True)
+    (raw / "steps.tsv").write_text("verdicts\t3\t1.0\t\nconcurrent\t0\t90.0\t\n")
+    (raw / "verdicts.log").write_text("ktree bench verdicts is missing from this tree\n")
+    (raw / "concurrent" / "report.json").write_text(json.dumps({
+        "processes": 1, "together_s": 30.0, "alone_s": 20.0, "alone_done": 1, "status_differs": 0,
+        "crashed": 0, "out_of_memory": 0, "gpu_peak_used_mib": 50000.0,
+        "rows": [{"problem": "mse_loss_large", "file": "mse_loss_cuda.py", "status": "correct",
+                  "alone_status": "correct", "time_ms": 2.6, "alone_ms": 2.6, "peak_gpu_mib": 41000.0,
+                  "alone_peak_gpu_mib": 40000.0, "check_set": {"placement": "live", "bytes": 0}, "oom": ""}]}))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_report.py"), str(raw), str(out)],
+                   check=True, timeout=60)
+    md = (out / "gpu-check.md").read_text()
+    assert "| verdicts | 3 |" in md and "ktree bench verdicts is missing" in md
+    assert "| mse_loss_large | mse_loss_cuda.py | correct | correct |" in md and "| live |" in md
+    assert json.loads((out / "gpu-check.json").read_text())["concurrent"]["processes"] == 1

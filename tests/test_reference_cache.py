@@ -1,4 +1,4 @@
-"""The reference's timings once per host (engine.evaluate.evaluator.reference_start/finish,
+"""The reference's timings once per host (engine.evaluate.reference_times: reference_start/finish,
 engine.evaluate.child_reference, engine.evaluate.gate): keyed by the problem's source, sizes,
 precision, GPU model (not its CUDA_VISIBLE_DEVICES index) and torch version; shared by evaluator
 instances and processes through the cache dir, timed by one of them; the timing process set up
@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import evaluator as evaluator_module
-from engine.evaluate import gate
+from engine.evaluate import gate, reference_times
 from engine.evaluate.evaluator import Device, LocalEvaluator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,20 +63,20 @@ def test_the_key_is_the_problem_source_sizes_precision_gpu_model_and_torch(tmp_p
 
 
 def test_on_cuda_the_gpu_model_keys_it_not_the_visible_index(monkeypatch):
-    monkeypatch.setattr(evaluator_module, "gpu_name", lambda index, entry="": "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(reference_times, "gpu_name", lambda index, entry="": "NVIDIA H100 80GB HBM3")
     fake = type("E", (), {"backend": "cuda"})()
     g0 = Device("gpu0", 0, {"CUDA_VISIBLE_DEVICES": "0"}, None)
     g3 = Device("gpu3", 3, {"CUDA_VISIBLE_DEVICES": "3"}, None)
     assert (LocalEvaluator.device_model(fake, g0) == LocalEvaluator.device_model(fake, g3)
             == "cuda:NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(evaluator_module, "gpu_name", lambda index, entry="": "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(reference_times, "gpu_name", lambda index, entry="": "NVIDIA A100-SXM4-80GB")
     assert LocalEvaluator.device_model(fake, g0) == "cuda:NVIDIA A100-SXM4-80GB"
 
 
 def test_timed_once_then_shared_by_instances_and_processes(tmp_path, monkeypatch):
     calls: list = []
     seen: dict = {}
-    monkeypatch.setattr(evaluator_module, "run_child", fake_child(calls, seen))
+    monkeypatch.setattr(reference_times, "run_child", fake_child(calls, seen))
 
     async def first() -> tuple[dict, dict]:
         a = LocalEvaluator("cpu", cache_dir=tmp_path)
@@ -111,7 +110,7 @@ def test_timed_once_then_shared_by_instances_and_processes(tmp_path, monkeypatch
 
 def test_two_evaluators_at_once_time_it_once(tmp_path, monkeypatch):
     calls: list = []
-    monkeypatch.setattr(evaluator_module, "run_child", fake_child(calls))
+    monkeypatch.setattr(reference_times, "run_child", fake_child(calls))
 
     async def both() -> list[dict]:
         a, b = LocalEvaluator("cpu", cache_dir=tmp_path), LocalEvaluator("cpu", cache_dir=tmp_path)
@@ -126,7 +125,7 @@ def test_a_reference_that_failed_is_not_written_down(tmp_path, monkeypatch):
     async def dies(job, timeout_s, env, sandbox):
         return "crashed", None, "boom"
 
-    monkeypatch.setattr(evaluator_module, "run_child", dies)
+    monkeypatch.setattr(reference_times, "run_child", dies)
     e = LocalEvaluator("cpu", cache_dir=tmp_path)
     result = asyncio.run(e.reference(str(SOFTMAX), SIZES, e.devices[0]))
     assert "error" in result and not list((tmp_path / "reference").glob("*.json"))

@@ -1,7 +1,9 @@
 """On a CUDA GPU (skipped elsewhere): the real-world verdict corpus' CUDA and Triton files
 (tests/realworld/, issue 33) at the problems' full sizes: every honest kernel ends `correct` (with
 the mark its case names), every hack does not. One `ktree bench verdicts --backend cuda` run for
-the module; its CUDA sources are ctypes-style (CUDA headers only) but for the at:: extension."""
+the module; its CUDA sources are ctypes-style (CUDA headers only) but for the at:: extension.
+Marked `gpu_slow`: scripts/gpu-check's `verdicts` step runs the same bench (with its table) in the
+default check, so the default GPU tests do not run it twice."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def bench() -> dict[str, Any]:
     return asyncio.run(verdicts_bench("cuda", gpu_arch(), log=False))
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu_slow
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_a_case_gets_its_intended_verdict_on_the_gpu(bench: dict[str, Any], name: str):
     case = next(c for c in CASES if c.name == name)

@@ -33,10 +33,10 @@ SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 KERNEL = (SCRIPTED / "softmax" / "cpu" / "rowblock_3.py").read_text()  # intended: correct
 
 
-def wrapped(body: str, prelude: str = "") -> str:
+def wrapped(body: str, prelude: str = "", kernel: str = KERNEL) -> str:
     """The kernel with `ModelNew` replaced by a subclass whose forward is `body` (it may call
     `super().forward(x)`), after module-level `prelude` code."""
-    return KERNEL + textwrap.dedent("""
+    return kernel + textwrap.dedent("""
 
         import sys
         import time
@@ -47,7 +47,7 @@ def wrapped(body: str, prelude: str = "") -> str:
 
 
 # (c) the timing loop found on the call stack: an uninitialised buffer there.
-STACK = wrapped("""
+STACK = ("""
     def forward(self, x):
         frame, names = sys._getframe(1), set()
         while frame is not None:
@@ -59,7 +59,7 @@ STACK = wrapped("""
 """)
 
 # The timing loop found by call count: the check trials come first, then every call is timed.
-COUNT = wrapped("""
+COUNT = ("""
     calls = 0
 
     def forward(self, x):
@@ -70,7 +70,7 @@ COUNT = wrapped("""
 """)
 
 # By the time between calls: timed calls come back to back, check trials have a comparison between.
-BETWEEN = wrapped("""
+BETWEEN = ("""
     last_end = None
     last_took = None
 
@@ -88,7 +88,7 @@ BETWEEN = wrapped("""
 """)
 
 # By repeated input: the same buffer again means the same answer (pointer only).
-REPEATED = wrapped("""
+REPEATED = ("""
     seen = {}
 
     def forward(self, x):
@@ -101,7 +101,7 @@ REPEATED = wrapped("""
 """)
 
 # (d) memoized on pointer + version counter + shape, around a slow kernel (eight runs a call).
-MEMO = wrapped("""
+MEMO = ("""
     seen = {}
 
     def forward(self, x):
@@ -116,10 +116,10 @@ MEMO = wrapped("""
 """)
 
 # (a) torch.softmax wrapped at import: the reference works twice in this process.
-WRAPS_SOFTMAX = wrapped("""
+WRAPS_SOFTMAX = ("""
     def forward(self, x):
         return super().forward(x)
-""", prelude="""
+""", """
     _softmax = torch.softmax
 
 
@@ -132,13 +132,24 @@ WRAPS_SOFTMAX = wrapped("""
 """)
 
 # (b) one intra-op thread for the whole process (the reference's too).
-ONE_THREAD = wrapped("""
+ONE_THREAD = ("""
     def forward(self, x):
         return super().forward(x)
-""", prelude="torch.set_num_threads(1)\n")
+""", "torch.set_num_threads(1)\n")
 
-HACKS = {"stack": STACK, "count": COUNT, "between": BETWEEN, "repeated": REPEATED, "memo": MEMO,
-         "wraps softmax": WRAPS_SOFTMAX, "one thread": ONE_THREAD}
+# Each hack as (forward's body, module-level prelude): wrapped around any kernel (the GPU twins
+# in tests/test_gpu_timing_hacks.py wrap the scripted CUDA and Triton softmax kernels).
+HACK_PARTS = {"stack": STACK, "count": COUNT, "between": BETWEEN, "repeated": REPEATED, "memo": MEMO,
+              "wraps softmax": WRAPS_SOFTMAX, "one thread": ONE_THREAD}
+
+
+def hacks(kernel: str = KERNEL) -> dict[str, str]:
+    """Every hack wrapped around `kernel`."""
+    return {name: wrapped(*((parts,) if isinstance(parts, str) else parts), kernel=kernel)
+            for name, parts in HACK_PARTS.items()}
+
+
+HACKS = hacks()
 
 
 def evaluate_all(sources: list[str], cache_dir: str | None = None, **job: object) -> list[Verdict]:
@@ -188,6 +199,33 @@ def test_the_rotation_gives_consecutive_calls_other_contents_and_other_buffers()
     for sample in rotation.samples:  # cloned before the output was poisoned, on its own set
         assert sample.inputs_unchanged
         assert torch.equal(sample.outputs[0], torch.full((4, 8), 2.0 * sample.set_index))
+
+
+def test_inputs_too_large_for_the_budget_rotate_in_place_and_a_write_into_them_is_seen(monkeypatch):
+    """Two sets and two buffers over the byte budget (a loss on two 4 GiB inputs on a GPU): the
+    rotation is lean (the sets in place, half the memory), still alternates sets, and still tells
+    a call that wrote into its inputs."""
+    from engine.evaluate import rotation as rotation_module
+
+    first = [torch.randn(64, 64)]  # 16 KiB a set; a budget of 40 KiB holds 2 sets, not 2 more buffers
+    monkeypatch.setenv("KTREE_TIMING_ROTATION_MB", str(40 / 1024))
+    assert rotation_module.lean(rotation_module.tensor_bytes(first), rotation_module.budget_bytes("cpu"))
+    rotation = Rotation.draw(first, lambda: [torch.randn(64, 64)], "cpu", out_bytes=4, time_budget_s=1.0,
+                             samples=6)
+    assert rotation.lean and len(rotation.sets) == 2
+    assert rotation.cost()["bytes"] == 2 * 64 * 64 * 4 + 0  # no buffers (no samples taken yet)
+    rotation.start(6)
+    indexes = []
+    for rep in range(6):
+        args = rotation.args("new", rep)
+        indexes.append(next(i for i, s in enumerate(rotation.sets) if s[0] is args[0]))
+        if rep == 3:
+            args[0].add_(1.0)  # a candidate writing into its input
+        rotation.done("new", rep, args[0].sum(dim=0))
+    assert all(a != b for a, b in zip(indexes, indexes[1:], strict=False))  # never the same set twice running
+    changed = [s for s in rotation.samples if not s.inputs_unchanged]
+    assert [s.rep for s in changed] == [3] or all(s.rep >= 3 for s in changed), rotation.samples
+    assert any(not s.inputs_unchanged for s in rotation.samples if s.rep == 3)
 
 
 def test_outputs_are_poisoned_after_each_call_but_never_the_reference_weights():

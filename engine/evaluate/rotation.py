@@ -17,10 +17,15 @@ The timer (engine.evaluate.timing) calls the reference and the candidate with ar
   output buffer), with whether it left its inputs as they were. After timing, the caller compares
   each clone with the fp64 reference computed then, on that rep's set (engine.evaluate.child_time).
 
-Memory is bounded by a byte budget (`KTREE_TIMING_ROTATION_MB`; default 256 MiB on the cpu, an
-eighth of the GPU's memory, at least 2 GiB, on cuda): K sets + 2 buffers + the sampled outputs
-(SAMPLES per pass, at most MAX_PASSES passes). At least MIN_SETS sets and one sample per pass are
-kept even over the budget. `cost()` says what was spent.
+Memory is bounded by a byte budget (`KTREE_TIMING_ROTATION_MB`; default 256 MiB on the cpu; on
+cuda an eighth of the GPU's memory, at least 2 GiB, and never over half of what is free when the
+sets are drawn): K sets + 2 buffers + the sampled outputs (SAMPLES per pass, at most MAX_PASSES
+passes). At least MIN_SETS sets and one sample per pass are kept even over the budget. Where
+MIN_SETS sets and the two buffers do not fit it (inputs of gigabytes: a loss on two 4 GiB inputs),
+the rotation is *lean*: MIN_SETS sets passed in place, no buffers (half the memory), each set's
+fingerprint (its float64 sum) telling whether a call changed it. A memo keyed on the input's
+pointer can then hit on a set seen before; for such inputs the byte speed of light (reading them
+takes milliseconds) flags a time that skips the work. `cost()` says what was spent.
 
 Imports only torch and the standard library.
 """
@@ -55,9 +60,16 @@ def budget_bytes(device: str) -> int:
     if device == "cuda":
         import torch
 
-        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
-        return max(CUDA_BUDGET_MIN_MB * 2**20, total // 8)
+        if not torch.cuda.is_available():
+            return CUDA_BUDGET_MIN_MB * 2**20
+        free, total = torch.cuda.mem_get_info()
+        return min(max(CUDA_BUDGET_MIN_MB * 2**20, total // 8), free // 2)
     return CPU_BUDGET_MB * 2**20
+
+
+def lean(set_bytes: int, budget: int) -> bool:
+    """Whether MIN_SETS sets and the two buffers would not fit the budget: the sets go in place."""
+    return set_bytes * (MIN_SETS + 2) > budget
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -115,6 +127,7 @@ class Rotation:
     sets: list[list[Any]]
     samples_per_pass: int = SAMPLES
     checked: str = "new"  # the callee whose outputs are sampled
+    lean: bool = False  # the sets passed in place, no buffers (see the module's docstring)
     samples: list[Sample] = field(default_factory=list)
     draw_s: float = 0.0
     copy_s: float = 0.0
@@ -125,6 +138,7 @@ class Rotation:
     _current: dict[str, tuple[int, list[Any]]] = field(default_factory=dict)
     _last_warm: int = -1
     _protected: set[int] = field(default_factory=set)
+    _sums: list[list[str]] = field(default_factory=list)
     passes: int = 0
     reps: int = 0
 
@@ -133,6 +147,9 @@ class Rotation:
 
         if len(self.sets) < 1:
             raise ValueError("a rotation needs at least one input set")
+        if self.lean:
+            self._sums = [_fingerprint(s) for s in self.sets]
+            return
         self._buffers = [[t.detach().clone() if isinstance(t, torch.Tensor) else t for t in self.sets[0]]
                          for _ in range(2)]
 
@@ -144,7 +161,9 @@ class Rotation:
         import torch
 
         set_bytes = tensor_bytes(first)
-        sets_wanted, per_pass = plan(set_bytes, out_bytes, budget_bytes(device))
+        budget = budget_bytes(device)
+        sets_wanted, per_pass = plan(set_bytes, out_bytes, budget)
+        in_place = lean(set_bytes, budget)
         sets = [list(first)]
         t0 = clocks.perf_counter()
         while len(sets) < sets_wanted:
@@ -155,7 +174,7 @@ class Rotation:
                 break  # one more draw would pass the draw-time budget
         if device == "cuda":
             torch.cuda.synchronize()
-        rotation = cls(sets, per_pass if samples is None else samples)
+        rotation = cls(sets, per_pass if samples is None else samples, lean=in_place)
         rotation.draw_s = clocks.perf_counter() - t0
         return rotation
 
@@ -193,6 +212,10 @@ class Rotation:
             index = self._plan[rep]
         calls = self._calls.get(name, 0)
         self._calls[name] = calls + 1
+        if self.lean:  # the set itself (no copy)
+            self._current[name] = (index, self.sets[index])
+            self.copy_s += clocks.perf_counter() - t0
+            return list(self.sets[index])
         buffer = self._buffers[calls % 2]
         for slot, (b, s) in enumerate(zip(buffer, self.sets[index], strict=True)):
             if isinstance(b, torch.Tensor):
@@ -228,8 +251,11 @@ class Rotation:
         if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
             index, buffer = self._current[name]
             outputs = None if flat is None else [t.detach().clone() for t in flat]
-            unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
-                            if isinstance(b, torch.Tensor))
+            if self.lean:
+                unchanged = _fingerprint(self.sets[index]) == self._sums[index]
+            else:
+                unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
+                                if isinstance(b, torch.Tensor))
             self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged))
         if flat is None:
             return
@@ -255,8 +281,8 @@ class Rotation:
         drawing and copying."""
         set_bytes = tensor_bytes(self.sets[0])
         sample_bytes = sum(tensor_bytes(s.outputs or []) for s in self.samples)
-        return {"sets": len(self.sets), "samples": len(self.samples), "set_bytes": set_bytes,
-                "bytes": (len(self.sets) + 2) * set_bytes + sample_bytes,
+        return {"sets": len(self.sets), "samples": len(self.samples), "set_bytes": set_bytes, "lean": self.lean,
+                "bytes": (len(self.sets) + (0 if self.lean else 2)) * set_bytes + sample_bytes,
                 "draw_s": round(self.draw_s, 4), "copy_s": round(self.copy_s, 4)}
 
     def release(self) -> None:
@@ -264,3 +290,12 @@ class Rotation:
         self.sets = self.sets[:1]
         self._buffers = []
         self.samples = []
+
+
+def _fingerprint(tensors: list[Any]) -> list[str]:
+    """Each tensor's float64 sum, as text (a NaN sum then equals itself): whether a call wrote into
+    a lean set."""
+    import torch
+
+    return [repr(float(torch.sum(t.detach(), dtype=torch.float64))) if t.numel() else "0"
+            for t in tensors if isinstance(t, torch.Tensor)]

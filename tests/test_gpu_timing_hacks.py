@@ -55,7 +55,8 @@ def verdicts(request: pytest.FixtureRequest) -> tuple[str, dict[str, Verdict]]:
         pytest.importorskip("triton")
     wrapped = hacks(KERNELS[request.param])
     names = ["honest", *wrapped]
-    return request.param, dict(zip(names, evaluate_all([KERNELS[request.param], *wrapped.values()]), strict=True))
+    found = evaluate_all([KERNELS[request.param], *wrapped.values()])
+    return request.param, dict(zip(names, found, strict=True))
 
 
 def test_the_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts):

@@ -178,6 +178,23 @@ def test_ktrees_own_out_of_memory_is_told_apart():
     assert checks.label_oom(other, job) is other
 
 
+def test_ktrees_own_out_of_memory_raised_while_checking_is_a_crashed_verdict_not_a_dead_worker(monkeypatch):
+    """KtreeOutOfMemory from the check trials' fp64 answers (neither the GPU nor this process's host
+    share can hold them: measured with the 4 GiB-input MSE loss on an H100) comes back from
+    run_evaluate as `crashed` with ktree's own line first, never as an exception that ends the worker."""
+    from engine.evaluate import child
+
+    def out_of_memory(job, on_phase=None):
+        raise checks.KtreeOutOfMemory("computing the fp64 answers (neither on the GPU nor within this"
+                                      " process's host share: 48.0 GiB)", RuntimeError("CUDA out of memory."))
+
+    monkeypatch.setattr(child, "_evaluate", out_of_memory)
+    job = type("Job", (), {"problem_path": "/p/problem.py", "backend": "cuda", "sizes": {}})()
+    verdict = child.run_evaluate(job)
+    assert verdict.status == "crashed", verdict
+    assert verdict.log.startswith("ktree out of memory while computing the fp64 answers"), verdict.log
+
+
 def test_the_fp64_answers_go_to_the_host_when_they_do_not_fit_the_device(monkeypatch):
     calls = []
 

@@ -214,6 +214,12 @@ def test_inputs_too_large_for_the_budget_rotate_in_place_and_a_write_into_them_i
                              samples=6)
     assert rotation.lean and len(rotation.sets) == 2
     assert rotation.cost()["bytes"] == 2 * 64 * 64 * 4 + 0  # no buffers (no samples taken yet)
+    drawn = [s[0].clone() for s in rotation.sets]
+    rotation.park()  # let go while the check trials run; drawn again, the same, from their seeds
+    assert rotation.sets == []
+    rotation.ensure()
+    assert all(torch.equal(a, s[0]) for a, s in zip(drawn, rotation.sets, strict=True))
+    assert not torch.equal(drawn[0], drawn[1])
     rotation.start(6)
     indexes = []
     for rep in range(6):

@@ -65,6 +65,8 @@ class KtreeOutOfMemory(Exception):
 def is_oom(exc: BaseException) -> bool:
     import torch
 
+    if isinstance(exc, KtreeOutOfMemory):
+        return True
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
     return (oom is not None and isinstance(exc, oom)) or (
         isinstance(exc, (RuntimeError, MemoryError)) and "out of memory" in str(exc).lower())

@@ -89,8 +89,10 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         if not checks_module.is_oom(exc):
             raise
         checks_module.clear()
+        ours = isinstance(exc, checks_module.KtreeOutOfMemory)
+        said = str(exc) if ours else "ktree out of memory while checking"
         verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
-                          log=f"ktree out of memory while checking: {format_exc(exc)}")
+                          log=f"{said}\n{format_exc(exc)}")
     return checks_module.label_oom(verdict, job)
 
 

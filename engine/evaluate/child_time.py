@@ -157,6 +157,8 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
                      "measured": wait <= noise.CPU_WAIT_MAX}
     sol = timing.speed_of_light(job.flops, floor_bytes(job.bytes, first, ref, checks.out_bytes),
                                 checks.dtypes[0] if checks.dtypes else None, device, job.cache_dir)
+    del first
+    rotation.park()  # a lean rotation's sets: drawn again when timing starts (engine.evaluate.rotation)
     _candidate_imported = True
     return BeforeCandidate(rotation, clean, sol)
 
@@ -250,6 +252,7 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
     rotation = pre.rotation
     probe = gpuload.probe_for(gpu) if device == "cuda" else None
     call_ref = caller(ref)
+    rotation.ensure()
     settled = noise.settle(lambda: timing.time_pass(
         lambda *a: call_ref(*a), lambda *a: call_new(*a), device,
         budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe, feed=rotation))

@@ -23,7 +23,9 @@ sets are drawn): K sets + 2 buffers + the sampled outputs (SAMPLES per pass, at 
 passes). At least MIN_SETS sets and one sample per pass are kept even over the budget. Where
 MIN_SETS sets and the two buffers do not fit it (inputs of gigabytes: a loss on two 4 GiB inputs),
 the rotation is *lean*: MIN_SETS sets passed in place, no buffers (half the memory), each set's
-fingerprint (its float64 sum) telling whether a call changed it. A memo keyed on the input's
+fingerprint (its float64 sum) telling whether a call changed it; its sets are drawn from their
+seeds when timing starts and let go in between (park: the check trials' fp64 answers need the
+memory), so they never sit beside the checks. A memo keyed on the input's
 pointer can then hit on a set seen before; for such inputs the byte speed of light (reading them
 takes milliseconds) flags a time that skips the work. `cost()` says what was spent.
 
@@ -139,17 +141,20 @@ class Rotation:
     _last_warm: int = -1
     _protected: set[int] = field(default_factory=set)
     _sums: list[list[str]] = field(default_factory=list)
+    _draw: Callable[[], list[Any]] | None = None  # lean: draws a set (after its seed is set)
+    _seeds: list[int] = field(default_factory=list)  # lean: each set's seed
+    _set_bytes: int = 0
     passes: int = 0
     reps: int = 0
 
     def __post_init__(self) -> None:
         import torch
 
+        if self.lean:
+            return
         if len(self.sets) < 1:
             raise ValueError("a rotation needs at least one input set")
-        if self.lean:
-            self._sums = [_fingerprint(s) for s in self.sets]
-            return
+        self._set_bytes = tensor_bytes(self.sets[0])
         self._buffers = [[t.detach().clone() if isinstance(t, torch.Tensor) else t for t in self.sets[0]]
                          for _ in range(2)]
 
@@ -163,7 +168,12 @@ class Rotation:
         set_bytes = tensor_bytes(first)
         budget = budget_bytes(device)
         sets_wanted, per_pass = plan(set_bytes, out_bytes, budget)
-        in_place = lean(set_bytes, budget)
+        if lean(set_bytes, budget):  # drawn again from their seeds whenever they are needed
+            seeds = [secrets.randbits(62) for _ in range(MIN_SETS)]
+            rotation = cls([], per_pass if samples is None else samples, lean=True, _draw=draw, _seeds=seeds,
+                           _set_bytes=set_bytes)
+            rotation.ensure()
+            return rotation
         sets = [list(first)]
         t0 = clocks.perf_counter()
         while len(sets) < sets_wanted:
@@ -174,9 +184,32 @@ class Rotation:
                 break  # one more draw would pass the draw-time budget
         if device == "cuda":
             torch.cuda.synchronize()
-        rotation = cls(sets, per_pass if samples is None else samples, lean=in_place)
+        rotation = cls(sets, per_pass if samples is None else samples)
         rotation.draw_s = clocks.perf_counter() - t0
         return rotation
+
+    def ensure(self) -> None:
+        """A lean rotation's sets drawn (again) from their seeds, if parked; else nothing."""
+        if not self.lean or self.sets or self._draw is None:
+            return
+        import torch
+
+        t0 = clocks.perf_counter()
+        state = torch.random.get_rng_state()
+        try:
+            for seed in self._seeds:
+                torch.manual_seed(seed)
+                self.sets.append(list(self._draw()))
+        finally:
+            torch.random.set_rng_state(state)
+        self._sums = [_fingerprint(s) for s in self.sets]
+        self.draw_s += clocks.perf_counter() - t0
+
+    def park(self) -> None:
+        """A lean rotation's sets let go until ensure() (the check trials need that memory); a
+        full rotation keeps its sets."""
+        if self.lean:
+            self.sets, self._sums = [], []
 
     # -- the timer's side (engine.evaluate.timing) ------------------------------------------
 
@@ -204,6 +237,7 @@ class Rotation:
         callee's next buffer. Called outside the timed window."""
         import torch
 
+        self.ensure()
         t0 = clocks.perf_counter()
         if rep < 0 or rep >= len(self._plan):
             index = self._pick(self._last_warm)
@@ -279,15 +313,16 @@ class Rotation:
     def cost(self) -> dict[str, Any]:
         """What the rotation cost: sets, bytes held (sets, buffers, sampled outputs), seconds spent
         drawing and copying."""
-        set_bytes = tensor_bytes(self.sets[0])
+        set_bytes = self._set_bytes
         sample_bytes = sum(tensor_bytes(s.outputs or []) for s in self.samples)
-        return {"sets": len(self.sets), "samples": len(self.samples), "set_bytes": set_bytes, "lean": self.lean,
-                "bytes": (len(self.sets) + (0 if self.lean else 2)) * set_bytes + sample_bytes,
+        sets = len(self._seeds) if self.lean else len(self.sets)
+        return {"sets": sets, "samples": len(self.samples), "set_bytes": set_bytes, "lean": self.lean,
+                "bytes": (sets + (0 if self.lean else 2)) * set_bytes + sample_bytes,
                 "draw_s": round(self.draw_s, 4), "copy_s": round(self.copy_s, 4)}
 
     def release(self) -> None:
         """Drop the sets, buffers and samples (memory back before the verdict's other steps)."""
-        self.sets = self.sets[:1]
+        self.sets = [] if self.lean else self.sets[:1]
         self._buffers = []
         self.samples = []
 

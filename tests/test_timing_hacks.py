@@ -189,8 +189,13 @@ def test_the_rotation_gives_consecutive_calls_other_contents_and_other_buffers()
             if name == "new":
                 seen.append((args[0].data_ptr(), args[0]._version, float(args[0][0, 0])))
             rotation.done(name, rep, args[0] * 2)
-    for (ptr_a, _, set_a), (ptr_b, _, set_b) in zip(seen, seen[1:], strict=False):
-        assert ptr_a != ptr_b and set_a != set_b
+    for (_, _, set_a), (_, _, set_b) in zip(seen, seen[1:], strict=False):
+        assert set_a != set_b
+    last: dict[int, float] = {}
+    for ptr, _, content in seen:  # a buffer never holds the same set twice running
+        assert last.get(ptr) != content
+        last[ptr] = content
+    assert len({ptr for ptr, _, _ in seen}) == 2
     versions: dict[int, int] = {}
     for ptr, version, _ in seen:  # every call finds a new version counter on its buffer
         assert version > versions.get(ptr, -1)
@@ -199,6 +204,23 @@ def test_the_rotation_gives_consecutive_calls_other_contents_and_other_buffers()
     for sample in rotation.samples:  # cloned before the output was poisoned, on its own set
         assert sample.inputs_unchanged
         assert torch.equal(sample.outputs[0], torch.full((4, 8), 2.0 * sample.set_index))
+
+
+def test_with_two_sets_a_memo_keyed_on_the_pointer_alone_is_always_stale():
+    """Two sets and two alternating buffers in lockstep would give each buffer one set forever: a
+    pointer-keyed memo would then always be right. A buffer never gets the set it held last."""
+    sets = [[torch.full((2, 2), float(k))] for k in range(2)]
+    rotation = Rotation(sets, samples_per_pass=0)
+    rotation.start(40)
+    memo: dict[int, float] = {}
+    stale = 0
+    for rep in range(40):
+        x = rotation.args("new", rep)[0]
+        if x.data_ptr() in memo:
+            stale += memo[x.data_ptr()] != float(x[0, 0])
+        memo[x.data_ptr()] = float(x[0, 0])
+        rotation.done("new", rep, x * 1)
+    assert stale == 40 - 2  # every call after the first two finds the other set in its buffer
 
 
 def test_inputs_too_large_for_the_budget_rotate_in_place_and_a_write_into_them_is_seen(monkeypatch):

@@ -135,6 +135,7 @@ class Rotation:
     copy_s: float = 0.0
     _buffers: list[list[Any]] = field(default_factory=list)
     _calls: dict[str, int] = field(default_factory=dict)
+    _last_sets: dict[str, list[int]] = field(default_factory=dict)  # per callee, each buffer's last set
     _plan: list[int] = field(default_factory=list)
     _sampled: frozenset[int] = frozenset()
     _current: dict[str, tuple[int, list[Any]]] = field(default_factory=dict)
@@ -250,7 +251,15 @@ class Rotation:
             self._current[name] = (index, self.sets[index])
             self.copy_s += clocks.perf_counter() - t0
             return list(self.sets[index])
-        buffer = self._buffers[calls % 2]
+        # The buffers alternate, but a buffer never gets the set it held last: with two sets,
+        # alternating both would put each set in its own buffer every time, and a memo keyed on
+        # the input's pointer would always be right (measured on an H100).
+        lasts = self._last_sets.setdefault(name, [-1, -1])
+        b = calls % 2
+        if lasts[b] == index and lasts[1 - b] != index:
+            b = 1 - b
+        lasts[b] = index
+        buffer = self._buffers[b]
         for slot, (b, s) in enumerate(zip(buffer, self.sets[index], strict=True)):
             if isinstance(b, torch.Tensor):
                 if b.shape != s.shape or b.dtype != s.dtype or b.device != s.device:

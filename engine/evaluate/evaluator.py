@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import clean_reference
+from engine.evaluate import clean_reference, static_rules
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
@@ -247,6 +247,7 @@ class LocalEvaluator(ReferenceTimings):
             if on_phase is not None:
                 await on_phase(name)
 
+        static = static_rules.start(job.solution_source, job.mode)  # GPU MODE's rules, in a thread
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()
@@ -301,7 +302,7 @@ class LocalEvaluator(ReferenceTimings):
                 self.reference_cancel(pending.pop("reference"))
         if prelock and verdict.timing is not None:
             verdict = dataclasses.replace(verdict, timing={**verdict.timing, "prelock": prelock})
-        return verdict
+        return await static_rules.judged(verdict, static)
 
     async def _judge(self, job: EvalJob, gate: Gate | None,
                      prepare: Callable[[Device], Awaitable[None]], pending: dict[str, dict], baseline: bool,

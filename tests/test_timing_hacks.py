@@ -394,17 +394,17 @@ def test_a_candidate_that_slows_the_reference_is_flagged(verdicts: dict[str, Ver
     assert any(f.startswith(flag) for f in v.flags), v.flags
 
 
-def test_a_reference_slower_than_its_clean_time_is_flagged():
+def test_a_reference_slower_than_its_clean_time_is_not_believed():
     """The clean time (here one far below the real one, as a reference slowed by means the tamper
-    check cannot see would show): flagged, and the speedup is taken against the clean time."""
+    check cannot see would show): the speedup is taken against the clean time, so slowing the
+    reference gains nothing; on the cpu the slowed time is recorded, not flagged (host load slows
+    it too: honest kernels were flagged so on a 2-core host while builds ran)."""
     clean = {"median": 1e-3, "p10": 1e-3, "p90": 1e-3, "lo": 1e-3, "hi": 1e-3}
     [v] = evaluate_all([KERNEL], ref_eager_clean=clean)
     assert v.ref_eager_ms == pytest.approx(1e-3)  # the speedup against the clean time
-    if (v.timing.get("cpu_wait") or 0) > noise.CPU_WAIT_MAX:  # a busy host: not judged, only not believed
-        assert "not_judged" in v.timing["reference_clean"], v.timing
-        return
-    assert v.status == "flagged", f"{v.flags}\n{v.log}"
-    assert any(f.startswith("reference-slowed") for f in v.flags), v.flags
+    assert v.timing["reference_clean"]["not_judged"].startswith("reference-slowed"), v.timing
+    assert not any(f.startswith("reference-slowed") for f in v.flags), v.flags
+    assert v.speedup_eager < 0.1, v.speedup_eager
 
 
 def test_a_time_below_the_cpu_byte_floor_is_flagged_and_fewer_flops_a_note(tmp_path: Path, build_cache: Path):

@@ -127,6 +127,14 @@ def test_variants_of_each_idea_are_spread_over_the_languages():
 
 # --- end to end under Triton's interpreter (cpu backend) -------------------------------------------
 
+def one_per_outcome(files: list[Path]) -> list[Path]:
+    """A file for each intended outcome, naive kernels last in the choice (they interpret slowest)."""
+    chosen: dict[str, Path] = {}
+    for f in sorted(files, key=lambda p: (p.name.startswith("naive"), p.name)):
+        chosen.setdefault(intended_status(f.read_text()), f)
+    return sorted(chosen.values())
+
+
 def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:
     from engine.evaluate.evaluator import LocalEvaluator
 
@@ -148,7 +156,9 @@ def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:
 @needs_triton
 @pytest.mark.parametrize("problem", ["softmax", "layernorm"])
 def test_interpreted_triton_library_gets_its_intended_verdicts(problem: str):
-    files = library(problem)
+    """One file per intended outcome under the interpreter (a naive kernel interpreted takes
+    minutes on a 2-core host; the whole set runs on a GPU in tests/test_gpu_triton.py)."""
+    files = one_per_outcome(library(problem))
     verdicts = evaluate_cpu(problem, [f.read_text() for f in files])
     for path, v in zip(files, verdicts, strict=True):
         want = intended_status(path.read_text())

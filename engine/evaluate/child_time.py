@@ -276,10 +276,12 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
             # evaluator drops it, and the next fresh worker measures it again.
             record["reference_clean"]["stale"] = True
         if slowed:
-            if quiet:
+            if quiet and device == "cuda":
                 flags.append(slowed)
-            else:  # other work on the host or the GPU may be what slowed it: not flagged, but the
-                # speedup is not taken against the slowed time either
+            else:  # other work on the host or the GPU may be what slowed it (on a 2-core cpu host
+                # honest kernels were flagged this way while builds ran, the timer's core waits
+                # notwithstanding): not flagged, but the speedup is not taken against the slowed
+                # time either, so slowing the reference gains a candidate nothing
                 record["reference_clean"]["not_judged"] = slowed
             record["reference_clean"]["speedup_against_clean"] = True
             clean_stats = timing.Stats(clean["median"], clean.get("p10", clean["median"]),

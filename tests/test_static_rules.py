@@ -131,7 +131,7 @@ def test_an_error_inside_the_rules_is_a_note(monkeypatch) -> None:
 
 
 @needs_kernelguard
-def test_suspicious_is_a_note_and_low_confidence_says_nothing(monkeypatch) -> None:
+def test_suspicious_and_low_confidence_are_notes(monkeypatch) -> None:
     import kernelguard
 
     said = {"classification": "suspicious", "matched_patterns": [
@@ -141,6 +141,10 @@ def test_suspicious_is_a_note_and_low_confidence_says_nothing(monkeypatch) -> No
     assert opinion.flags == () and len(opinion.notes) == 1
     assert opinion.notes[0].startswith(PREFIX + "suspicious (TRUSTED_MODULE_IMPORT)")
     said["classification"] = "low_confidence"
+    low = check("x = 1")
+    assert low.flags == ()
+    assert low.notes == (PREFIX + "low confidence (TRUSTED_MODULE_IMPORT): import __main__",)
+    said["classification"] = "valid"
     assert check("x = 1").flags == () and check("x = 1").notes == ()
 
 

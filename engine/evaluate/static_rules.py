@@ -3,9 +3,10 @@
 kernelguard reads the source only (regular expressions and the AST, no build, no run) and classifies
 it: "hacked" (a rule it trusts enough to filter a leaderboard entry matched: a rebound timer, an
 output replayed from a cache keyed on the input's pointer, ...), "suspicious", "low_confidence" or
-"valid". Its "hacked" flags the verdict (a `correct` one becomes `flagged`); "suspicious" is a note,
-never a flag; the rest says nothing. The harness's own checks (engine.evaluate.integrity, tamper,
-timing) still judge what the variant *does*; this catches what it *says*, before it runs.
+"valid". Its "hacked" flags the verdict (a `correct` one becomes `flagged`); "suspicious" and
+"low_confidence" are notes, never flags; "valid" says nothing. The harness's own checks
+(engine.evaluate.integrity, tamper, timing) still judge what the variant *does*; this catches
+what it *says*, before it runs.
 
 It runs on the host, in a thread beside the variant's build (evaluator.evaluate): 10-60 ms of pure
 Python per source, never on the device's held path. The package is optional: engine.evaluate runs on
@@ -105,6 +106,9 @@ def check(source: str) -> StaticOpinion:
     if classification == "suspicious":
         return StaticOpinion(notes=(f"{PREFIX}suspicious ({names or 'no pattern named'}): {evidence}"
                                     " (GPU MODE's rules would not filter it)",), record=record)
+    if classification == "low_confidence":
+        return StaticOpinion(notes=(f"{PREFIX}low confidence ({names or 'no pattern named'}): {evidence}",),
+                             record=record)
     return StaticOpinion(record=record)
 
 

@@ -131,9 +131,14 @@ def test_bad_llm_behaviour_is_a_failed_node(tmp_path: Path, case: str):
         url = f"http://127.0.0.1:{_free_port()}/v1" if pushes is None else server.url
         proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url", url,
                          "--model", "m", *SEARCH, "--db", str(db))
-    assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
-    assert json.loads(proc.stdout)["status"] == "finished"
+    summary = json.loads(proc.stdout)
+    if case in ("unknown model", "unreachable base URL"):  # its only call failed: nothing judged, a failed run
+        assert proc.returncode != 0 and summary["status"] == "failed", proc.stderr[-2000:]
+        assert summary["stop_reason"].startswith("every LLM call failed (1 of 1)"), summary
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert summary["status"] == "finished"
     failed = query(db, "SELECT kind, text FROM nodes WHERE status = 'failed'")
     assert [k for k, _ in failed] == [kind] and needle in failed[0][1], failed
     calls = query(db, "SELECT status, length(reply) FROM llm_calls ORDER BY id")
@@ -155,7 +160,7 @@ def test_a_failed_call_says_why_and_what_it_cost(tmp_path: Path):
     url = f"http://127.0.0.1:{_free_port()}/v1"
     proc = run_ktree("run", "softmax", "--provider", "openai-compatible", "--base-url", url,
                      "--model", "m", *SEARCH, "--db", str(db))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode != 0 and "every LLM call failed" in proc.stderr, proc.stderr[-2000:]
     [(attempts, latency, error)] = query(db, "SELECT attempts, latency_s, error FROM llm_calls")
     assert attempts == 5 and latency > 0.5, (attempts, latency)  # five tries with backoff between
     assert "cannot reach" in error and "connection refused" in error

@@ -142,6 +142,9 @@ class Search(SessionLifecycle):
             await steering.apply_pending(kinds=("profile",))  # asked for while the search ended
             await self.sched.drain()
             status = "stopped" if self.stop_reason else "finished"
+            failed_calls = self._only_failed_calls()
+            if status == "finished" and failed_calls:  # nothing was judged: the run did not work
+                status, self.stop_reason = "failed", failed_calls
         except SearchAborted as exc:
             status, self.stop_reason = "failed", str(exc)
         except asyncio.CancelledError:
@@ -432,6 +435,18 @@ class Search(SessionLifecycle):
         if result.status == "auth":
             raise SearchAborted(result.error)
         return result.reply if result.ok else None
+
+    def _only_failed_calls(self) -> str | None:
+        """Why a search that judged no variant and whose LLM calls all failed failed (None when a
+        variant was judged, or a call went through)."""
+        if self.verdicts:
+            return None
+        asked = [n for n in self.nodes.values() if n.kind in ("idea", "variant") and n.origin == "llm"]
+        failed = [n for n in asked if n.status == "failed"]
+        if not failed or len(failed) < len(asked):
+            return None
+        last = (failed[-1].text or "the LLM call failed").splitlines()[0]
+        return f"every LLM call failed ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
 
     def _call_failed(self, node: Node, purpose: str) -> str:
         """A failed node's text: that its call failed, and the provider's reason."""

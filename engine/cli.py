@@ -63,6 +63,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number of 0 or more (0: none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
 def _dollars(text: str) -> float:
     try:
         value = float(text)
@@ -152,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop starting work after this long (in-flight work finishes)")
     run.add_argument("--llm-concurrency", type=_positive, default=8,
                      help="concurrent LLM calls per provider (default 8)")
-    run.add_argument("--fixes", type=int, default=1,
+    run.add_argument("--fixes", type=_count, default=1,
                      help="fix-prompt retries for a variant that fails to compile (default 1)")
     run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     run.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",

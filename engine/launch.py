@@ -294,7 +294,7 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     prompts for; by default the request's, resolved here."""
     from engine.config import ConfigError, load_config
     from engine.estimate import estimate
-    from engine.llm.registry import auto_provider, parse_spec
+    from engine.llm.registry import ProviderSetupError, auto_provider, parse_spec
 
     _check_choices(request)
     problem = checked_problem(request.problem)
@@ -305,7 +305,10 @@ def estimate_run(request: RunRequest, backend: str | None = None,
         raise UsageError(str(exc)) from None
     provider = auto_provider(settings) if request.provider == "auto" else request.provider
     specs = list(request.models) or (settings.default_models if request.provider == "auto" else [])
-    models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
+    try:
+        models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
+    except ProviderSetupError as exc:
+        raise UsageError(str(exc)) from None
     if backend is None:
         backend, _ = resolve_backend(request.backend)
     if any(p == "scripted" for p, _ in models):

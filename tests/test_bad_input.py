@@ -67,6 +67,11 @@ ONE_LINE = {
     "config unreadable": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu"],
                           {"KTREE_CONFIG": "{tmp}"}, "cannot read config"),
     "unknown provider": (lambda t: ["run", "softmax", "--provider", "anthropic"], {}, "invalid choice"),
+    "unknown provider prefix in a model": (
+        lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--model", "opnai:gpt-4o"], {},
+        "--model opnai:gpt-4o: unknown provider 'opnai' (known: openai, gemini, openai-compatible, scripted)"),
+    "negative fixes": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--fixes", "-1"], {},
+                       "argument --fixes: -1 must be 0 or more"),
     "negative dollar budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-usd",
                                           "-1"], {}, "argument --budget-usd: -1 must be more than 0"),
     "negative token budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-tokens",

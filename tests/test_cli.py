@@ -185,12 +185,16 @@ def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
 
 
 def test_model_specs():
-    from engine.llm.registry import parse_spec
+    from engine.llm.registry import ProviderSetupError, parse_spec
 
     assert parse_spec("gemini:gemini-2.5-pro", "openai") == ("gemini", "gemini-2.5-pro")
     assert parse_spec("o3", "openai") == ("openai", "o3")
     # An Ollama tag is a model name, not a provider prefix.
     assert parse_spec("qwen2.5-coder:7b", "openai-compatible") == ("openai-compatible", "qwen2.5-coder:7b")
+    assert parse_spec("ft:gpt-4o-mini:org::abc", "openai") == ("openai", "ft:gpt-4o-mini:org::abc")
+    for spec, default in (("opnai:gpt-4o", "openai"), ("foo:bar", "scripted"), ("foo:bar", "gemini")):
+        with pytest.raises(ProviderSetupError, match=f"--model {spec}: unknown provider"):
+            parse_spec(spec, default)
 
 
 NO_BWRAP = {"KTREE_BWRAP": ""}  # bubblewrap off, whatever the machine has (the bundled one too)

@@ -34,10 +34,17 @@ def auto_provider(config: Config) -> str:
 
 def parse_spec(spec: str, default_provider: str) -> tuple[str, str]:
     """`provider:model` when the prefix names a provider; otherwise the whole spec is a model of
-    the default provider (so Ollama-style tags like `qwen2.5-coder:7b` pass through)."""
+    the default provider. An unknown prefix is an error (`opnai:gpt-4o`), except for an
+    openai-compatible server, whose model names are its own (Ollama-style tags like
+    `qwen2.5-coder:7b` pass through), and OpenAI's fine-tuned models (`ft:gpt-4o-mini:org::id`)."""
     provider, sep, model = spec.partition(":")
     if sep and provider in PROVIDERS:
         return provider, model
+    own_names = default_provider == "openai-compatible" or (default_provider == "openai" and provider == "ft")
+    if sep and not own_names:
+        known = ", ".join(PROVIDERS)
+        raise ProviderSetupError(f"--model {spec}: unknown provider {provider!r} (known: {known}); a model"
+                                 " of an OpenAI-compatible server goes with --provider openai-compatible")
     return default_provider, spec
 
 

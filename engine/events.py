@@ -89,6 +89,7 @@ class RoundDone:
     # (engine.search.strategies.ties_within_noise).
     ties: tuple[str, ...] = ()
     profiles: int = 0  # profiles taken in this round (counted from the DB)
+    last: bool = False  # the search ends with this round: its parents start nothing
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ class HeadlessPrinter:
                        f" {event.input_tokens} in / {event.output_tokens} out tokens,"
                        f" ${event.cost_usd:.4f}, {event.latency_s:.2f} s")
         elif isinstance(event, RoundDone):
-            self._line(f"round {event.round} done: best {fmt_x(event.best_speedup)},"
-                       f" next parents {list(event.parent_ids)},"
+            nxt = "the last round" if event.last else f"next parents {list(event.parent_ids)}"
+            self._line(f"round {event.round} done: best {fmt_x(event.best_speedup)}, {nxt},"
                        f" {event.profiles} profile{'' if event.profiles == 1 else 's'} taken")
             for tie in event.ties:
                 self._line(f"round {event.round} {tie}")

@@ -195,7 +195,7 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             return f"#{n.id} idea r{n.round}{origin}: {n.title} — {n.status}{marks}"
         v = verdicts.get(n.id)
         speed = f" {fmt_x(n.speedup)} ({fmt_ms(n.time_ms)})" if n.speedup is not None else ""
-        flags = f" flags: {len(v.flags)}" if v is not None and v.flags else ""
+        flags = "".join(f" [flag: {f.split(':')[0]}]" for f in (v.flags if v is not None else ()))
         if v is not None and v.library:
             flags += f" [library: {library_line(v.library)}]"
             flags += f" [{LIBRARY_EXCLUDED}]" if exclude and v.status == "correct" else ""

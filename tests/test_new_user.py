@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_ktree
+from tests.conftest import query, run_ktree
 
 REFERENCE_RAISES = '''import torch
 class Model(torch.nn.Module):
@@ -84,6 +84,19 @@ def test_show_and_export_label_a_cpu_search_as_run_did(recorded_search: dict, tm
     head = out.read_text().split("\n\n")[0]
     assert "kernel language: C++ (cpu)" in head, head
     assert "torch.compile: no baseline on the cpu backend" in head and "= -" not in head, head
+
+
+def test_the_log_names_no_next_parents_after_the_last_round_and_show_names_flags(recorded_search: dict):
+    log = recorded_search["log"]
+    assert re.search(r"round 1 done: best \S+, next parents \[\d+\]", log), log[-3000:]
+    assert re.search(r"round 2 done: best \S+, the last round,", log), log[-3000:]
+    assert "next parents" not in log[log.index("round 2 done"):]
+    shown = run_ktree("--db", str(recorded_search["db"]), "show", "1").stdout
+    assert not re.search(r"flags: \d", shown), shown
+    flagged = query(recorded_search["db"], "SELECT id FROM nodes WHERE status = 'flagged'")
+    for (node,) in flagged:  # each flagged variant's line names its flags
+        line = next(x for x in shown.splitlines() if f"#{node} variant" in x)
+        assert "[flag: " in line, line
 
 
 def test_counts_agree_in_number(tmp_path: Path):

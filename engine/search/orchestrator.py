@@ -171,11 +171,12 @@ class Search(SessionLifecycle):
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
             intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
             ties = ties_within_noise(parents, self.nodes, self.round, intervals, self.config.library_ops)
-            if last or not parents or self._over_budget():  # the search ends: its best is read
+            ends = last or not parents or self._over_budget()
+            if ends:  # the search ends: its best is read
                 await self._profile_best()
             profiles = (await self.store.profiles_per_round(self._sid)).get(self.round, 0)
             await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties),
-                                             profiles=profiles))
+                                             profiles=profiles, last=ends))
             if last:
                 return
             if not parents:

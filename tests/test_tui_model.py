@@ -176,6 +176,9 @@ def test_steering_marks_then_command_applied_clears_them():
     assert model.info["stopping"] and not model.pending
     changes = model.apply(CommandApplied(99, "prune"))  # not one of ours: only the progress redraws
     assert changes.panes == {"progress"} and not changes.relabel and model.status_line == "stop: applied"
+    model.apply(CommandRecorded(14, "prune", 5, "unprune"))  # u: a prune command that takes one back
+    model.apply(CommandApplied(14, "prune", (5,)))
+    assert model.status_line == "unprune #5: applied"
 
     model.apply(Note("timings sorted by round"))
     assert model.status_line == "timings sorted by round"

@@ -163,6 +163,7 @@ class ScreenModel:
     llm_calls: int = 0  # counted from the same source as tokens (events, or the store's totals)
     paused: bool = False
     pending: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # command id -> (kind, node)
+    marks: dict[int, str] = field(default_factory=dict)  # command id -> what was done, as said (unprune)
     node_pending: dict[int, str] = field(default_factory=dict)  # node id -> the mark its label shows
     status_line: str = ""
     seen_ts: float = 0.0  # the followed session's cursors: nodes updated since, evaluations after
@@ -342,6 +343,7 @@ class ScreenModel:
     @_reduce.register
     def _(self, message: CommandRecorded, changes: Changes) -> None:
         self.pending[message.command_id] = (message.kind, message.node_id)
+        self.marks[message.command_id] = message.mark
         where = f" #{message.node_id}" if message.node_id is not None else ""
         self._say(f"{message.mark}{where}: recorded as command {message.command_id}, waiting for the engine",
                   changes)
@@ -481,6 +483,7 @@ class ScreenModel:
 
     def _confirm(self, command_id: int, changes: Changes) -> None:
         kind, node_id = self.pending.pop(command_id, ("", None))
+        mark = self.marks.pop(command_id, kind)
         if not kind:
             return
         if kind in ("pause", "resume"):
@@ -490,7 +493,7 @@ class ScreenModel:
         if node_id is not None:
             self.node_pending.pop(node_id, None)
             changes.relabel.add(node_id)
-        self._say(f"{kind}{f' #{node_id}' if node_id is not None else ''}: applied", changes)
+        self._say(f"{mark}{f' #{node_id}' if node_id is not None else ''}: applied", changes)
 
     def _note_best(self, node: Node, changes: Changes) -> None:
         """The plot's series: the best correct speedup seen in each round."""

@@ -165,11 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="concurrent LLM calls per provider (default 8)")
     run.add_argument("--fixes", type=_count, default=1,
                      help="fix-prompt retries for a variant that fails to compile (default 1)")
-    run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                     help="where variants run: cuda (a GPU), cpu (C++ kernels, Triton interpreted), or auto"
+                          " (cuda when a GPU is visible; default)")
     run.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
                      help="kernel language(s) of the variants; with two, each idea's variants are"
                           " spread over both (default cuda: load_inline CUDA C++, C++ on cpu)")
-    run.add_argument("--rounds", type=_positive, default=2)
+    run.add_argument("--rounds", type=_positive, default=2,
+                     help="rounds of ideas -> variants -> verdicts; each round's parents are the last's best"
+                          " (default 2)")
     run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
     run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
     run.add_argument("--top", type=_positive, default=2, help="parents kept per round (T)")
@@ -179,8 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cast floating inputs and the weights of both models to this, as KernelBench"
                           " does (default: the problem's own dtypes); tolerance default 1e-2 for each"
                           " (fp16/bf16: KernelBench's; fp32: the method's, KernelBench uses 1e-4)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--compile-workers", type=_positive, default=None)
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the models' torch initialisation and of the scripted provider's answers"
+                          " (default 0; the check inputs come from a secret seed of their own)")
+    run.add_argument("--compile-workers", type=_positive, default=None,
+                     help="builds at once in the compile pool (default: the host's cores less two; all of"
+                          " them on 4 cores or fewer)")
     run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
     run.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
                      help=ISOLATION_HELP)

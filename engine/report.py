@@ -252,7 +252,7 @@ def suite_markdown(report: dict[str, Any]) -> str:
               " kernel more than p times faster than the baseline (KernelBench's definition)."]
     if unmeasured:
         lines.append("torch.compile: no baseline was measured (it is timed on the cuda backend only,"
-                     " unless KTREE_COMPILE_BASELINE=0).")
+                     " and not there when KTREE_COMPILE_BASELINE=0).")
     if any(p.get("degenerate") for p in report["problems"]):
         lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)

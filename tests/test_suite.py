@@ -282,3 +282,16 @@ def test_a_problem_with_no_scripted_answers_is_recorded_failed_and_the_suite_goe
         from engine.launch import check_scripted
 
         check_scripted("argmax", "cpu")
+
+
+def test_an_estimate_says_each_reason_for_leaving_problems_out_once():
+    from engine.commands.suite import skipped_lines
+
+    why = "the scripted provider has no cpu answers for {!r} (it has: softmax); set a key"
+    skipped = {f"/k/{n}.py": why.format(n) for n in ("argmax", "gelu", "relu", "tanh", "swish", "mish")}
+    skipped["/k/bad.py"] = "bad.py: syntax error on line 1"
+    lines = skipped_lines(skipped)
+    assert lines == [
+        "  not estimated (6: argmax, gelu, relu, tanh and 2 more): the scripted provider has no cpu answers"
+        " for <problem> (it has: softmax); set a key",
+        "  not estimated (1: bad): <problem>.py: syntax error on line 1"]

@@ -102,6 +102,20 @@ def _estimate(args: argparse.Namespace, request: Any, db: Path) -> int:
     cap = f", suite cap ${result['suite_budget_usd']:g}" if result["suite_budget_usd"] else ""
     emit(f"Suite of {result['problems']} problems (sums){cap}:")
     emit(format_estimate(result))
-    for spec, why in result["skipped"].items():
-        emit(f"  not estimated: {spec}: {why}")
+    for line in skipped_lines(result["skipped"]):
+        emit(line)
     return 0
+
+
+def skipped_lines(skipped: dict[str, str], shown: int = 4) -> list[str]:
+    """The problems an estimate left out, one line per reason (the problem's own name taken out of
+    it, so that 19 problems the scripted provider has no answers for are one line)."""
+    by_reason: dict[str, list[str]] = {}
+    for spec, why in skipped.items():
+        name = Path(spec).stem
+        by_reason.setdefault(why.replace(repr(name), "<problem>").replace(name, "<problem>"), []).append(name)
+    lines = []
+    for why, names in by_reason.items():
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        lines.append(f"  not estimated ({len(names)}: {', '.join(names[:shown])}{more}): {why}")
+    return lines

@@ -70,6 +70,9 @@ ONE_LINE = {
     "unknown provider prefix in a model": (
         lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--model", "opnai:gpt-4o"], {},
         "--model opnai:gpt-4o: unknown provider 'opnai' (known: openai, gemini, openai-compatible, scripted)"),
+    "timer agreement without a GPU": (
+        lambda t: ["bench", "timing", "--agreement", "softmax", "--backend", "cpu"], {},
+        "--agreement compares the timer with triton's do_bench, which needs a GPU"),
     "negative fixes": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--fixes", "-1"], {},
                        "argument --fixes: -1 must be 0 or more"),
     "negative dollar budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-usd",

@@ -91,6 +91,9 @@ def timing(args: argparse.Namespace) -> int:
     db = db_path(args)
     problems = problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
+    if args.agreement and backend != "cuda":
+        raise UsageError("--agreement compares the timer with triton's do_bench, which needs a GPU: run it with"
+                         " --backend cuda on a machine with one")
     if args.agreement:
         rows = asyncio.run(agreement(problems, backend, arch, job_cost))
         if args.json:

@@ -73,6 +73,9 @@ ONE_LINE = {
     "timer agreement without a GPU": (
         lambda t: ["bench", "timing", "--agreement", "softmax", "--backend", "cpu"], {},
         "--agreement compares the timer with triton's do_bench, which needs a GPU"),
+    "a compile structure the backend lacks": (
+        lambda t: ["bench", "compile", "--structure", "ctypes", "--backend", "cpu"], {},
+        "--structure ctypes: the cpu backend builds only the stock structure"),
     "negative fixes": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--fixes", "-1"], {},
                        "argument --fixes: -1 must be 0 or more"),
     "negative dollar budget": (lambda t: ["run", "softmax", "--headless", "--backend", "cpu", "--budget-usd",

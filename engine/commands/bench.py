@@ -132,9 +132,13 @@ def timing(args: argparse.Namespace) -> int:
 
 def compile(args: argparse.Namespace) -> int:
     """Build time per variant with and without each compile lever."""
-    from engine.bench.compile import compile_bench, compile_table
+    from engine.bench.compile import CONFIGS, compile_bench, compile_table
 
     backend, arch = resolve_backend(args.backend)
+    has = sorted({structure for _, structure, _ in CONFIGS[backend]})
+    if args.structure and not set(args.structure) & set(has):
+        raise UsageError(f"--structure {', '.join(args.structure)}: the {backend} backend builds only the"
+                         f" {', '.join(has)} structure (fast and ctypes are CUDA solution structures)")
     result = asyncio.run(compile_bench(backend, arch or "", sources=args.sources,
                                        concurrent=max(0, args.concurrent),
                                        parallel_configs=args.side_by_side,

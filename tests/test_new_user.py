@@ -3,6 +3,7 @@ own failure named as such, and labels that agree between run, show, export and t
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -129,3 +130,13 @@ def test_a_suite_report_without_a_compile_baseline_says_so_instead_of_zeros():
     measured = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"},
                                "problems": [{**row, "speedup_compile": 0.5}], "scores": scores})
     assert "| torch.compile | 0.00 |" in measured and "no baseline" not in measured
+
+
+def test_a_cuda_example_on_the_cpu_backend_says_it_needs_the_cuda_backend(tmp_path: Path):
+    examples = REPO / "engine" / "templates" / "examples"
+    proc = run_ktree("--db", str(tmp_path / "k.db"), "eval", "softmax", str(examples / "softmax_ctypes.py"),
+                     "--backend", "cpu", "--json", "--quiet")
+    verdict = json.loads(proc.stdout)
+    assert verdict["log"].startswith("a CUDA solution needs the cuda backend"), verdict["log"][:500]
+    assert "engine/templates/examples/cpu" in verdict["log"].splitlines()[0]
+    assert sorted(p.name for p in (examples / "cpu").glob("*.py")) == ["layernorm_cpp.py", "softmax_cpp.py"]

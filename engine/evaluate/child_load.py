@@ -33,6 +33,17 @@ from engine.evaluate.verdict import log_tail
 TRITON_WARMUP_S = 240.0  # the time limit on a Triton solution's first call: JIT compile + autotune
 
 
+def cuda_on_cpu_note(job: EvalJob, exc: BaseException) -> str:
+    """The first line of a CUDA solution's failure on the cpu backend, where no CUDA toolkit is
+    expected ("CUDA_HOME is not set" alone tells a user nothing): what to do instead."""
+    text = str(exc)
+    cuda = "__global__" in job.solution_source or "cuda_sources" in job.solution_source
+    if job.backend != "cuda" and cuda and ("CUDA_HOME" in text or "nvcc" in text or "cuda" in text.lower()):
+        return ("a CUDA solution needs the cuda backend (a GPU): on the cpu backend solutions are C++"
+                " (load_inline cpp_sources) or Triton, interpreted; see engine/templates/examples/cpu\n")
+    return ""
+
+
 class EvalFailure(Exception):
     """A failure with a verdict status (compile_error, runtime_error, incorrect)."""
 
@@ -122,7 +133,7 @@ def load_solution(job: EvalJob) -> Any:
         raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
     except Exception as exc:
         status = "compile_error" if fastbuild.is_build_error(exc) else "runtime_error"
-        raise EvalFailure(status, format_exc(exc)) from exc
+        raise EvalFailure(status, cuda_on_cpu_note(job, exc) + format_exc(exc)) from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
     return module

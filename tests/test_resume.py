@@ -72,6 +72,11 @@ def test_resume_after_sigkill(tmp_path: Path, case: str):
     assert query(db, "SELECT status FROM sessions") == [("running",)]  # as the kill left it
     listed = run_ktree("--db", str(db), "sessions")
     assert listed.returncode == 0 and listed.stdout.split()[-1] == "interrupted"
+    # The best so far is recorded as verdicts come, not only when the search ends.
+    best = query(db, "SELECT MAX(n.speedup) FROM nodes n JOIN evaluations e ON e.node_id = n.id"
+                     " WHERE n.status = 'correct' AND n.pruned = 0")[0][0]
+    assert query(db, "SELECT best_speedup FROM sessions")[0][0] == (
+        pytest.approx(best) if best is not None else None)
 
     # A command given while the engine was dead is honoured on resume.
     async def pin_root() -> None:

@@ -365,7 +365,10 @@ class Search(SessionLifecycle):
         await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
                           time_ms=verdict.time_ms, library=library_ops_text(verdict.library), publish=False)
         if verdict.ref_eager_ms and verdict.status == "correct":
-            await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms)
+            best = self.best()  # the best so far, for the sessions list and show while it runs
+            await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms,
+                                            best_node_id=best.id if best else None,
+                                            best_speedup=best.speedup if best else None)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
         return verdict
 

@@ -62,6 +62,9 @@ def test_every_view_loads_with_pyarrow_and_pandas(exported: dict) -> None:
         if len(lines):
             assert list(lines.columns) == arrow.schema.names, table
         assert frame["scripted"].all() and (frame["split"] == "train").all()
+    counts = exported["manifest"]["counts"]  # a cpu search: C++ kernels, no GPU (its cores named)
+    assert set(counts["by_language"]) == {"C++ (cpu)"}, counts["by_language"]
+    assert all(g.startswith("none (cpu ") for g in counts["by_gpu"]), counts["by_gpu"]
     # sft holds only variants faster than their parent: on a loaded host a run may have none (its
     # rows are checked against the variants table in test_the_views_keep_their_promises); the
     # preference pairs come from the library's correct/incorrect replies, whatever the timings

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.bench.summary import markdown_table, quantile
-from engine.domain import DEVICE_PHASES
+from engine.domain import DEVICE_PHASES, language_label
 from engine.evaluate.base import Evaluator
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
@@ -299,7 +299,7 @@ def format_pipeline(r: dict[str, Any]) -> str:
         rows.append((f"{what_build} seconds per variant, median / p90 (n={per['n']})",
                      f"{per['median']:.2f} / {per['p90']:.2f} s", ""))
     lines = [
-        f"Pipeline bench: {what} in {r.get('language', 'cuda')} on {r['backend']},"
+        f"Pipeline bench: {what} in {language_label(r.get('language'), r['backend'])} on {r['backend']},"
         f" scripted provider ({r['llm_latency']}),"
         f" {s['rounds']} rounds x {s['ideas']} ideas x {s['variants']} variants, top {s['top']},"
         f" {r['compile_workers']} compile workers, {'empty' if r['cold_cache'] else 'shared'} build cache:"

@@ -22,6 +22,7 @@ from engine.dataset.hygiene import REWARD_FORMULA, held_out_problems, is_flagged
 from engine.dataset.records import SessionReader, problem_key
 from engine.dataset.sink import FORMATS, Counting, Files
 from engine.dataset.source import DatasetError, Selection
+from engine.domain import language_label
 from engine.store import SCHEMA_VERSION
 
 VIEWS = ("tables", "sft", "preference", "reward")
@@ -242,9 +243,13 @@ def _stream(conn: Any, sessions: list[db.Session], held_out: frozenset[str], opt
                 seen.add(rec["source_hash"])
             flagged = is_flagged(rec["status"], rec["flags"])
             if not (flagged and options.flagged_out("tables")):
-                for name, value in (("status", rec["status"]), ("language", rec["language"]),
+                # Counted as a reader names them: C++ on the cpu backend, no GPU there (its cores).
+                on_cpu = rec["backend"] == "cpu"
+                gpu = f"none (cpu {rec['gpu']})" if on_cpu and rec["gpu"] else rec["gpu"] or "(not measured)"
+                for name, value in (("status", rec["status"]),
+                                    ("language", language_label(rec["language"], rec["backend"])),
                                     ("problem", rec["problem"]), ("model", rec["model"] or "(human)"),
-                                    ("gpu", rec["gpu"] or "(not measured)")):
+                                    ("gpu", gpu)):
                     counts[name][value] += 1
                 if "tables" in views:
                     sink.write("variants", rec)

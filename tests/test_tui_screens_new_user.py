@@ -18,6 +18,7 @@ from tui.app import KtreeApp
 from tui.screens.dialogs import Confirm
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
+from tui.widgets.timings import COLUMNS
 
 SUITE_NAME = "level1-all-the-problems-of-kernelbench-level-one"
 
@@ -297,6 +298,13 @@ async def test_slash_filters_the_timings_and_finds_in_the_tree(tmp_path: Path):
         await pilot.press("slash", "escape")
         await pilot.pause()
         assert table.row_count == every
+        await pilot.press("o", "slash", *"correct", "enter")  # sorted by speedup, then filtered
+        await pilot.pause()
+        speeds = [float(str(table.get_row_at(i)[[k for k, _, _ in COLUMNS].index("speedup")]).rstrip("x"))
+                  for i in range(table.row_count)]
+        assert speeds == sorted(speeds, reverse=True) and len(speeds) > 1, speeds  # the order stays
+        await pilot.press("slash", "escape")
+        await pilot.pause()
         screen.query_one("#tree").focus()
         await pilot.press("slash", *"#5", "enter")
         await pilot.pause()

@@ -92,6 +92,7 @@ class SearchScreen(SteeringMixin, Screen):
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
         self._pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
+        self._sorted: tuple[str, bool] | None = None  # the timings' chosen order, kept through a filter
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
         self.query_text = ""  # the timings' `/` filter: only the rows it matches
@@ -344,6 +345,7 @@ class SearchScreen(SteeringMixin, Screen):
     # -- timings order ----------------------------------------------------------------------
 
     def _sort(self, column: str, reverse: bool) -> None:
+        self._sorted = (column, reverse)
         self.query_one(TimingsTable).sort_by(column, reverse)
         label = COLUMN_LABELS.get(column, column)
         self.feed(Note(f"timings sorted by {label}{' (descending)' if reverse else ''}"))
@@ -456,6 +458,8 @@ class SearchScreen(SteeringMixin, Screen):
             table.clear()
             table.write_rows((self.model.nodes[i], self.model.verdicts.get(i))
                              for i in sorted(self._timing_rows) if self._kept(i))
+            if self._sorted is not None:  # the order chosen before stays
+                table.sort_by(*self._sorted)
         shown = f"{table.row_count} of {len(self._timing_rows)} rows"
         self.feed(Note(f"timings filtered by “{query}”: {shown} (/ then Esc: all)" if query
                        else "timings: every row"))

@@ -189,3 +189,11 @@ def test_max_rel_err_counts_small_references():
     assert errs["max_rel_err"] == pytest.approx(0.5) and errs["max_abs_err"] == pytest.approx(1.0)
     _, errs, _ = compare(torch.ones(4), torch.ones(4), atol=1e-2, rtol=1e-2)
     assert errs["max_rel_err"] == 0.0
+
+
+def test_a_search_holding_the_lock_is_named_with_its_database():
+    """A waiter in another database is told which one the holding session is in (issue 36)."""
+    named = describe_holder({"pid": 5, "session": {"id": 3, "db": "/x/k.db"}})
+    assert named == "held by pid 5, session 3 of /x/k.db"
+    assert describe_holder({"pid": 5, "session": 7}) == "held by pid 5, session 7"
+    assert describe_holder({"pid": 5, "session": {"id": 3, "db": None}}) == "held by pid 5, session 3"

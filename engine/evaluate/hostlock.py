@@ -124,12 +124,17 @@ def _safe(key: str) -> str:
 
 
 def describe_holder(holder: dict[str, Any] | None) -> str:
-    """ "held by pid N, session M" (what is known of it)."""
+    """ "held by pid N, session M of DB" (what is known of it: a search records its session's id
+    and database, so a waiter of another database is not sent looking in its own)."""
     if not holder:
         return "held by another process"
     parts = [f"pid {holder.get('pid')}"] if holder.get("pid") else []
-    if holder.get("session") not in (None, ""):
-        parts.append(f"session {holder['session']}")
+    session = holder.get("session")
+    if isinstance(session, dict):  # a search's: its id and the database it is in
+        where = f" of {session['db']}" if session.get("db") else ""
+        parts.append(f"session {session.get('id')}{where}")
+    elif session not in (None, ""):
+        parts.append(f"session {session}")
     return "held by " + (", ".join(parts) or "another process")
 
 

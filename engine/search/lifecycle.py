@@ -148,7 +148,8 @@ class SessionLifecycle:
 
     async def _publish_started(self) -> None:
         if hasattr(self.evaluator, "session"):  # a LocalEvaluator records it in its device locks
-            self.evaluator.session = self._sid
+            path = getattr(self.store, "path", None)
+            self.evaluator.session = {"id": self._sid, "db": str(path) if path else None}
         await self.bus.publish(SessionStarted(
             self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
             dict(self.sizes), {**asdict(self.config), "degenerate": self.problem.degenerate},

@@ -53,25 +53,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, least: int, said: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text} must be {said}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1, "at least 1")
 
 
 def _count(text: str) -> int:
     """A whole number of 0 or more (0: none)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
+    return _whole(text, 0, "0 or more")
 
 
 def _dollars(text: str) -> float:

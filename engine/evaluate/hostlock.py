@@ -46,9 +46,9 @@ def runtime_dir() -> Path:
     return path
 
 
-@functools.cache
-def nvml_uuid(index: int) -> str | None:
-    """The UUID of the GPU at NVML (PCI bus order) index `index`, or None without NVML."""
+def _nvml_string(index: int, query: str) -> str | None:
+    """One NVML string of the GPU at NVML (PCI bus order) index `index` (`query`: the NVML call,
+    nvmlDeviceGetUUID or nvmlDeviceGetName), or None without NVML."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -63,7 +63,7 @@ def nvml_uuid(index: int) -> str | None:
         if nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
             return None
         buf = ctypes.create_string_buffer(96)
-        if nvml.nvmlDeviceGetUUID(handle, buf, ctypes.c_uint(96)) != 0:
+        if getattr(nvml, query)(handle, buf, ctypes.c_uint(96)) != 0:
             return None
         return buf.value.decode() or None
     except Exception:
@@ -71,33 +71,18 @@ def nvml_uuid(index: int) -> str | None:
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
+
+
+@functools.cache
+def nvml_uuid(index: int) -> str | None:
+    """The UUID of the GPU at NVML (PCI bus order) index `index`, or None without NVML."""
+    return _nvml_string(index, "nvmlDeviceGetUUID")
 
 
 @functools.cache
 def nvml_name(index: int) -> str | None:
     """The model name of the GPU at NVML index `index` ("NVIDIA H100 80GB HBM3"), or None."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    try:
-        if nvml.nvmlInit_v2() != 0:
-            return None
-    except AttributeError:
-        return None
-    try:
-        handle = ctypes.c_void_p()
-        if nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
-            return None
-        buf = ctypes.create_string_buffer(96)
-        if nvml.nvmlDeviceGetName(handle, buf, ctypes.c_uint(96)) != 0:
-            return None
-        return buf.value.decode() or None
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+    return _nvml_string(index, "nvmlDeviceGetName")
 
 
 def gpu_name(index: int, visible_entry: str = "") -> str | None:

@@ -76,7 +76,9 @@ async def test_no_ideas_returned_is_said_and_the_ended_sessions_bar_is_full(tmp_
                     load_problem("softmax"), SearchConfig(rounds=1, ideas=2, variants=2))
     try:
         summary = await asyncio.wait_for(search.run(), timeout=120)
-        assert summary["status"] == "finished"
+        # the model answered, with nothing usable: the run failed, and says it was not the call
+        assert summary["status"] == "failed", summary
+        assert summary["stop_reason"].startswith("no LLM reply was usable"), summary
         model = ScreenModel(session_id=search.session_id)
         model.apply(await read_rows(store, search.session_id, model, first=True))  # type: ignore[arg-type]
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TypeVar
 
 from textual import on
@@ -157,7 +158,8 @@ class NewSearchScreen(Screen):
         note = "  (scripted: canned answers, no LLM: $0 in fact)" if scripted else ""
         text = f"Pre-run estimate{note}\n{format_estimate(result)}"
         box.update(text)
-        self.run_worker(self._say_degenerate(request.problem, text), group="degenerate", exclusive=True)
+        # a callable, not a coroutine: a worker cancelled before it starts leaves nothing un-awaited
+        self.run_worker(partial(self._say_degenerate, request.problem, text), group="degenerate", exclusive=True)
 
     async def _say_degenerate(self, spec: str, text: str) -> None:
         """A degenerate problem (its reference ignores its inputs: engine.problems) said above the

@@ -450,9 +450,10 @@ class Search(SessionLifecycle):
         if not failed or len(failed) < len(asked):
             return None
         last = (failed[-1].text or "the LLM call failed").splitlines()[0]
-        if any(r.ok for r in self.replies.values()):  # answered, but nothing in the answers was usable
-            return f"no LLM reply was usable ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
-        return f"every LLM call failed ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
+        # answered, but nothing in the answers was usable; or no call went through
+        answered = any(r.ok for r in self.replies.values())
+        what = "no LLM reply was usable" if answered else "every LLM call failed"
+        return f"{what} ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
 
     def _call_failed(self, node: Node, purpose: str) -> str:
         """A failed node's text: that its call failed, and the provider's reason."""

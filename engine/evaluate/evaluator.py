@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import clean_reference, static_rules
+from engine.evaluate import build_memo, clean_reference, static_rules
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
@@ -251,9 +251,8 @@ class LocalEvaluator(ReferenceTimings):
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()
-            outcome, result, log = await run_child(
-                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env,
-                self.sandbox)
+            outcome, result, log = await build_memo.compile_job(  # a build made before: remembered
+                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
             build_wall = time.monotonic() - t_build
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
@@ -415,8 +414,8 @@ class LocalEvaluator(ReferenceTimings):
             return verdict
         if self.backend == "cuda":  # (the cpu profile runs no candidate code: rates against peaks)
             async with self._slot("compile"):
-                outcome, result, log = await run_child(job.replace(mode="compile"), self.compile_timeout_s,
-                                                       self._compile_env, self.sandbox)
+                outcome, result, log = await build_memo.compile_job(
+                    job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
             if outcome != "ok" or result is None or result.get("status") != "compiled":
                 lines = [ln for ln in ((result or {}).get("log") or log).splitlines() if ln.strip()]
                 return dataclasses.replace(verdict, profile={

@@ -451,7 +451,8 @@ class Search(SessionLifecycle):
             return None
         last = (failed[-1].text or "the LLM call failed").splitlines()[0]
         if any(r.ok for r in self.replies.values()):  # answered, but nothing in the answers was usable
-            return f"no LLM reply was usable ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
+            return (f"no LLM reply was usable ({len(failed)} of {len(asked)}), no variant was judged;"
+                    f" last: {last}")
         return f"every LLM call failed ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
 
     def _call_failed(self, node: Node, purpose: str) -> str:

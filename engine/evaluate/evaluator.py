@@ -39,6 +39,7 @@ from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.loading import kernel_language
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
+from engine.evaluate.reference_history import ReferenceHistory
 from engine.evaluate.reference_times import ReferenceTimings
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
@@ -102,6 +103,7 @@ class LocalEvaluator(ReferenceTimings):
         default_compile = DEFAULT_TIMEOUTS[backend]
         self.compile_timeout_s = compile_timeout_s or default_compile
         self.run_timeout_s = run_timeout_s  # --eval-timeout; None: from the problem (eval_limit)
+        self.history = ReferenceHistory()  # the reference's measured times (reference_history)
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
@@ -320,8 +322,9 @@ class LocalEvaluator(ReferenceTimings):
                 verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
                                               if jit_s is not None else build_s)
                 device.info = verdict.gpu or device.info
-                verdict = dataclasses.replace(verdict, timing={**(verdict.timing or {}),
-                                                               "eval_limit": limit.to_dict()})
+                verdict = self.history.judge(dataclasses.replace(verdict, timing={
+                    **(verdict.timing or {}), "eval_limit": limit.to_dict()}), *self._history(run, device),
+                    clean=run.ref_eager_clean)
                 t_after = time.monotonic()
                 verdict = await self._after(verdict, run, device, on_phase)
                 held["after"] = time.monotonic() - t_after  # a sanitizer run, if any
@@ -333,8 +336,8 @@ class LocalEvaluator(ReferenceTimings):
 
     def _limit(self, job: EvalJob, device: Device) -> EvalLimit:
         """How long this evaluation may hold the device (engine.evaluate.eval_limit): --eval-timeout,
-        else from the reference's clean time."""
-        ref_ms = (job.ref_eager_clean or {}).get("median")
+        else from the reference's clean time or its history's median."""
+        ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
                           language=kernel_language(job.solution_source), given_s=self.run_timeout_s)
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from engine.domain import Node
-from engine.evaluate.verdict import Verdict
+from engine.evaluate.verdict import Verdict, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.status import style
 
@@ -55,13 +55,13 @@ def status_cell(node: Node) -> Text:
 
 
 def interval_text(verdict: Verdict | None) -> str | Text:
-    """The eager speedup's ~95 % interval ("1.41-1.63"), marked when the verdict is noisy or
-    contended; "-" where there is none."""
+    """The eager speedup's ~95 % interval ("1.41-1.63"), marked when the verdict is noisy,
+    contended or its reference time disturbed; "-" where there is none."""
     span = None if verdict is None else verdict.speedup_interval
     if span is None:
         return "-"
     text = f"{span[0]:.3g}-{span[1]:.3g}"
-    marked = [f for f in verdict.flags if f in ("noisy", "contended")] if verdict else []
+    marked = [f for f in verdict.flags if is_timing_flag(f)] if verdict else []
     return Text(text + "~", style="yellow") if marked else text
 
 

@@ -159,7 +159,8 @@ class NewSearchScreen(Screen):
         text = f"Pre-run estimate{note}\n{format_estimate(result)}"
         box.update(text)
         # a callable, not a coroutine: a worker cancelled before it starts leaves nothing un-awaited
-        self.run_worker(partial(self._say_degenerate, request.problem, text), group="degenerate", exclusive=True)
+        self.run_worker(partial(self._say_degenerate, request.problem, text), group="degenerate",
+                        exclusive=True)
 
     async def _say_degenerate(self, spec: str, text: str) -> None:
         """A degenerate problem (its reference ignores its inputs: engine.problems) said above the

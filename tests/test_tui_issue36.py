@@ -35,3 +35,85 @@ async def test_the_tree_and_the_code_stay_readable(tmp_path: Path, size: tuple[i
             assert screen.query_one("#timings").scrollable_content_region.height >= 4
             assert screen.query_one("#progress").region.height >= 5
         await pilot.press("q")
+
+
+def whole_columns(table) -> list[str]:  # noqa: ANN001
+    """The columns drawn whole within the table's width, left to right."""
+    room, out = table.scrollable_content_region.width, []
+    for column in table.ordered_columns:
+        room -= column.get_render_width(table)
+        if room < 0:
+            break
+        out.append(str(column.key.value))
+    return out
+
+
+async def test_the_timings_at_80x24_show_the_speedup_and_five_rows(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        screen = app.screen
+        table = screen.query_one("#timings")
+        assert "speedup" in whole_columns(table)
+        assert table.scrollable_content_region.height >= 6  # the header and 5 rows
+        assert screen.query_one("#tree").region.height >= 10 and screen.query_one("#code").region.height >= 7
+        assert str(table.get_cell(str(screen.model.best_id), "speedup")).endswith("x")
+        await pilot.press("q")
+
+
+async def suite_of_two(path: Path) -> tuple[Path, int, float]:
+    """A finished suite of two problems with evaluations: (db, suite id, its geomean speedup)."""
+    from engine.search.suite import scores, suite_results
+    from engine.store import Store
+    from tests.fake_session import T0, write_fake_session
+
+    store = await Store.open(path)
+    try:
+        paths = ["problems/level1/softmax.py", "problems/level1/relu.py"]
+        suite = await store.create_suite(name="level1-two", problems=paths, config={})
+        for seed, spec in enumerate(paths):
+            sid = await write_fake_session(store, 20, seed=seed, t0=T0 + 700 * seed)
+            await store.conn.execute(
+                "UPDATE sessions SET suite_id = ?, problem = ?, problem_path = ? WHERE id = ?",
+                (suite, Path(spec).stem, spec, sid))
+        await store.conn.execute("UPDATE suites SET created_at = ?, finished_at = ?, status = 'finished'"
+                                 " WHERE id = ?", (T0, T0 + 3725, suite))
+        await store.conn.commit()
+        geo = scores(await suite_results(store, suite))["geomean_speedup_eager"]
+    finally:
+        await store.close()
+    assert geo is not None
+    return path, suite, geo
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160])
+async def test_the_sessions_headers_are_whole_at_any_width(tmp_path: Path, width: int):
+    db, suite, _ = await suite_of_two(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        shown = [str(c.key.value) for c in table.ordered_columns]
+        assert whole_columns(table) == shown  # no header cut at the right edge
+        assert shown[:4] == ["id", "problem", "status", "best"]
+        if width >= 160:
+            assert len(shown) == 10
+        await pilot.resize_terminal(160, 24)  # the columns come back as the screen widens
+        await pilot.pause()
+        assert len(table.ordered_columns) == 10 and whole_columns(table) == [
+            str(c.key.value) for c in table.ordered_columns]
+        await pilot.press("q")
+
+
+async def test_the_suite_row_has_its_duration_and_best(tmp_path: Path):
+    db, suite, geo = await suite_of_two(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        assert str(table.get_cell(f"suite-{suite}", "duration")) == "1h02m"
+        assert str(table.get_cell(f"suite-{suite}", "best")) == f"geo {geo:.2f}x"
+        await pilot.press("q")

@@ -117,3 +117,70 @@ async def test_the_suite_row_has_its_duration_and_best(tmp_path: Path):
         assert str(table.get_cell(f"suite-{suite}", "duration")) == "1h02m"
         assert str(table.get_cell(f"suite-{suite}", "best")) == f"geo {geo:.2f}x"
         await pilot.press("q")
+
+
+def plot_lines(plot) -> list[str]:  # noqa: ANN001
+    return plot.render().plain.splitlines()
+
+
+def check_axes(lines: list[str], points: list[tuple[int, float]]) -> None:
+    """Every plot row labelled, the labels evenly spaced from the lowest value to the highest, each
+    point drawn on the row whose label is nearest to it; whole rounds only on x."""
+    top = next(i for i, line in enumerate(lines) if "┌" in line)
+    axis = next(i for i, line in enumerate(lines) if "└" in line)
+    rows = lines[top + 1:axis]
+    assert rows and all("┤" in line for line in rows), rows  # a label on every row
+    labels = [float(line.split("┤")[0]) for line in rows]  # top to bottom
+    ys = [y for _, y in points]
+    assert labels[0] == pytest.approx(max(ys), abs=0.006) and labels[-1] <= min(ys) + 0.006
+    step = (labels[0] - labels[-1]) / max(1, len(labels) - 1)
+    for a, b in zip(labels, labels[1:], strict=False):
+        assert a - b == pytest.approx(step, abs=0.011)  # evenly spaced (2 decimals)
+    ticks = lines[axis + 1]
+    assert all(token.isdigit() for token in ticks.split()), ticks  # rounds: integers
+    columns = dict(zip((int(t) for t in ticks.split()), (i for i, c in enumerate(lines[axis]) if c == "┬"),
+                       strict=True))  # each round's tick, where its points are drawn
+    for x, y in points:
+        col = columns[x]
+        marked = [labels[i] for i, line in enumerate(rows) if line[col] not in " │"]
+        assert marked, (x, y, lines)
+        nearest = min(labels, key=lambda v: abs(v - y))
+        assert nearest in marked, (x, y, nearest, marked, "\n".join(lines))
+
+
+@pytest.mark.parametrize("points", [[(1, 1.85), (2, 1.85)], [(1, 2.0)], [(1, 1.2), (2, 1.85), (3, 2.3)],
+                                    [(1, 1.1), (2, 1.85), (3, 2.16), (4, 3.5)], [(1, 1.0), (2, 1.0), (3, 1.3)]],
+                         ids=["flat", "one-round", "three", "four", "flat-then-up"])
+async def test_the_progress_chart_plots_each_value_on_its_row(tmp_path: Path, points: list[tuple[int, float]]):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        plot = screen.query_one("#plot")
+        assert plot.size.height - 3 == 4  # the 4-row axis of the issue
+        screen.model.best_by_round = dict(points)
+        screen.query_one("#progress").show_plot(screen.model)
+        await pilot.pause()
+        check_axes(plot_lines(plot), points)
+        await pilot.press("q")
+
+
+async def test_the_compare_chart_has_whole_rounds_and_a_legend_of_its_own(tmp_path: Path):
+    from tests.test_tui_screens import two_sessions
+
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await pilot.pause()
+        await pilot.press("m", "down", "m", "c")
+        await pilot.pause()
+        screen = app.screen
+        lines = plot_lines(screen.query_one("#compare-plot"))
+        assert not any("#" in line for line in lines)  # no legend inside: the lines cannot overwrite it
+        legend = str(screen.query_one("#compare-legend").content)
+        assert f"#{a}" in legend and f"#{b}" in legend
+        points = [(r, v) for sid in (a, b) for r, v in screen.data[sid]["rounds"].items()]
+        assert points
+        check_axes(lines, points)
+        await pilot.press("q")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from engine.evaluate.noise import MAX_RETIMES
 
 FLOOR_S = {"cpu": 60.0, "cuda": 120.0}
-TRITON_FLOOR_S = 300.0  # a Triton solution on a GPU: its JIT and autotuning may run under the limit
+TRITON_FLOOR_S = 300.0  # Triton: its JIT and autotuning on a GPU, its interpreter (slow) on the cpu
 CAP_S = 900.0
 UNKNOWN_S = 300.0  # no reference time known yet
 FACTOR = 4.0
@@ -71,7 +71,7 @@ def eval_limit(backend: str, ref_ms: float | None, *, time_budget_s: float, tria
     reference's eager median (None: unknown)."""
     if given_s:
         return EvalLimit(float(given_s), "flag", f"--eval-timeout {given_s:g}")
-    floor = TRITON_FLOOR_S if backend == "cuda" and language == "triton" else FLOOR_S.get(backend, 60.0)
+    floor = TRITON_FLOOR_S if language == "triton" else FLOOR_S.get(backend, 60.0)  # cpu: interpreted
     if not ref_ms or ref_ms <= 0:
         return EvalLimit(max(UNKNOWN_S, floor), "unknown",
                          f"no reference time known yet: {max(UNKNOWN_S, floor):g} s; --eval-timeout sets it")

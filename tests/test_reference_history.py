@@ -101,6 +101,17 @@ def test_the_history_judges_against_its_median_and_heals_from_a_loaded_start(tmp
     assert is_disturbed(seeded.judge(_verdict(15.0, 8.0), "s", None, clean={"median": 0.15}).flags)
 
 
+def test_a_flagged_candidates_reference_time_is_neither_judged_nor_kept(tmp_path):
+    """A candidate that rebinds the clocks reads its reference at 0.001 ms; kept, that time made
+    every honest measurement after it (0.5 ms) `reference-disturbed` against a 0.001 ms median."""
+    history, path = ReferenceHistory(), tmp_path / "h.json"
+    bent = dataclasses.replace(_verdict(0.001, 0.001), status="flagged", flags=("harness: clock patched",))
+    assert history.judge(bent, "k", path) == bent
+    assert history.times("k", path) == [] and not path.exists()
+    assert not is_disturbed(history.judge(_verdict(0.5, 1.0), "k", path).flags)
+    assert history.times("k", path) == [0.5]
+
+
 def test_a_disturbed_variant_ranks_after_every_undisturbed_one():
     def variant(id: int, speedup: float, disturbed: bool = False) -> Node:
         return Node(id, 1, 0, "variant", 1, f"v{id}", "", "src", "correct", "llm", speedup, 1.0,

@@ -19,6 +19,10 @@ where that is wider) is *disturbed*:
   is not the session's best while an undisturbed one is;
 - the measurement is not added to the history.
 
+Only `correct` verdicts are judged or recorded: a flagged candidate may have rebound the clocks, or
+loaded the host, while its reference was timed, and one such measurement would skew every later
+judgement.
+
 A measurement under 1 / band of the median means the history was taken under load: the entries
 over band x it are dropped. With no history yet, the cpu reference's clean time (measured with no
 candidate, on a quiet host: engine.evaluate.clean_reference) seeds it; else the first
@@ -97,8 +101,8 @@ class ReferenceHistory:
         reference time agrees; flagged, its speedup taken against the history's median, where it
         is disturbed. `clean`: the reference's clean time, which seeds an empty history."""
         measured = verdict.ref_eager_ms
-        if verdict.status not in ("correct", "flagged") or not measured or not verdict.time_ms:
-            return verdict
+        if verdict.status != "correct" or not measured or not verdict.time_ms:
+            return verdict  # a flagged candidate may have bent the clocks its reference was timed by
         times = self.times(key, path)
         if not times and clean and clean.get("median"):
             times.append(float(clean["median"]))

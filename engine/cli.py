@@ -324,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--compile-workers", type=_positive, default=None)
     bp.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
                     " evaluate on (default: every visible GPU); with several, per-GPU load is reported")
+    bp.add_argument("--scaling", action="store_true",
+                    help="one device against several in one run: the search on every device given (--gpus;"
+                         " on cpu, --cpu-devices) and on the first alone, per source mode (--sources):"
+                         " variants per minute, their ratio, each device's busy and idle fractions")
+    bp.add_argument("--sources", default="distinct,repeated", metavar="distinct,repeated",
+                    help="with --scaling: the source modes to run (default both)")
+    bp.add_argument("--cpu-devices", type=_positive, default=None, metavar="N",
+                    help="cpu backend: evaluate on N cpu slots at once (default 1; 2 with --scaling)")
     bp.add_argument("--cold", action="store_true",
                     help="an empty build cache (the precompiled header too) for this run")
     bp.add_argument("--repeat-sources", action="store_true",

@@ -156,6 +156,8 @@ def main(raw: Path, out: Path) -> None:
         if (raw / "prebuild.log").exists() else None,
         "searches": searches(raw), "gpu_cost": _json(raw / "gpu-cost.json"),
         "pipeline": _json(raw / "pipeline.json"),
+        "scaling": _json(raw / "pipeline-scaling.json"),
+        "suite_gpus": _json(raw / "pipeline-suite-gpus.json"),
         "compile": _json(raw / "compile.json"),
         "verdicts": _json(raw / "verdicts.json"),
         "verdicts_note": _last_line(raw / "verdicts.log"),
@@ -197,6 +199,20 @@ def main(raw: Path, out: Path) -> None:
                   f" {p.get('wall_s')} s; GPU busy {p.get('busy_fraction_of_wall', 0) * 100:.1f} % of the wall,"
                   f" {window.get('busy_fraction', 0) * 100:.1f} % in the window where every problem had work"
                   f" ({window.get('start_s')}-{window.get('end_s')} s)"]
+    if result["scaling"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from engine.bench.scaling import format_scaling
+
+        lines += ["\n## One GPU against two (bench pipeline --scaling)", format_scaling(result["scaling"])]
+    q = result["suite_gpus"]
+    if q:
+        per_gpu = "; ".join(f"{d['name']} {d['jobs']}, {d['busy_s']} s,"
+                            f" {d['idle_fraction_while_waiting'] * 100:.1f} %" for d in q.get("devices") or [])
+        lines += ["\n## A suite of 4 on two GPUs",
+                  f"{q.get('problems')} shape {q.get('shape')}: {q.get('status')},"
+                  f" {q.get('variants_per_minute')} variants/min, {q.get('evaluations')} evaluations in"
+                  f" {q.get('wall_s')} s; GPUs busy {q.get('busy_fraction_of_wall', 0) * 100:.1f} % of the"
+                  f" wall; per GPU (evaluations, busy s, idle while variants waited): {per_gpu}"]
     if result["compile"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from engine.bench.compile import compile_table

@@ -228,22 +228,44 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
     assert sorted(d.split(":")[0] for (d,) in stored) == sorted(slots.elements())
 
 
-def test_pipeline_bench_reports_each_device():
-    from engine.bench.pipeline import format_pipeline, pipeline_bench
+def test_the_scaling_bench_runs_one_device_and_two_and_reports_each():
+    """`bench pipeline --scaling` (issue 38) on two cpu slots: the same search on both and on the
+    first alone, in one run; each device's evaluations, busy and idle fractions, and the ratio."""
+    from engine.bench.scaling import format_scaling, scaling_bench
 
     # The library's files as they are: the per-device report does not depend on fresh builds (the
     # session's build cache has them; tests/test_search_options.py times fresh, stamped builds).
-    r = asyncio.run(pipeline_bench(SOFTMAX, "cpu", None, rounds=1, ideas=2, variants=2, devices=2,
-                                   repeat_sources=True))
-    assert r["status"] == "finished" and r["evaluations"] == 4
-    assert [d["name"] for d in r["devices"]] == ["cpu0", "cpu1"]
-    assert sum(d["jobs"] for d in r["devices"]) == r["evaluations"]
-    assert sum(d["busy_s"] for d in r["devices"]) == pytest.approx(r["device_s"], rel=0.05)
-    for d in r["devices"]:
-        assert 0 <= d["idle_fraction_of_wall"] <= 1 and 0 <= d["idle_fraction_while_waiting"] <= 1
-    assert r["variants_per_minute"] == pytest.approx(r["evaluations"] / r["wall_s"] * 60, rel=0.01)
-    table = format_pipeline(r)
-    assert "| cpu0 |" in table and "| cpu1 |" in table and "variants evaluated per minute" in table
+    r = asyncio.run(scaling_bench(SOFTMAX, "cpu", None, devices=2, modes=("repeated",), warm_up=False,
+                                  rounds=1, ideas=2, variants=2))
+    [run] = r["runs"]
+    assert r["status"] == "finished" and run["mode"] == "repeated"
+    one, two = run["one"], run["many"]
+    assert one["evaluations"] == two["evaluations"] == 4
+    assert [d["name"] for d in two["devices"]] == ["cpu0", "cpu1"]
+    assert [d["name"] for d in one["devices"]] == ["cpu0"]
+    for result in (one, two):
+        assert sum(d["jobs"] for d in result["devices"]) == result["evaluations"]
+        assert sum(d["busy_s"] for d in result["devices"]) == pytest.approx(result["device_s"], rel=0.05)
+        for d in result["devices"]:
+            assert 0 <= d["idle_fraction_of_wall"] <= 1 and 0 <= d["idle_fraction_while_waiting"] <= 1
+        per_minute = result["evaluations"] / result["wall_s"] * 60
+        assert result["variants_per_minute"] == pytest.approx(per_minute, rel=0.01)
+    assert run["ratio"] == pytest.approx(two["variants_per_minute"] / one["variants_per_minute"], rel=0.01)
+    assert run["worst_idle_while_waiting"] == max(d["idle_fraction_while_waiting"] for d in two["devices"])
+    table = format_scaling(r)
+    assert "| repeated | 1 device | cpu0 |" in table and "| repeated | 2 devices | cpu1 |" in table
+    assert f"{run['ratio']:.2f}x" in table
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scaling", "--cpu-devices", "1"], "--scaling needs two devices or more"),
+    (["--scaling", "--sources", "fresh"], "--sources: give one or both of distinct, repeated"),
+    (["--scaling", "--repeat-sources"], "--scaling runs both source modes itself"),
+])
+def test_bad_scaling_flags_are_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path):
+    proc = run_ktree("--db", str(tmp_path / "k.db"), "bench", "pipeline", "softmax", "--backend", "cpu", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 class _Gate:

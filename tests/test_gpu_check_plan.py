@@ -36,6 +36,14 @@ def test_each_of_the_three_calls_fits_eight_minutes():
         assert sum(limit for _, limit in steps) <= 470, steps
 
 
+def test_the_two_gpu_call_fits_its_deadline():
+    """STAGES=gpus (issue 38): one GPU against two, then a suite of 4 on two GPUs, in one call of
+    DEADLINE=590 s on a 2-GPU box."""
+    steps = plan("gpus")
+    assert [name for name, _ in steps] == ["gpus-scaling", "gpus-suite"]
+    assert sum(limit for _, limit in steps) <= 590, steps
+
+
 def test_stages_choose_the_steps():
     assert plan("") == []
     assert [n for n, _ in plan("verdicts concurrent")] == ["verdicts", "concurrent"]
@@ -76,3 +84,31 @@ def test_the_report_shows_the_concurrent_and_verdicts_steps(tmp_path):
     assert "| verdicts | 3 |" in md and "ktree bench verdicts is missing" in md
     assert "| mse_loss_large | mse_loss_cuda.py | correct | correct |" in md and "| live |" in md
     assert json.loads((out / "gpu-check.json").read_text())["concurrent"]["processes"] == 1
+
+
+def test_the_report_shows_one_gpu_against_two(tmp_path):
+    """The gpus call's files (bench pipeline --scaling's JSON, the two-GPU suite's) become tables."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    raw.mkdir()
+    (raw / "steps.tsv").write_text("gpus-scaling\t0\t300.0\t\ngpus-suite\t0\t120.0\t\n")
+
+    def run(n: int, per_minute: float, idle: float) -> dict:
+        devices = [{"name": f"gpu{i}", "jobs": 40 // n, "busy_s": 50.0, "idle_fraction_of_wall": 0.1,
+                    "idle_while_waiting_s": idle, "idle_fraction_while_waiting": idle / 10} for i in range(n)]
+        return {"status": "finished", "evaluations": 40, "variants_per_minute": per_minute, "wall_s": 60.0,
+                "devices": devices}
+
+    one, two = run(1, 40.0, 0.0), run(2, 74.0, 0.5)
+    (raw / "pipeline-scaling.json").write_text(json.dumps({
+        "problem": "softmax", "backend": "cuda", "devices": 2, "status": "finished", "target_ratio": 1.8,
+        "target_idle": 0.1,
+        "runs": [{"mode": "distinct", "devices": 2, "one": one, "many": two, "ratio": 1.85,
+                  "worst_idle_while_waiting": 0.05, "meets": {"ratio": True, "idle": True}}]}))
+    suite = {**two, "problems": ["softmax", "layernorm"], "shape": {"rounds": 2}, "busy_fraction_of_wall": 0.8}
+    (raw / "pipeline-suite-gpus.json").write_text(json.dumps(suite))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_report.py"), str(raw), str(out)],
+                   check=True, timeout=60)
+    md = (out / "gpu-check.md").read_text()
+    assert "| distinct | 40 | 40.0 | 40 | 74.0 | 1.85x | 5.0 % | yes |" in md, md
+    assert "| distinct | 2 devices | gpu1 | 20 | 83.3 % |" in md, md
+    assert "## A suite of 4 on two GPUs" in md and "gpu1 20, 50.0 s, 5.0 %" in md, md

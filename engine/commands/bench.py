@@ -56,6 +56,11 @@ def pipeline(args: argparse.Namespace) -> int:
         check_scripted(problem.name, backend, (language,))
     if evaluator is not None and len(languages) > 1:
         raise UsageError("--executor ray benches one language at a time")
+    cpu_devices = args.cpu_devices
+    if cpu_devices is not None and cuda:
+        raise UsageError("--cpu-devices is for the cpu backend (on cuda, --gpus picks the devices)")
+    if args.scaling:
+        return _scaling(args, problem, backend, arch, languages, evaluator)
     results = []
     for language in languages:
         results.append(asyncio.run(pipeline_bench(
@@ -65,13 +70,54 @@ def pipeline(args: argparse.Namespace) -> int:
             log=sys.stderr if args.log else None, evaluator=evaluator,
             gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
             repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
-            llm_concurrency=args.llm_concurrency, language=language,
+            llm_concurrency=args.llm_concurrency, language=language, devices=cpu_devices or 1,
         )))
     if args.json:
         emit_json(results[0] if len(results) == 1 else results)
     else:
         emit("\n\n".join(format_pipeline(r) for r in results))
     return 0 if all(r["status"] == "finished" for r in results) else 1
+
+
+def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | None,
+             languages: list[str], evaluator: Any) -> int:
+    """`bench pipeline --scaling`: one device against several, per source mode (engine.bench.scaling)."""
+    from engine.bench.scaling import MODES, format_scaling, scaling_bench
+
+    if evaluator is not None:
+        raise UsageError("--scaling runs on this host's devices: it is for --executor local")
+    if len(languages) > 1:
+        raise UsageError("--scaling benches one language at a time")
+    if args.repeat_sources or args.cold:
+        raise UsageError("--scaling runs both source modes itself (--sources); --repeat-sources and --cold"
+                         " are for a single run")
+    modes = [m.strip() for m in args.sources.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise UsageError(f"--sources: give one or both of {', '.join(MODES)}")
+    if backend == "cuda":
+        from engine.evaluate.evaluator import visible_gpus
+
+        gpus = checked_gpus(backend, args.gpus) or sorted(visible_gpus())
+        if len(gpus) < 2:
+            raise UsageError(f"--scaling needs two GPUs or more (this machine shows {len(gpus)})")
+        devices = len(gpus)
+    else:
+        gpus, devices = None, args.cpu_devices or 2
+        if devices < 2:
+            raise UsageError("--scaling needs two devices or more: --cpu-devices 2")
+    cuda = backend == "cuda"
+    result = asyncio.run(scaling_bench(
+        problem, backend, arch, gpus=gpus, devices=devices, modes=modes,
+        rounds=args.rounds or (3 if cuda else 1), ideas=args.ideas or (4 if cuda else 2),
+        variants=args.variants or (4 if cuda else 2), top=args.top, compile_workers=args.compile_workers,
+        log=sys.stderr if args.log else None, llm_latency=args.llm_latency, suite=args.suite,
+        llm_concurrency=args.llm_concurrency, language=languages[0]))
+    if args.json:
+        emit_json(result)
+    else:
+        emit(format_scaling(result))
+    return 0 if result["status"] == "finished" else 1
 
 
 def timing(args: argparse.Namespace) -> int:

@@ -1,0 +1,110 @@
+"""`ktree bench pipeline --scaling`: one device against several, in one run (issue 38).
+
+The same scripted search (engine.bench.pipeline) is run on every device given and on the first of
+them alone, for each source mode: `distinct` (every variant a fresh source that really builds) and
+`repeated` (the library's files as they are: repeats hit the build cache). Reported per mode:
+variants per minute on each, their ratio, and per device its evaluations, busy fraction of the
+wall and idle time while compiled variants waited.
+
+Order, and what it favours: a short warm-up search on every device first (the precompiled header,
+the references' times per GPU model, the compile pool's first builds), then per mode the
+several-device run and then the one-device run. Whatever the first run leaves warm (in `repeated`
+mode: the library's builds) the one-device run finds ready, so the ratio is, if anything, low.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engine.bench.pipeline import pipeline_bench
+from engine.bench.summary import markdown_table
+
+MODES = ("distinct", "repeated")
+TARGET_RATIO_PER_DEVICE = 0.9  # several devices: at least 0.9x their count in variants per minute
+TARGET_IDLE = 0.10  # each device idle at most this share of the time compiled variants waited
+
+
+def _placement(backend: str, gpus: Sequence[int] | None, devices: int, one: bool) -> dict[str, Any]:
+    """pipeline_bench's device arguments for all the devices, or the first alone."""
+    if backend == "cuda":
+        return {"gpus": list(gpus or [])[:1] if one else list(gpus or [])}
+    return {"devices": 1 if one else devices}
+
+
+async def scaling_bench(problem: Any, backend: str, arch: str | None, *, gpus: Sequence[int] | None = None,
+                        devices: int = 1, modes: Sequence[str] = MODES, warm_up: bool = True,
+                        **shape: Any) -> dict[str, Any]:
+    """Per mode, the pipeline bench on every device and on the first alone; `gpus` (cuda, 2 or more)
+    or `devices` (cpu slots, 2 or more) are the devices. `shape`: pipeline_bench's other arguments
+    (rounds, ideas, variants, top, compile_workers, llm_latency, suite, language, ...)."""
+    count = len(gpus or []) if backend == "cuda" else devices
+    if count < 2:
+        raise ValueError("a scaling bench needs two devices or more")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown source mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
+    warm = None
+    if warm_up:
+        small = {**shape, "rounds": 1, "ideas": 1, "variants": max(1, count), "suite": 1}
+        warm = await pipeline_bench(problem, backend, arch, **small,
+                                    **_placement(backend, gpus, devices, False))
+    runs: list[dict[str, Any]] = []
+    for mode in modes:
+        repeat = mode == "repeated"
+        many = await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
+                                    **_placement(backend, gpus, devices, False))
+        one = await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
+                                   **_placement(backend, gpus, devices, True))
+        ratio = (many["variants_per_minute"] / one["variants_per_minute"]
+                 if one["variants_per_minute"] else None)
+        worst_idle = max((d["idle_fraction_while_waiting"] for d in many["devices"]), default=0.0)
+        runs.append({
+            "mode": mode, "devices": count, "one": one, "many": many,
+            "ratio": None if ratio is None else round(ratio, 3),
+            "worst_idle_while_waiting": worst_idle,
+            "meets": {"ratio": ratio is not None and ratio >= TARGET_RATIO_PER_DEVICE * count,
+                      "idle": worst_idle <= TARGET_IDLE},
+        })
+    finished = all(r[k]["status"] == "finished" for r in runs for k in ("one", "many"))
+    status = "finished" if finished else "failed"
+    return {"scaling": True, "problem": problem.name, "backend": backend, "devices": count,
+            "status": status, "warm_up": None if warm is None else {"wall_s": warm["wall_s"],
+                                                                     "status": warm["status"]},
+            "target_ratio": round(TARGET_RATIO_PER_DEVICE * count, 2), "target_idle": TARGET_IDLE,
+            "runs": runs}
+
+
+def busy_fraction(device: dict[str, Any], wall_s: float) -> float:
+    return round(device["busy_s"] / wall_s, 4) if wall_s else 0.0
+
+
+def format_scaling(r: dict[str, Any]) -> str:
+    n = r["devices"]
+    head = (f"Scaling bench: {r['problem']} on {r['backend']}, 1 device against {n}, per source mode:"
+            f" {r['status']} (targets: {n} devices >= {r['target_ratio']:g}x one in variants per minute;"
+            f" each idle <= {r['target_idle'] * 100:.0f} % of the time compiled variants waited)")
+    rows = []
+    for run in r["runs"]:
+        one, many = run["one"], run["many"]
+        ratio = "-" if run["ratio"] is None else f"{run['ratio']:.2f}x"
+        rows.append((run["mode"], one["evaluations"], f"{one['variants_per_minute']:.1f}",
+                     many["evaluations"], f"{many['variants_per_minute']:.1f}", ratio,
+                     f"{run['worst_idle_while_waiting'] * 100:.1f} %",
+                     "yes" if all(run["meets"].values()) else "no"))
+    per_device = []
+    for run in r["runs"]:
+        for label, result in (("1 device", run["one"]), (f"{n} devices", run["many"])):
+            for d in result["devices"]:
+                per_device.append((run["mode"], label, d["name"], d["jobs"],
+                                   f"{busy_fraction(d, result['wall_s']) * 100:.1f} %",
+                                   f"{d['idle_while_waiting_s']:.2f} s"
+                                   f" ({d['idle_fraction_while_waiting'] * 100:.1f} %)"))
+    return "\n".join([
+        head, "",
+        markdown_table(("sources", "evaluations (1)", "variants/min (1)", f"evaluations ({n})",
+                        f"variants/min ({n})", "ratio", "worst idle while waiting", "meets"), rows),
+        "",
+        markdown_table(("sources", "run", "device", "evaluations", "busy (of wall)",
+                        "idle while variants waited"), per_device),
+    ])

@@ -32,7 +32,7 @@ from engine.domain import (
     PROVIDER_CHOICES,
     STRATEGIES,
 )
-from engine.evaluate.profile import PROFILE_MODES
+from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.launch import UsageError, check_cpu_timer
 
 PROFILE_HELP = ("how correct variants are profiled after their verdict, holding the GPU: ncu (Nsight"

@@ -7,7 +7,7 @@ a typed `Prepared`, from which a `Search` is made on the caller's store. Bad inp
 `UsageError`, one line naming the flag: the CLI prints it and exits 2, the TUI shows it.
 
 Nothing here prints or parses argv: that is the CLI's (engine/cli.py, engine/commands/), which
-sits above this. A suite of searches is built the same way by engine/launch_suite.py.
+sits above this. A suite of searches is built the same way by engine/commands/_launch_suite.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from engine.domain import (
     PROVIDER_CHOICES,
     STRATEGIES,
 )
-from engine.evaluate.profile import PROFILE_MODES
+from engine.evaluate.profile.profiler import PROFILE_MODES
 
 if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
@@ -81,7 +81,7 @@ class RunRequest:
     executor: str = "local"  # EXECUTORS
     ray_address: str | None = None
     ray_workers: int | None = None
-    profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile)
+    profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile.profiler)
     library_ops: str = "allow"  # LIBRARY_OPS: may library-marked variants be parents and the best
     eval_timeout: float | None = None  # seconds an evaluation may hold its device; None: from the problem
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from string import Template
 
 from engine.domain import library_line, shown_notes
-from engine.evaluate.profile import BOUND_LABELS, summary_lines
+from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.evaluate.verdict import Verdict
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.domain import LIBRARY_EXCLUDED, library_line, session_library_ops, shown_notes, where_label
-from engine.evaluate.profile import BOUND_LABELS, summary_lines
+from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
 if TYPE_CHECKING:

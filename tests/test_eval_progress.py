@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from engine.eval_progress import EvalProgress, labels
+from engine.commands._eval_progress import EvalProgress, labels
 from engine.evaluate.evaluator import LocalEvaluator
 from tests.conftest import REPO, run_ktree
 

@@ -1,4 +1,4 @@
-"""Profiles and diagnoses (engine.evaluate.profile): the pure diagnosis on recorded metrics, the
+"""Profiles and diagnoses (engine.evaluate.profile.profiler): the pure diagnosis on recorded metrics, the
 parsers of ncu, torch.profiler and compute-sanitizer output, the prompts that carry them, and
 (acceptance 4) a recorded scripted CPU search whose idea prompts and screen show the diagnosis."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import prompts
-from engine.evaluate.profile import (
+from engine.evaluate.profile.profiler import (
     achieved,
     diagnose,
     parse_ncu_csv,
@@ -406,9 +406,10 @@ def test_cpu_bandwidth_is_held_to_a_copy_of_the_same_working_set(tmp_path: Path)
     working set, measured on the timer's threads, the reference is within the peak."""
     import asyncio
 
-    from engine.evaluate import profile, timing
+    from engine.evaluate import timing
     from engine.evaluate.jobs import make_job
     from engine.evaluate.loading import load_module_from_path
+    from engine.evaluate.profile import profiler as profile
     from engine.problems import load_problem
 
     problem = load_problem("softmax")

@@ -1,4 +1,4 @@
-"""Profiles in seconds (engine.evaluate.profile_ncu, engine.evaluate.evaluator._tool_queued): ncu
+"""Profiles in seconds (engine.evaluate.profile.ncu, engine.evaluate.evaluator._tool_queued): ncu
 collects only the metrics the diagnosis reads, skips the warm-up launches (nothing before
 cudaProfilerStart) and profiles one forward's kernels; its process starts before the device's lock
 and holds the device only from its gate's opening; a profile lets waiting evaluations go first."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.evaluate import evaluator as evaluator_module
 from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.profile_ncu import (
+from engine.evaluate.profile.ncu import (
     NCU_METRICS,
     STALL_METRIC,
     STALLS,

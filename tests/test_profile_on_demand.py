@@ -1,4 +1,4 @@
-"""Profiles of what is read (engine.search.profiles): a search profiles its parents (before their
+"""Profiles of what is read (engine.search.profile_requests): a search profiles its parents (before their
 children's idea prompts) and its final best, nothing else by itself; anything else on demand —
 a steering command to a running engine, or `ktree show N --profile NODE` on a session no engine
 runs. Counted per round from the DB.

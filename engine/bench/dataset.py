@@ -112,7 +112,7 @@ def synthetic_db(path: Path, rows: int, sessions: int, seed: int = 0) -> None:
 _CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from engine.dataset.export import VIEWS, ExportOptions, run
+from engine.dataset.writer import VIEWS, ExportOptions, run
 from engine.dataset.source import Selection
 report = {"seconds": 0.0}
 if sys.argv[1] != "import":

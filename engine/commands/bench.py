@@ -123,7 +123,7 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
 def timing(args: argparse.Namespace) -> int:
     """Each problem's reference, eager and torch.compile, recorded in the DB; `--load` again
     with the host loaded, `--agreement` the timer against itself and triton's do_bench."""
-    from engine.bench.timing import (
+    from engine.bench.reference_timing import (
         agreement,
         agreement_table,
         load_table,
@@ -211,7 +211,7 @@ def _check_honest_problems(problems: list[str], backend: str) -> None:
 
 def profile(args: argparse.Namespace) -> int:
     """What a profile costs per variant, on each profiler path."""
-    from engine.bench.profile import profile_bench, profile_table
+    from engine.bench.profile_cost import profile_bench, profile_table
 
     backend, arch = resolve_backend(args.backend)
     _check_honest_problems(args.problems, backend)

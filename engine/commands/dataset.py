@@ -14,9 +14,9 @@ from engine.launch import UsageError
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from engine.dataset.export import VIEWS, ExportOptions
     from engine.dataset.sink import FORMATS
     from engine.dataset.source import DatasetError, Selection
+    from engine.dataset.writer import VIEWS, ExportOptions
 
     if args.all and (args.sessions or args.suite is not None):
         raise UsageError("--all exports every session: give no SESSION or --suite with it")
@@ -44,8 +44,8 @@ def _rows(manifest: dict[str, Any]) -> str:
 
 
 def export(args: argparse.Namespace) -> int:
-    from engine.dataset.export import run
     from engine.dataset.source import DatasetError
+    from engine.dataset.writer import run
 
     options = _options(args)
     out = Path(args.out)
@@ -70,8 +70,8 @@ def export(args: argparse.Namespace) -> int:
 
 def stats(args: argparse.Namespace) -> int:
     """What `export` would write, counted, nothing written."""
-    from engine.dataset.export import run
     from engine.dataset.source import DatasetError
+    from engine.dataset.writer import run
 
     options = _options(args)
     try:

@@ -68,7 +68,7 @@ def evaluate(args: argparse.Namespace) -> int:
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile,
                                 run_timeout_s=args.eval_timeout)
 
-    from engine.eval_progress import EvalProgress, labels
+    from engine.commands._eval_progress import EvalProgress, labels
 
     progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
 

@@ -12,7 +12,7 @@ from engine.launch import UsageError
 
 
 def export(args: argparse.Namespace) -> int:
-    from engine.export import ExportError, best_variant, solution_text
+    from engine.solution_file import ExportError, best_variant, solution_text
 
     db = db_path(args)
     if not db.exists():

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -> int:
+    from engine.commands._headless import HeadlessPrinter
     from engine.events import EventBus
-    from engine.headless import HeadlessPrinter
 
     store = await open_store(db)
     # Ctrl-C or a plain `kill`: cancel the search, which records the session as interrupted and

@@ -116,7 +116,7 @@ def _profile(args: argparse.Namespace, db: Path) -> int:
     from engine import control
     from engine.launch import profile_evaluator
     from engine.report import profile_line
-    from engine.search.profiles import ProfileRequestError, profile_recorded, profile_target
+    from engine.search.profile_requests import ProfileRequestError, profile_recorded, profile_target
     from engine.store import session_state
 
     if args.session is None:

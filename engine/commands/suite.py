@@ -16,7 +16,12 @@ from engine.launch import UsageError
 
 
 def suite(args: argparse.Namespace) -> int:
-    from engine.launch_suite import SuiteRequest, SuiteResumeRequest, prepare_suite, prepare_suite_resume
+    from engine.commands._launch_suite import (
+        SuiteRequest,
+        SuiteResumeRequest,
+        prepare_suite,
+        prepare_suite_resume,
+    )
 
     db = db_path(args)
     if args.json and not (args.headless or args.estimate):
@@ -57,8 +62,8 @@ def suite(args: argparse.Namespace) -> int:
 
 
 async def run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
+    from engine.commands._headless import SuiteLinePrinter
     from engine.events import EventBus
-    from engine.headless import SuiteLinePrinter
     from engine.report import suite_markdown
     from engine.search.suite import suite_report
 
@@ -92,8 +97,8 @@ async def run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
 
 
 def _estimate(args: argparse.Namespace, request: Any, db: Path) -> int:
+    from engine.commands._launch_suite import estimate_suite
     from engine.estimate import format_estimate
-    from engine.launch_suite import estimate_suite
 
     result = estimate_suite(request, reasoning_history(db))
     if args.json:

@@ -478,7 +478,7 @@ def reference_on_inputs(job: EvalJob) -> tuple[str, Any, Any]:
 
 def model_and_inputs(job: EvalJob) -> tuple[Any, Any, str]:
     """(the model a profile runs: the candidate, else the reference; its inputs; the device),
-    seeded as the evaluation seeds them (engine.evaluate.profile's subprocess side)."""
+    seeded as the evaluation seeds them (engine.evaluate.profile.profiler's subprocess side)."""
     import torch
 
     device = "cuda" if job.backend == "cuda" else "cpu"

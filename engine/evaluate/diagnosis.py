@@ -1,7 +1,7 @@
 """Why a kernel is slow, in words: the diagnosis (memory / compute / latency-or-occupancy /
 launch bound, with the numbers that show it) from a profile's per-kernel metrics, or from achieved
 rates against measured peaks where no counters were read; and the compact summary prompts and
-logs carry. Pure: no tool runs here (engine.evaluate.profile takes the profiles).
+logs carry. Pure: no tool runs here (engine.evaluate.profile.profiler takes the profiles).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.loading import kernel_language
 from engine.evaluate.noise import timer_cores as timer_cores_now
-from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
+from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.reference_history import ReferenceHistory
 from engine.evaluate.reference_times import ReferenceTimings
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
@@ -83,7 +83,7 @@ class LocalEvaluator(ReferenceTimings):
         (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
         host lock). host_lock: hold each device's host-wide lock (engine.evaluate.hostlock) while
         checking and timing on it, so that ktree processes on one host queue for a device.
-        profile: auto | ncu | torch | off (engine.evaluate.profile): how correct variants are
+        profile: auto | ncu | torch | off (engine.evaluate.profile.profiler): how correct variants are
         profiled, within `profile_budget_s`; a runtime error from an illegal or misaligned access
         is re-run once under compute-sanitizer (any mode but off). profile_each: profile each
         correct variant in evaluate(), after its verdict, still holding its device (`ktree eval

@@ -89,7 +89,7 @@ class Verdict:
     # Which device measured it: slot ("gpu1", "cpu0"), physical index, name, uuid, driver, torch
     # and CUDA versions, host (timing.device_info).
     gpu: dict[str, Any] = field(default_factory=dict)
-    # Why it is slow (correct verdicts, engine.evaluate.profile): tool ("ncu" | "torch" | "cpu" |
+    # Why it is slow (correct verdicts, engine.evaluate.profile.profiler): tool ("ncu" | "torch" | "cpu" |
     # "off"), per-kernel metrics, diagnosis {bound, evidence, numbers}, the reference's profile.
     profile: dict[str, Any] = field(default_factory=dict)
     # compute-sanitizer memcheck's report of an illegal or misaligned access (runtime errors).

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from engine.evaluate.verdict import Verdict
     from engine.events import EventBus
     from engine.problems import Problem
-    from engine.scheduler import Scheduler
     from engine.search.budget import Budget
     from engine.search.calls import LLMResult
     from engine.search.config import SearchConfig
+    from engine.search.scheduler import Scheduler
     from engine.search.strategies import Strategy
     from engine.store import Store
 

@@ -1,12 +1,12 @@
 """The search as an orchestrator: it runs the work, and asks its parts what the work is.
 
-Each unit of work is a task on the scheduler (engine.scheduler): an ideas call, or a variant's
+Each unit of work is a task on the scheduler (engine.search.scheduler): an ideas call, or a variant's
 generate -> compile -> check -> time. Rounds follow the strategy (engine.search.strategies: how
 many rounds, ideas, variants, and whom each round grows from); every LLM call is charged to the
 budget (engine.search.budget); human commands are applied by engine.search.steering; a resumed
 session is read back and its in-flight work recovered by engine.search.resume; the session's
 record (start, heartbeat, progress, end) is kept by engine.search.lifecycle. Profiles are taken
-for what reads them (engine.search.profiles): a round's parents, just before their idea prompts,
+for what reads them (engine.search.profile_requests): a round's parents, just before their idea prompts,
 the final best, and whatever a person asks for.
 
 The DB is the state: every node is inserted before its work starts (a batch of nodes in one
@@ -39,15 +39,15 @@ from engine.events import (
 )
 from engine.llm.base import Provider
 from engine.problems import Problem
-from engine.scheduler import Scheduler
 from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
 from engine.search.history import describe, tried
+from engine.search.jobs import variant_job
 from engine.search.lifecycle import SessionLifecycle
-from engine.search.profiles import variant_job
 from engine.search.resume import CANCEL, FIX, recovery
 from engine.search.rows import asking_row, idea_row, variant_row
+from engine.search.scheduler import Scheduler
 from engine.search.steering import USER_STOP, Steering
 from engine.search.strategies import strategy_for, ties_within_noise
 from engine.store import Store
@@ -378,7 +378,7 @@ class Search(SessionLifecycle):
         return variant_job(self.evaluator, self.problem.path, node.source, self.sizes, self.config,
                            self.cost.flops, self.cost.bytes)
 
-    # -- profiles (engine.search.profiles) ----------------------------------------------------
+    # -- profiles (engine.search.profile_requests) ----------------------------------------------------
 
     async def profile(self, node_id: int, reason: str, round: int | None = None) -> bool:
         """Profile a correct variant that has no profile yet, and record it (`reason`: parent,

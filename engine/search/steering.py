@@ -17,9 +17,9 @@ from engine import control
 from engine.domain import EVALUATING_STATUSES, Node, excluded
 from engine.evaluate.loading import kernel_language
 from engine.events import CommandApplied, EventBus
-from engine.scheduler import Scheduler
 from engine.search.budget import Budget
 from engine.search.rows import asking_row, idea_row, variant_row
+from engine.search.scheduler import Scheduler
 from engine.search.strategies import Strategy
 from engine.store import Store
 

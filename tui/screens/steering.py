@@ -16,7 +16,7 @@ from textual.app import SystemCommand
 
 from engine import control
 from engine.domain import Node
-from engine.export import ExportError, solution_text
+from engine.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 

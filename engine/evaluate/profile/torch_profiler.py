@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.evaluate.diagnosis import is_half
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.profile_ncu import finish_kernels
+from engine.evaluate.profile.ncu import finish_kernels
 
 
 def parse_trace_kernels(trace: dict[str, Any], calls: int) -> list[dict[str, Any]]:

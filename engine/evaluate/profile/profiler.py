@@ -16,10 +16,11 @@ Taken after the verdict, outside the timed window, while the evaluator still hol
 records which ran. Profiles are cached by source, problem, sizes, tool and device, like builds.
 
 This module is the entry: the engine side (the Profiler: which tool, its cache, the budget) and
-the subprocess side's dispatch, run as ``python -m engine.evaluate.profile JOB.json OUT.json
-ACTION``. Each job lives in its own module: `profile_ncu` (Nsight Compute), `profile_torch`
-(torch.profiler), `profile_cpu` (the cpu backend's peaks), `sanitizer` (compute-sanitizer) and
-`diagnosis` (the pure diagnosis and summary). Torch + stdlib only, like all of engine.evaluate.
+the subprocess side's dispatch, run as ``python -m engine.evaluate.profile.profiler JOB.json OUT.json
+ACTION``. Each job lives in its own module: `ncu` (Nsight Compute), `torch_profiler`
+(torch.profiler), `cpu` (the cpu backend's peaks) beside it in engine.evaluate.profile;
+engine.evaluate.sanitizer (compute-sanitizer) and engine.evaluate.diagnosis (the pure diagnosis
+and summary). Torch + stdlib only, like all of engine.evaluate.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from typing import Any
 
 from engine.evaluate.diagnosis import BOUND_LABELS, TOP_KERNELS, achieved, diagnose, summary_lines
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.profile_cpu import cpu_peaks, working_set_bytes
-from engine.evaluate.profile_ncu import NCU_METRICS, ncu_command, parse_ncu_csv, probe, under_ncu
-from engine.evaluate.profile_torch import parse_trace_kernels, torch_profile
+from engine.evaluate.profile.cpu import cpu_peaks, working_set_bytes
+from engine.evaluate.profile.ncu import NCU_METRICS, ncu_command, parse_ncu_csv, probe, under_ncu
+from engine.evaluate.profile.torch_profiler import parse_trace_kernels, torch_profile
 from engine.evaluate.sanitizer import SANITIZE_PATTERNS, parse_sanitizer, sanitize, wants_sanitizer
 
 # Imported from here by the engine (evaluator, report, prompts, launch, cli) and the tests.
@@ -229,7 +230,7 @@ class Profiler:
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(json.dumps(peaks))
         # The working set stays in the caches between timed calls (the cpu timer flushes none):
-        # its bytes are held to a copy of the same footprint, not to the DRAM's (profile_cpu).
+        # its bytes are held to a copy of the same footprint, not to the DRAM's (profile.cpu).
         bandwidth = max(peaks.get("bandwidth") or 0.0, peaks.get("bandwidth_working_set") or 0.0)
         profile: dict[str, Any] = {"tool": "cpu", "kernels": [], "peaks": peaks,
                                    "achieved": achieved(job.flops, job.bytes, time_ms,
@@ -267,7 +268,7 @@ class _suppress:
         return exc[0] is not None and issubclass(exc[0], (OSError, ValueError))  # type: ignore[arg-type]
 
 
-# -- the subprocess side (engine.evaluate.profile_ncu, profile_torch, profile_cpu, sanitizer) -----
+# -- the subprocess side (engine.evaluate.profile: ncu, torch_profiler, cpu; engine.evaluate.sanitizer) --
 
 ACTIONS = {"probe": lambda job: probe(), "ncu": under_ncu, "torch": torch_profile,
            "cpu-peaks": lambda job: cpu_peaks(job.bytes), "sanitize": sanitize}
@@ -291,7 +292,7 @@ def main(argv: list[str]) -> int:
 
 async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[str, str],
                    timeout_s: float, sandbox: Any) -> tuple[dict[str, Any] | None, str, str]:
-    """Start `[prefix...] python -m engine.evaluate.profile JOB OUT ACTION` in the sandbox and wait
+    """Start `[prefix...] python -m engine.evaluate.profile.profiler JOB OUT ACTION` in the sandbox and wait
     (killed at `timeout_s`). `{log}` in the prefix is the tool's log file. (result or None, the
     process's output tail, the tool's log)."""
     from engine.evaluate.runner import _read_tail
@@ -304,7 +305,8 @@ async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[
     prefix = [a.replace("{log}", str(log_path)) for a in argv_prefix]
     cache_ro, cache_rw = evaluation_binds(job.cache_dir)  # runs the candidate: no build dir writable
     argv = sandbox.command(
-        [*prefix, sys.executable, "-m", "engine.evaluate.profile", str(job_path), str(result_path), action],
+        [*prefix, sys.executable, "-m", "engine.evaluate.profile.profiler", str(job_path), str(result_path),
+         action],
         workdir=workdir, read_only=([job.problem_path] if job.problem_path else []) + cache_ro,
         writable=cache_rw, timeout_s=timeout_s)
     try:

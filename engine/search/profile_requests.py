@@ -4,34 +4,24 @@ whatever a person asks for (`ktree show N --profile NODE`, the TUI's profile key
 taken by the evaluator after the verdict (Evaluator.profile) and recorded with the verdict
 (`Store.add_profile`: the evaluation row holds it, a profiles row says when and why).
 
-Here: the one way a variant's evaluation job is built (so a profile asked for later runs the job
-that was evaluated), the checks on a profile asked for, and a profile taken outside a running
-search (the session is finished, stopped or interrupted).
+Here: the checks on a profile asked for, and a profile taken outside a running search (the
+session is finished, stopped or interrupted); it rebuilds the job that was evaluated with
+engine.search.jobs.variant_job, the one way a variant's evaluation job is built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from engine.domain import Node
 from engine.evaluate.base import Evaluator, PhaseCallback
-from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 from engine.search.config import SearchConfig
+from engine.search.jobs import variant_job
 from engine.store import Store
 
 REASONS = ("parent", "best", "asked")
-
-
-def variant_job(evaluator: Evaluator, problem_path: str | Path, source: str, sizes: dict[str, int],
-                config: SearchConfig, flops: float | None, bytes: float | None) -> EvalJob:
-    """A variant's evaluation job, as the search builds it (and a later profile rebuilds it)."""
-    return evaluator.job(
-        str(problem_path), source, sizes, flops=flops or None, bytes=bytes or None, atol=config.atol,
-        rtol=config.rtol, trials=config.trials, seed=config.seed,
-        **({"precision": config.precision} if config.precision else {}))
 
 
 class ProfileRequestError(Exception):

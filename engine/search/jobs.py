@@ -1,0 +1,19 @@
+"""The one way a variant's evaluation job is built: by the search when it evaluates a variant, and
+again when a profile asked for later runs the job that was evaluated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.evaluate.base import Evaluator
+from engine.evaluate.jobs import EvalJob
+from engine.search.config import SearchConfig
+
+
+def variant_job(evaluator: Evaluator, problem_path: str | Path, source: str, sizes: dict[str, int],
+                config: SearchConfig, flops: float | None, bytes: float | None) -> EvalJob:
+    """A variant's evaluation job, as the search builds it (and a later profile rebuilds it)."""
+    return evaluator.job(
+        str(problem_path), source, sizes, flops=flops or None, bytes=bytes or None, atol=config.atol,
+        rtol=config.rtol, trials=config.trials, seed=config.seed,
+        **({"precision": config.precision} if config.precision else {}))

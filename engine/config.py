@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 
 class ConfigError(Exception):
     """An unreadable or malformed config file (one line)."""
@@ -43,8 +45,8 @@ class Config:
 
 
 def config_path() -> Path:
-    if os.environ.get("KTREE_CONFIG"):
-        return Path(os.environ["KTREE_CONFIG"])
+    if settings.get("KTREE_CONFIG"):
+        return Path(settings.get("KTREE_CONFIG"))
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "ktree" / "config.toml"
 

@@ -13,11 +13,13 @@ import os
 import signal
 import threading
 
+from engine.evaluate import settings
+
 _seen: dict[str, int] = {}
 
 
 def point(name: str) -> None:
-    spec = os.environ.get("KTREE_CRASH_AT")
+    spec = settings.get("KTREE_CRASH_AT")
     if not spec:
         return
     want, _, rest = spec.partition(":")

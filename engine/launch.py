@@ -26,6 +26,7 @@ from engine.domain import (
     PROVIDER_CHOICES,
     STRATEGIES,
 )
+from engine.evaluate import settings
 from engine.evaluate.profile.profiler import PROFILE_MODES
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def check_cpu_timer() -> None:
     Checked once, as the CLI starts (the TUI too starts there)."""
     from engine.evaluate.evaluator import CPU_TIMERS
 
-    value = os.environ.get("KTREE_CPU_TIMER")
+    value = settings.get("KTREE_CPU_TIMER")
     if value and value not in CPU_TIMERS:
         raise UsageError(f"KTREE_CPU_TIMER={value!r}: choose from {', '.join(CPU_TIMERS)}")
 

@@ -20,6 +20,7 @@ import aiosqlite
 
 from engine import crash
 from engine.domain import Node
+from engine.evaluate import settings
 from engine.evaluate.verdict import Verdict, device_label
 from engine.store_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
@@ -36,7 +37,7 @@ class StoreError(Exception):
 
 
 def default_db_path() -> Path:
-    return Path(os.environ.get("KTREE_DB") or "store.db")
+    return Path(settings.get("KTREE_DB") or "store.db")
 
 
 def session_state(row: dict[str, Any], now: float | None = None) -> str:

@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 MEMO_DIR = "compiled"
 # Differ between processes without changing what is built: the temp dirs, the cores the builds were
 # given, the ledger of GPU memory, a test's crash point.
@@ -31,7 +33,7 @@ _VOLATILE = frozenset({"TMPDIR", "HOME", "KTREE_CPU_CORES", "KTREE_LEDGER_DIR", 
 def fingerprint(backend: str, env: dict[str, str]) -> str:
     """What a build depends on besides its source (which its build dir's key holds)."""
     kept = {k: v for k, v in env.items() if k not in _VOLATILE}
-    kept["KTREE_BUILD_LEVERS"] = os.environ.get("KTREE_BUILD_LEVERS", kept.get("KTREE_BUILD_LEVERS", ""))
+    kept["KTREE_BUILD_LEVERS"] = settings.get("KTREE_BUILD_LEVERS", kept.get("KTREE_BUILD_LEVERS", ""))
     return hashlib.sha256(json.dumps([backend, sorted(kept.items())]).encode()).hexdigest()[:24]
 
 

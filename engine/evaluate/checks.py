@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks
+from engine.evaluate import clocks, settings
 from engine.evaluate import ledger as ledger_module
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
@@ -187,7 +187,7 @@ def gpu_key() -> str:
     except Exception:
         return "gpu?"
     uuid = getattr(props, "uuid", None)
-    return str(uuid) if uuid else f"{props.name}-{os.environ.get('KTREE_DEVICE_INDEX', '0')}"
+    return str(uuid) if uuid else f"{props.name}-{settings.get('KTREE_DEVICE_INDEX', '0')}"
 
 
 def cached(key: tuple[Any, ...]) -> ReferenceChecks | None:
@@ -239,7 +239,7 @@ def after_evaluation() -> dict[str, Any]:
     for key, checks in list(_CACHE.items()):
         if checks.placement != "device" or checks.gpu is None:
             continue
-        if book.sharers(checks.gpu) == 0 and not os.environ.get("KTREE_CHECK_CACHE_OFFLOAD"):
+        if book.sharers(checks.gpu) == 0 and not settings.get("KTREE_CHECK_CACHE_OFFLOAD"):
             continue  # alone on this GPU: the set may stay
         if book.claim_host(checks.nbytes):
             checks.inputs = [[_pinned(t) for t in group] for group in checks.inputs]

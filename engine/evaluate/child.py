@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.evaluate import checks as checks_module
-from engine.evaluate import clocks
+from engine.evaluate import clocks, settings
 from engine.evaluate.child_check import (
     DEGENERATE_NOTE,
     caller,
@@ -229,7 +229,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     if retarget:
         summary += "\n" + retarget["note"]
     timing_record = noise.summary(settled, num_threads, noise.timer_cores())
-    if os.environ.get("KTREE_CPU_CORES"):
+    if settings.get("KTREE_CPU_CORES"):
         timing_record["pinned"] = True  # the cpu timer on its own cores, the builds on others
     if retarget:
         timing_record["arch_retarget"] = retarget
@@ -292,7 +292,7 @@ def pin_cores() -> None:
     """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
     cpu backend's pinned timer, engine.evaluate.evaluator.split_cores); whatever it starts
     (compilers, the candidate) inherits them."""
-    cores = os.environ.get("KTREE_CPU_CORES", "")
+    cores = settings.get("KTREE_CPU_CORES", "")
     if cores and hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(ValueError, OSError):
             os.sched_setaffinity(0, {int(c) for c in cores.split(",")})

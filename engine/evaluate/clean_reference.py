@@ -20,13 +20,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 FIELDS = ("median", "p10", "p90", "lo", "hi")
 
 
 def path_for(reference_file: Path, cores: str) -> Path:
     """The clean time's file beside the reference's cached times (`reference_file`: the
     evaluator's key for the problem, sizes, precision and host), per set of timer cores."""
-    timer = f"{cores or 'all'}-t{os.environ.get('KTREE_THREADS', '')}"
+    timer = f"{cores or 'all'}-t{settings.get('KTREE_THREADS', '')}"
     return reference_file.with_name(f"{reference_file.stem}-clean-{re.sub(r'[^0-9a-zA-Z_-]', '_', timer)}.json")
 
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import build_memo, clean_reference, static_rules
+from engine.evaluate import build_memo, clean_reference, settings, static_rules
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import (
@@ -117,7 +117,7 @@ class LocalEvaluator(ReferenceTimings):
             # own @jit helpers (tl.max, ...) are made interpreted or compiled at import.
             env["TRITON_INTERPRET"] = "1"
         self.cpu_timer, timer_cores, build_cores = "pause", None, None
-        wanted = cpu_timer or os.environ.get("KTREE_CPU_TIMER") or "pause"
+        wanted = cpu_timer or settings.get("KTREE_CPU_TIMER") or "pause"
         if wanted not in CPU_TIMERS:
             raise ValueError(f"unknown cpu timer {wanted!r} (choose from {', '.join(CPU_TIMERS)})")
         if wanted == "pin" and backend == "cpu" and devices <= 1:
@@ -142,12 +142,12 @@ class LocalEvaluator(ReferenceTimings):
         self._builds_allowed = asyncio.Event()  # cleared while a CPU timing waits for the cores
         self._builds_allowed.set()
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
-            worker = os.environ.get("KTREE_WORKER", "1") != "0"
+            worker = settings.get("KTREE_WORKER", "1") != "0"
         # The torch.compile baseline (cuda): compiled and timed once per problem and GPU, tens of
         # seconds to minutes cold (conv2d: 213 s on a fresh H100 box). KTREE_COMPILE_BASELINE=0
         # skips it (speedup vs torch.compile then unknown), for checks that do not read it.
         if compile_baseline is None:
-            compile_baseline = os.environ.get("KTREE_COMPILE_BASELINE", "1") != "0"
+            compile_baseline = settings.get("KTREE_COMPILE_BASELINE", "1") != "0"
         self.compile_baseline = compile_baseline
         self.gpus: list[int] | None = None
         if backend == "cuda":

@@ -47,6 +47,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 ALL_LEVERS = ("pch", "slim", "mini")
 # The arch rewrites done by load_inline in this process since the last clear (the build of one
 # solution): {"original": [...], "flags": [...], "why": ...}; the verdict's log and record say so.
@@ -67,7 +69,7 @@ MINI_INCLUDE_DIR = str(Path(__file__).resolve().parent / "include")  # where MIN
 
 def levers_from_env() -> tuple[str, ...]:
     """KTREE_BUILD_LEVERS: comma-separated subset of ALL_LEVERS, or "none"; default all."""
-    raw = os.environ.get("KTREE_BUILD_LEVERS")
+    raw = settings.get("KTREE_BUILD_LEVERS")
     if raw is None:
         return ALL_LEVERS
     return tuple(x for x in (p.strip() for p in raw.split(",")) if x in ALL_LEVERS)

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 POLL_S = 0.005
 WAIT_S = 900.0
 
@@ -31,12 +33,12 @@ class GateTimeout(Exception):
 
 def wait_for_go(name: str = "") -> float:
     """The subprocess side: say ready, wait for go (none without KTREE_GATE). Seconds waited."""
-    where = os.environ.get("KTREE_GATE")
+    where = settings.get("KTREE_GATE")
     if not where:
         return 0.0
     gate = Path(where)
     (gate / "ready").write_text(name or str(os.getpid()))
-    limit = float(os.environ.get("KTREE_GATE_WAIT_S") or WAIT_S)
+    limit = float(settings.get("KTREE_GATE_WAIT_S") or WAIT_S)
     t0 = time.monotonic()
     while not (gate / "go").exists():
         if time.monotonic() - t0 > limit:

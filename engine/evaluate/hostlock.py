@@ -30,12 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 POLL_S = 0.1
 
 
 def runtime_dir() -> Path:
     """The directory every ktree process on this host uses for device locks (created, 0700)."""
-    given = os.environ.get("KTREE_RUNTIME_DIR")
+    given = settings.get("KTREE_RUNTIME_DIR")
     if given:
         path = Path(given)
     elif os.environ.get("XDG_RUNTIME_DIR"):

@@ -28,6 +28,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
+
 MiB = 2**20
 HOST_SHARE = 0.25  # of the host's memory, for every ktree process's cached sets together
 PROCESS_SHARE = 0.4  # of one process's resident-memory limit
@@ -43,7 +45,7 @@ def host_total_bytes() -> int:
 
 
 def _mb_env(name: str) -> int | None:
-    raw = os.environ.get(name)
+    raw = settings.get(name)
     if not raw:
         return None
     try:
@@ -60,7 +62,7 @@ def host_budget_bytes() -> int:
 
 def process_host_cap_bytes() -> int | None:
     """One process's host-side sets at most: a share of its own memory limit (None: no limit known)."""
-    raw = os.environ.get("KTREE_MEMORY_LIMIT")
+    raw = settings.get("KTREE_MEMORY_LIMIT")
     try:
         return int(int(raw) * PROCESS_SHARE) if raw else None
     except ValueError:
@@ -79,7 +81,7 @@ class Ledger:
     """This process's entry in the host-wide ledger (made on first use)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None):
-        where = directory if directory is not None else os.environ.get("KTREE_LEDGER_DIR")
+        where = directory if directory is not None else settings.get("KTREE_LEDGER_DIR")
         self.dir = Path(where) if where else None
         self._fd: int | None = None
         self._path: Path | None = None

@@ -41,6 +41,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
 from engine.evaluate.verdict import REFERENCE_DISTURBED
 
 DISTURBED_X = 3.0
@@ -50,7 +51,7 @@ FLAG = REFERENCE_DISTURBED
 
 def path_for(reference_file: Path, cores: str) -> Path:
     """The history's file beside the reference's cached times, per set of timer cores."""
-    timer = f"{cores or 'all'}-t{os.environ.get('KTREE_THREADS', '')}".replace(",", "_")
+    timer = f"{cores or 'all'}-t{settings.get('KTREE_THREADS', '')}".replace(",", "_")
     return reference_file.with_name(f"{reference_file.stem}-history-{timer}.json")
 
 

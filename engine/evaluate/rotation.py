@@ -34,13 +34,12 @@ Imports only torch and the standard library.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks
+from engine.evaluate import clocks, settings
 
 MIN_SETS = 2
 MAX_SETS = 4
@@ -53,7 +52,7 @@ DRAW_SHARE = 0.05  # the extra sets' draws may take this share of the timing bud
 
 def budget_bytes(device: str) -> int:
     """The rotation's byte budget: KTREE_TIMING_ROTATION_MB, else the device's default."""
-    raw = os.environ.get("KTREE_TIMING_ROTATION_MB")
+    raw = settings.get("KTREE_TIMING_ROTATION_MB")
     if raw:
         try:
             return max(0, int(float(raw) * 2**20))

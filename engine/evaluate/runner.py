@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
@@ -22,8 +23,8 @@ __all__ = ["default_cache_dir", "failed_verdict", "run_child", "scrubbed_env"]  
 
 def default_cache_dir() -> Path:
     """Build dirs live here, keyed by source hash: `KTREE_CACHE_DIR` or the XDG cache dir."""
-    if os.environ.get("KTREE_CACHE_DIR"):
-        return Path(os.environ["KTREE_CACHE_DIR"])
+    if settings.get("KTREE_CACHE_DIR"):
+        return Path(settings.get("KTREE_CACHE_DIR"))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ktree" / "build"
 

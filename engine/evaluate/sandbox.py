@@ -53,6 +53,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.evaluate import settings
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_DIR = PROJECT_ROOT / "engine"
 ISOLATIONS = ("basic", "strict")
@@ -189,8 +191,8 @@ def _bundled_bwrap() -> str | None:
 def _bwrap_candidates() -> tuple[list[tuple[str, str]], str]:
     """[(path, where it came from)] in the order tried, and what to say when there is none.
     $KTREE_BWRAP, when set, is the only one (empty: none, to run without bubblewrap)."""
-    if "KTREE_BWRAP" in os.environ:
-        chosen = os.environ["KTREE_BWRAP"]
+    if settings.is_set("KTREE_BWRAP"):
+        chosen = settings.get("KTREE_BWRAP")
         found = shutil.which(chosen) if chosen else None
         why = (f"KTREE_BWRAP={chosen} is not an executable" if chosen
                else "bubblewrap is off (KTREE_BWRAP is empty)")

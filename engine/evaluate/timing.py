@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import clocks, noise
+from engine.evaluate import clocks, noise, settings
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def device_info(backend: str) -> dict[str, Any]:
     import torch
 
     try:
-        index = int(os.environ.get("KTREE_DEVICE_INDEX") or 0)
+        index = int(settings.get("KTREE_DEVICE_INDEX") or 0)
     except ValueError:
         index = 0
     cuda = backend == "cuda"
@@ -160,7 +160,7 @@ def fix_threads() -> int:
     import torch
 
     try:
-        threads = int(os.environ.get("KTREE_THREADS") or 0)
+        threads = int(settings.get("KTREE_THREADS") or 0)
     except ValueError:
         threads = 0
     threads = threads if threads > 0 else len(noise.timer_cores())

@@ -26,6 +26,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
 from engine.evaluate.base import PhaseCallback
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import _read_tail
@@ -44,7 +45,7 @@ MEMORY_VARS = ("KTREE_CHECK_CACHE_DEVICE_MB", "KTREE_CHECK_CACHE_HOST_MB", "KTRE
 def memory_env() -> dict[str, str]:
     """The check-set budgets a user set (engine.evaluate.ledger), for an evaluation process (the
     sandbox passes no KTREE_ variable of its own accord)."""
-    return {name: os.environ[name] for name in MEMORY_VARS if os.environ.get(name)}
+    return {name: settings.get(name) or "" for name in MEMORY_VARS if settings.get(name)}
 
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused

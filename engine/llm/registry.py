@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.config import Config
 from engine.domain import PROVIDERS
+from engine.evaluate import settings
 from engine.llm.base import Provider
 
 DEFAULT_MODELS = {"openai": "o3", "gemini": "gemini-2.5-pro", "scripted": "scripted"}
@@ -88,7 +89,7 @@ def _make(name: str, config: Config, *, problem: str, backend: str, seed: int,
 
         try:
             return ScriptedProvider(problem, backend, seed=seed,
-                                    latency_s=float(os.environ.get("KTREE_SCRIPTED_LATENCY", "0")))
+                                    latency_s=float(settings.get("KTREE_SCRIPTED_LATENCY", "0")))
         except LLMError as exc:
             raise ProviderSetupError(str(exc)) from None
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from engine.evaluate import settings
 from engine.events import Progress, SessionDone, SessionStarted
 from engine.search.resume import load_session
 from engine.search.rows import root_row
@@ -106,6 +107,8 @@ class SessionLifecycle:
             config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
                     "cost_estimated": self.cost.estimated,
                     "gpus": self.evaluator.gpus,  # a resume uses them again
+                    # KTREE_* settings that can change a time or a verdict (engine.evaluate.settings)
+                    "environment": settings.recorded(),
                     # The reference's output does not depend on its inputs (engine.problems).
                     "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},
             sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,

@@ -11,6 +11,7 @@ import io
 import re
 from typing import Any
 
+from engine.evaluate import settings
 from engine.evaluate.diagnosis import is_half
 from engine.evaluate.jobs import EvalJob
 
@@ -119,10 +120,9 @@ def ncu_metrics() -> list[str]:
 
 
 def launch_count() -> int:
-    import os
 
     try:
-        return max(1, int(os.environ.get("KTREE_NCU_LAUNCH_COUNT") or LAUNCH_COUNT))
+        return max(1, int(settings.get("KTREE_NCU_LAUNCH_COUNT") or LAUNCH_COUNT))
     except ValueError:
         return LAUNCH_COUNT
 

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate import settings
 from engine.evaluate.diagnosis import BOUND_LABELS, TOP_KERNELS, achieved, diagnose, summary_lines
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.profile.cpu import cpu_peaks, working_set_bytes
@@ -58,7 +59,7 @@ def find_tool(name: str) -> str | None:
     """A CUDA tool's path: `KTREE_NCU` / `KTREE_SANITIZER` (a path, or "none": unavailable), else
     PATH, else $CUDA_HOME/bin, /usr/local/cuda/bin."""
     env = {"ncu": "KTREE_NCU", "compute-sanitizer": "KTREE_SANITIZER"}[name]
-    given = os.environ.get(env)
+    given = settings.get(env)
     if given is not None:
         return None if given.lower() in ("", "none", "off", "0") or not os.path.exists(given) else given
     found = shutil.which(name)
@@ -327,7 +328,7 @@ async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[
         kill_tree(proc.pid)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        keep = os.environ.get("KTREE_PROFILE_LOGS")  # a dir: keep each tool's log (debugging)
+        keep = settings.get("KTREE_PROFILE_LOGS")  # a dir: keep each tool's log (debugging)
         if keep and (log or out_path.exists()):
             os.makedirs(keep, exist_ok=True)
             stem = os.path.join(keep, f"{action}-{time.time():.3f}")

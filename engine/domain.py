@@ -33,7 +33,7 @@ class Node:
     pinned: bool = False
     pruned: bool = False
     want: int = 0
-    language: str = ""  # a variant's kernel language (LANGUAGES); "" for the root and ideas
+    language: str = ""  # a variant's kernel language (engine.evaluate.languages); "" for root and ideas
     # A correct variant's `library` mark (docs/verdicts.md): the reference's main ops it leaves to a
     # library, joined ("aten.convolution"); "" for one whose own kernels do the main work.
     library: str = ""
@@ -157,7 +157,26 @@ def where_label(backend: str, device: str | None) -> str:
 
 def language_label(language: str | None, backend: str) -> str:
     """A variant's kernel language as a reader would name it: the cuda contract's C++ extension
-    on the cpu backend is C++, not CUDA."""
-    if (language or "cuda") == "triton":
-        return "Triton"
-    return "C++ (cpu)" if backend == "cpu" else "CUDA"
+    on the cpu backend is C++, not CUDA (engine.evaluate.languages: each language's own label; a
+    language this install does not know is named as recorded)."""
+    from engine.evaluate import languages
+
+    try:
+        return languages.get(language or languages.DEFAULT).label(backend)
+    except ValueError:
+        return str(language)
+
+
+def language_mark(language: str | None) -> str:
+    """What the tree shows before a variant's title for its kernel language ("" for the default)."""
+    from engine.evaluate import languages
+
+    return languages.mark_for(language)
+
+
+def python_only(source: str) -> bool:
+    """Whether a variant's file is Python through and through (a Python-only kernel language, such
+    as Triton): no embedded C++ or CUDA to highlight."""
+    from engine.evaluate import languages
+
+    return languages.for_source(source).python_only

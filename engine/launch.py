@@ -324,13 +324,15 @@ def estimate_run(request: RunRequest, backend: str | None = None,
 def check_scripted(problem: str, backend: str, languages: Sequence[str] = ("cuda",)) -> None:
     """The scripted provider answers only for the problems its library has kernels for: say so
     before an estimate, not when Start fails."""
+    from engine.evaluate import languages as kernel_languages
     from engine.llm.scripted import has_scripted, scripted_backends, scripted_problems
 
     for language in languages:
-        if language == "triton" and not has_scripted(problem, backend, "triton"):
-            have = ", ".join(p for p in scripted_problems() if has_scripted(p, backend, "triton"))
-            raise UsageError(f"the scripted provider has no Triton answers for {problem!r} (it has: {have})")
-    if "cuda" in languages and backend not in scripted_backends(problem):
+        if language != kernel_languages.DEFAULT and not has_scripted(problem, backend, language):
+            have = ", ".join(p for p in scripted_problems() if has_scripted(p, backend, language))
+            title = kernel_languages.get(language).title
+            raise UsageError(f"the scripted provider has no {title} answers for {problem!r} (it has: {have})")
+    if kernel_languages.DEFAULT in languages and backend not in scripted_backends(problem):
         have = ", ".join(p for p in scripted_problems() if backend in scripted_backends(p))
         raise UsageError(f"the scripted provider has no {backend} answers for {problem!r} (it has: {have});"
                          " with no LLM key only those run offline — set a key or choose one of them")
@@ -366,15 +368,22 @@ def isolation_level(evaluator: Any) -> str:
 
 
 def check_languages(languages: Sequence[str]) -> None:
-    """A search's kernel languages can run here: Triton variants need triton importable (on the
-    cpu backend too, under its interpreter). Else a usage error, before anything starts."""
-    if "triton" not in languages:
-        return
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise UsageError(f"--language triton: Triton is not installed here ({exc});"
-                         " pip install 'triton>=3.2' or choose --language cuda") from None
+    """A search's kernel languages can run here: each language's `requires` importable (Triton
+    variants need triton, on the cpu backend too, under its interpreter). Else a usage error,
+    before anything starts."""
+    import importlib
+
+    from engine.evaluate import languages as kernel_languages
+
+    for name in languages:
+        language = kernel_languages.get(name)
+        if not language.requires:
+            continue
+        try:
+            importlib.import_module(language.requires)
+        except ImportError as exc:
+            raise UsageError(f"--language {name}: {language.title} is not installed here ({exc});"
+                             f" pip install {language.requires} or choose --language cuda") from None
 
 
 async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
@@ -460,12 +469,14 @@ def eval_timeout(seconds: float | None) -> float | None:
 
 def parse_languages(spec: str) -> tuple[str, ...]:
     """`--language`'s value ("cuda", "triton", "cuda,triton") as the search's languages."""
-    from engine.evaluate.loading import LANGUAGES
+    from engine.evaluate import languages as kernel_languages
 
+    known = kernel_languages.names()
     langs = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
-    bad = [p for p in langs if p not in LANGUAGES]
+    bad = [p for p in langs if p not in known]
     if not langs or bad:
-        raise UsageError(f"--language: invalid choice: {spec!r} (choose from cuda, triton, cuda,triton)")
+        raise UsageError(f"--language: invalid choice: {spec!r} (choose from {', '.join(known)},"
+                         f" or several comma-separated: cuda,triton)")
     return langs
 
 

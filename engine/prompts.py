@@ -13,6 +13,7 @@ from pathlib import Path
 from string import Template
 
 from engine.domain import library_line, shown_notes
+from engine.evaluate import languages
 from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.evaluate.verdict import Verdict
 
@@ -109,10 +110,13 @@ def idea_prompt(
 
 
 def contract(backend: str, language: str, tol: float) -> str:
-    """The solution contract for a variant: Triton's (either backend: on the cpu one the kernels
-    run under Triton's interpreter), else the backend's load_inline contract."""
-    name = "contract_triton.txt" if language == "triton" else f"contract_{backend}.txt"
-    return _template(name).substitute(tol=f"{tol:g}")
+    """The solution contract for a variant in its kernel language (engine.evaluate.languages:
+    Triton's on either backend, its kernels interpreted on the cpu; CUDA C++'s load_inline one
+    per backend)."""
+    lang = languages.get(language)
+    text = lang.contract_text(backend)
+    template = Template(text) if text is not None else _template(lang.contract_template(backend))
+    return template.substitute(tol=f"{tol:g}")
 
 
 def implement_prompt(
@@ -132,19 +136,16 @@ def implement_prompt(
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
                tol: float, sanitizer: str = "", language: str = "cuda") -> str:
-    """The fix prompt for a variant that failed to build (CUDA: the compiler's output; Triton:
-    the JIT's error, raised at the first call), or (with `sanitizer`: compute-sanitizer's report)
+    """The fix prompt for a variant that failed to build (in its language's words: CUDA's compiler
+    output, Triton's JIT error raised at the first call), or (with `sanitizer`: compute-sanitizer's report)
     for a run that hit an illegal or misaligned memory access."""
     if sanitizer:
         failure = "crashed at run time with an illegal memory access"
         heading = "Run-time error and compute-sanitizer (memcheck) report"
         error = log.split("\n\ncompute-sanitizer", 1)[0].strip()[-2000:]
         log = f"{error}\n\n{sanitizer.strip()}"
-    elif language == "triton":
-        failure = "failed: Triton's JIT compiler rejected one of its kernels at the first call"
-        heading = "Triton JIT error (tail)"
     else:
-        failure, heading = "failed to build", "Compiler output (tail)"
+        failure, heading = languages.get(language).fix_words
     return _template("fix.txt").substitute(
         problem_source=problem_source.strip(),
         idea_title=idea_title,

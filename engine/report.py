@@ -6,7 +6,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.domain import LIBRARY_EXCLUDED, library_line, session_library_ops, shown_notes, where_label
+from engine.domain import (
+    LIBRARY_EXCLUDED,
+    language_label,
+    language_mark,
+    library_line,
+    session_library_ops,
+    shown_notes,
+    where_label,
+)
 from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
@@ -49,9 +57,10 @@ def format_verdict(v: Verdict) -> str:
     """A verdict in one or two lines (status, `[lib]` for a library mark, error, times, speedup,
     first log line)."""
     parts = [status_label(v.status, v.library)]
-    if v.language == "triton":  # the language eval told from the file; its JIT on the first call
+    if v.language and language_mark(v.language):  # told from the file; a JIT's first call
         jit = (v.jit or {}).get("jit_s")
-        parts.append("Triton" + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")
+        parts.append(language_label(v.language, v.backend or "cuda")
+                     + (" (interpreted)" if (v.jit or {}).get("interpreted") else "")
                      + (f", JIT {jit:.2f} s" if jit is not None else ""))
     if v.max_abs_err is not None:
         parts.append(f"max abs err {v.max_abs_err:.3g}")
@@ -201,7 +210,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             flags += f" [{LIBRARY_EXCLUDED}]" if exclude and v.status == "correct" else ""
         flags += "".join(f" [note: {note.split(':')[0]}]"
                          for note in (shown_notes(v.notes, v.library) if v is not None else ()))
-        lang = " [triton]" if getattr(n, "language", "") == "triton" else ""
+        mark = language_mark(getattr(n, "language", ""))
+        lang = f" {mark}" if mark else ""
         return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
 
     def walk(n: Any, prefix: str, last: bool, top: bool) -> None:

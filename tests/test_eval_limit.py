@@ -11,6 +11,7 @@ import pytest
 
 from engine.cli import build_parser
 from engine.evaluate import eval_limit as limits
+from engine.evaluate import languages
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
@@ -35,7 +36,9 @@ def test_the_limit_follows_the_reference_within_a_floor_and_a_cap():
     assert slow.source == "auto" and 60.0 < slow.seconds <= limits.CAP_S
     assert limits.eval_limit("cpu", 1e5, time_budget_s=2.0, trials=3).seconds == limits.CAP_S
     assert limits.eval_limit("cuda", 0.01, time_budget_s=2.0, trials=3).seconds == 120.0
-    assert limits.eval_limit("cuda", 0.01, time_budget_s=2.0, trials=3, language="triton").seconds == 300.0
+    triton = languages.get("triton").eval_floor_s  # its JIT, and its interpreter on the cpu
+    assert limits.eval_limit("cuda", 0.01, time_budget_s=2.0, trials=3, floor_s=triton).seconds == 300.0
+    assert limits.eval_limit("cpu", 0.01, time_budget_s=2.0, trials=3, floor_s=triton).seconds == 300.0
     unknown = limits.eval_limit("cpu", None, time_budget_s=2.0, trials=3)
     assert (unknown.seconds, unknown.source) == (300.0, "unknown")
     given = limits.eval_limit("cpu", 0.15, time_budget_s=2.0, trials=3, given_s=7)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.child_load import _compile_only, triton_prewarm
+from engine.evaluate.languages.triton import _compile_only, triton_prewarm
 from engine.evaluate.sandbox import Sandbox
 from engine.evaluate.worker import Worker
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine import prompts
-from engine.evaluate.loading import kernel_language
+from engine.evaluate.languages import kernel_language
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import ScriptedProvider, has_scripted, load_ideas
 from engine.problems import load_problem

@@ -46,8 +46,6 @@ from engine.evaluate.child_load import (
     precision_dtype,
     retarget_note,
     sync_state,
-    triton_failure_status,
-    triton_warmup,
 )
 from engine.evaluate.child_time import (
     Phases,
@@ -58,12 +56,13 @@ from engine.evaluate.child_time import (
     timing_floor_s,
 )
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.loading import kernel_language, load_module_from_path
+from engine.evaluate.languages import for_source
+from engine.evaluate.loading import load_module_from_path
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
 # Imported from here by the engine and the tests (engine.evaluate.runner: build_key).
 __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_cores", "run_agreement",
-           "run_compile", "run_evaluate", "run_warm", "triton_failure_status"]
+           "run_compile", "run_evaluate", "run_warm"]
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
 SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed of light
@@ -106,10 +105,10 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
     num_threads = timing.fix_threads()
-    language = kernel_language(job.solution_source)
+    language = for_source(job.solution_source)
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes),
-                            "language": language}
+                            "language": language.name}
 
     clock = Phases()
     problem = load_module_from_path(job.problem_path, job.sizes)
@@ -161,11 +160,12 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     forward_at_load = integrity.bound_forward(new)
     clock.lap("load")
     jit: dict[str, Any] = {}
-    if language == "triton":
-        try:
-            jit = triton_warmup(solution, new, problem, device, job.seed)
-        except EvalFailure as exc:
-            return Verdict(status=exc.status, log=str(exc), **base)
+    try:  # a JIT's first call (Triton), outside the timed window
+        first = language.first_call(solution, new, problem, device, job.seed)
+    except EvalFailure as exc:
+        return Verdict(status=exc.status, log=str(exc), **base)
+    if first is not None:
+        jit = first
         clock.lap("jit")
 
     call_new = caller(new)

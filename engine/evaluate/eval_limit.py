@@ -12,8 +12,9 @@ measured eager time, times a generous factor, within a floor and a cap.
 - FACTOR x that, never under the floor: the fixed work of an evaluation (load, the fp64 answers of
   the checks, the clean reference time, the cpu peaks once per host: ~5 s of CPU on an idle 2-core
   host) on a host 10x loaded by other work is ~50 s, hence 60 s on the cpu; 120 s on a GPU (its
-  CUDA context, cuDNN/cuBLAS handles, the first calls' autotuning), 300 s for a Triton solution on
-  a GPU (its JIT may have to run under the lock: child_load.TRITON_WARMUP_S is 240 s).
+  CUDA context, cuDNN/cuBLAS handles, the first calls' autotuning); a kernel language may set its
+  own (engine.evaluate.languages: Triton's is 300 s, its JIT may run under the lock for up to
+  240 s on a GPU, and its interpreter is slow on the cpu).
 - Never over CAP_S.
 - No reference time known yet (the first evaluation of a problem on a host): UNKNOWN_S, the old limit.
 
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from engine.evaluate.noise import MAX_RETIMES
 
 FLOOR_S = {"cpu": 60.0, "cuda": 120.0}
-TRITON_FLOOR_S = 300.0  # Triton: its JIT and autotuning on a GPU, its interpreter (slow) on the cpu
 CAP_S = 900.0
 UNKNOWN_S = 300.0  # no reference time known yet
 FACTOR = 4.0
@@ -66,12 +66,13 @@ def needed_s(ref_ms: float, time_budget_s: float, trials: int) -> float:
 
 
 def eval_limit(backend: str, ref_ms: float | None, *, time_budget_s: float, trials: int,
-               language: str = "", given_s: float | None = None) -> EvalLimit:
+               floor_s: float | None = None, given_s: float | None = None) -> EvalLimit:
     """The limit for one evaluation: `given_s` (the flag) when set, else from `ref_ms`, the
-    reference's eager median (None: unknown)."""
+    reference's eager median (None: unknown). `floor_s`: the kernel language's own floor, where it
+    has one (engine.evaluate.languages: Triton's JIT and interpreter), else the backend's."""
     if given_s:
         return EvalLimit(float(given_s), "flag", f"--eval-timeout {given_s:g}")
-    floor = TRITON_FLOOR_S if language == "triton" else FLOOR_S.get(backend, 60.0)  # cpu: interpreted
+    floor = floor_s or FLOOR_S.get(backend, 60.0)
     if not ref_ms or ref_ms <= 0:
         return EvalLimit(max(UNKNOWN_S, floor), "unknown",
                          f"no reference time known yet: {max(UNKNOWN_S, floor):g} s; --eval-timeout sets it")

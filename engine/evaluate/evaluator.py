@@ -22,7 +22,6 @@ from typing import Any
 
 from engine.evaluate import build_memo, clean_reference, settings, static_rules
 from engine.evaluate.base import Gate, PhaseCallback
-from engine.evaluate.child_load import TRITON_WARMUP_S
 from engine.evaluate.devices import (
     DOWN_REST_S,
     Device,
@@ -36,7 +35,7 @@ from engine.evaluate.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.loading import kernel_language
+from engine.evaluate.languages import for_source, registry
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.reference_history import ReferenceHistory
@@ -107,15 +106,15 @@ class LocalEvaluator(ReferenceTimings):
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
+        if settings.get("KTREE_LANGUAGES"):  # more kernel languages: the children load them too
+            env["KTREE_LANGUAGES"] = settings.get("KTREE_LANGUAGES") or ""
         if backend == "cuda":
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["TORCH_CUDA_ARCH_LIST"] = ""
-            # Triton solutions run under Triton's interpreter here. Set before anything imports
-            # triton (torch may, in a worker that evaluated other variants first): triton.language's
-            # own @jit helpers (tl.max, ...) are made interpreted or compiled at import.
-            env["TRITON_INTERPRET"] = "1"
+        for language in registry().values():  # e.g. Triton's interpreter on the cpu
+            env.update(language.process_env(backend))
         self.cpu_timer, timer_cores, build_cores = "pause", None, None
         wanted = cpu_timer or settings.get("KTREE_CPU_TIMER") or "pause"
         if wanted not in CPU_TIMERS:
@@ -229,8 +228,8 @@ class LocalEvaluator(ReferenceTimings):
 
         pending: dict[str, dict] = {}
         prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
-        triton_jit = (self.backend == "cuda" and job.mode == "evaluate"
-                      and kernel_language(job.solution_source) == "triton")
+        language = for_source(job.solution_source)
+        prewarm = job.mode == "evaluate" and language.prewarms(self.backend)
 
         async def prepare(device: Device) -> None:
             # A worker process is started (Python, torch, its CUDA context) before the device's
@@ -238,9 +237,9 @@ class LocalEvaluator(ReferenceTimings):
             # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
                 await device.worker.ready(job.problem_path)
-                if triton_jit and "jit" not in prelock:  # Triton's JIT, compiling only
+                if prewarm and "jit" not in prelock:  # e.g. Triton's JIT, compiling only
                     t_jit = time.monotonic()
-                    report = await device.worker.warm(job, TRITON_WARMUP_S)
+                    report = await device.worker.warm(job, language.first_call_limit_s)
                     prelock["jit"] = {**report, "wall_s": round(time.monotonic() - t_jit, 4)}
             if baseline:
                 if "reference" in pending:  # started for a device that could not be used after all
@@ -338,7 +337,7 @@ class LocalEvaluator(ReferenceTimings):
         else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
-                          language=kernel_language(job.solution_source), given_s=self.run_timeout_s)
+                          floor_s=for_source(job.solution_source).eval_floor_s, given_s=self.run_timeout_s)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import re
 import sys
 import types
 from pathlib import Path
@@ -77,18 +76,6 @@ def load_module_from_source(source: str, name: str) -> types.ModuleType:
     code = compile(source, f"<{name}>", "exec")
     exec(code, module.__dict__)
     return module
-
-
-LANGUAGES = ("cuda", "triton")  # a solution's kernel language: a load_inline extension, or Triton
-
-_TRITON = re.compile(r"^[ \t]*(?:import triton\b|from triton\b|@triton\.(?:jit|autotune)\b)", re.MULTILINE)
-
-
-def kernel_language(source: str) -> str:
-    """The language a solution is written in, told from its source: "triton" for a file that
-    imports triton or decorates kernels with @triton.jit / @triton.autotune, else "cuda" (a
-    `load_inline` extension: CUDA C++ on the cuda backend, C++ on the cpu backend)."""
-    return "triton" if _TRITON.search(source) else "cuda"
 
 
 def load_module_from_file(path: str | Path, name: str) -> types.ModuleType:

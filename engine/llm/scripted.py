@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine import scripted_library
+from engine.evaluate import languages
 from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
 from engine.scripted_library import NoAnswers, ScriptedIdea, available, language_dir
@@ -36,7 +37,6 @@ from engine.scripted_library import NoAnswers, ScriptedIdea, available, language
 DATA = scripted_library.ROOT  # the library's folder (the benches read its kernel files)
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
 STAND_IN_MARK = "# scripted stand-in: "
-TRITON_CONTRACT_MARK = "Write the kernels in Triton"  # engine/templates/contract_triton.txt
 library_dir = language_dir  # the name the benches know
 
 __all__ = ["DATA", "STAMP_MARK", "STAND_IN_MARK", "ScriptedIdea", "ScriptedProvider", "has_scripted",
@@ -58,10 +58,12 @@ def scripted_problems() -> list[str]:
 
 def scripted_backends(problem: str) -> list[str]:
     """What the scripted provider answers this problem with: the backends it has C++/CUDA
-    (load_inline) kernels for, then `triton` where it has Triton kernels ([] for none). One
-    reading of engine.scripted_library.available, as the provider's error and the estimate's."""
-    out = [b for b in ("cpu", "cuda") if problem in available(b, "cuda")]
-    return out + (["triton"] if problem in available("cuda", "triton") else [])
+    (load_inline) kernels for, then each other language it has kernels in (`triton`; [] for
+    none). One reading of engine.scripted_library.available, as the provider's error and the
+    estimate's."""
+    out = [b for b in ("cpu", "cuda") if problem in available(b, languages.DEFAULT)]
+    return out + [name for name in languages.names()
+                  if name != languages.DEFAULT and problem in available("cuda", name)]
 
 
 def has_scripted(problem: str, backend: str, language: str) -> bool:
@@ -93,10 +95,13 @@ class ScriptedProvider:
         self.stamp = stamp
         self.stamped = 0  # implementations stamped so far
         self.backend = backend
-        # The library per language dir (the backend's load_inline kernels, Triton's): one answers
-        # each implementation prompt, by the language its contract asks for.
-        self.pools = {d: load_ideas(problem, d) for d in dict.fromkeys((backend, "triton"))
-                      if has_scripted(problem, backend, "triton" if d == "triton" else "cuda")}
+        # The library per language dir (the backend's load_inline kernels, Triton's, ...): one
+        # answers each implementation prompt, by the language its contract asks for.
+        self.pools: dict[str, list[ScriptedIdea]] = {}  # the backend's own dir first
+        for name in languages.names():
+            folder = languages.get(name).library_dir(backend)
+            if folder not in self.pools and has_scripted(problem, backend, name):
+                self.pools[folder] = load_ideas(problem, folder)
         self.missing: str | None = None  # why it cannot answer this problem at all
         if not self.pools:
             try:
@@ -165,7 +170,8 @@ class ScriptedProvider:
     def _implement(self, prompt: str) -> str:
         section = prompt.split(IMPLEMENT_HEADER, 1)[1].strip()
         title = section.splitlines()[0].strip() if section else ""
-        wanted = "triton" if TRITON_CONTRACT_MARK in prompt else self.backend
+        wanted = next((lang.library_dir(self.backend) for lang in languages.registry().values()
+                       if lang.contract_mark and lang.contract_mark in prompt), self.backend)
         lang_dir = wanted if wanted in self.pools else next(iter(self.pools))
         pool = self.pools[lang_dir]
         idea = next((i for i in pool if i.title == title), None)

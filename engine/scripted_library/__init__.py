@@ -33,8 +33,10 @@ class ScriptedIdea:
 
 
 def language_dir(backend: str, language: str) -> str:
-    """The dir a variant in `language` (cuda: C++/CUDA load_inline; triton) on `backend` comes from."""
-    return "triton" if language == "triton" else backend
+    """The dir a variant in `language` on `backend` comes from: the backend's own (cpu, cuda) for
+    the default language's load_inline kernels, a dir named after any other (triton); the same
+    rule as engine.evaluate.languages' `library_dir` (this package imports nothing of the app)."""
+    return backend if language == "cuda" else language
 
 
 def available(backend: str | None = None, language: str = "cuda") -> list[str]:
@@ -58,8 +60,9 @@ def answers(problem: str, folder: str) -> list[ScriptedIdea]:
             if files:
                 ideas.append(ScriptedIdea(item["key"], item["title"], item["description"].strip(), files))
     if not ideas:
-        kind, have = (("Triton", available("cuda", "triton")) if folder == "triton"
-                      else (folder, available(folder, "cuda")))
+        kind, have = ((folder, available(folder, "cuda")) if folder in ("cpu", "cuda")
+                      else (folder.title(), available("cuda", folder)))
         raise NoAnswers(f"the scripted provider has no {kind} answers for {problem!r}"
                         f" (it has: {', '.join(have) or 'none'})")
     return ideas
+

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from engine import control
 from engine.domain import EVALUATING_STATUSES, Node, excluded
-from engine.evaluate.loading import kernel_language
+from engine.evaluate.languages import kernel_language
 from engine.events import CommandApplied, EventBus
 from engine.search.budget import Budget
 from engine.search.rows import asking_row, idea_row, variant_row

@@ -12,6 +12,8 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Span, Text
 
+from engine.domain import python_only
+
 THEME = "monokai"  # on dark Textual themes
 LIGHT_THEME = "friendly"  # on light ones
 _TRIPLE = re.compile(r'(?P<q>"""|\'\'\')(?P<body>.*?)(?P=q)', re.S)
@@ -33,13 +35,11 @@ def _fg(style: str | Style) -> Style:
     return Style(color=style.color, bold=style.bold, italic=style.italic, underline=style.underline)
 
 
-_TRITON = re.compile(r"^[ \t]*(?:import triton\b|from triton\b|@triton\.)", re.M)
-
-
 def embedded_cxx(source: str) -> list[tuple[int, int]]:
-    """(start, end) of each triple-quoted string in `source` that holds C++ or CUDA code. A Triton
-    file is Python through and through (its kernels are @triton.jit functions): none."""
-    if _TRITON.search(source):
+    """(start, end) of each triple-quoted string in `source` that holds C++ or CUDA code. A file in
+    a Python-only kernel language (engine.evaluate.languages: Triton's kernels are @triton.jit
+    functions) is Python through and through: none."""
+    if python_only(source):
         return []
     return [m.span("body") for m in _TRIPLE.finditer(source) if _CXX.search(m.group("body"))]
 

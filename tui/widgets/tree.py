@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from engine.domain import Node
+from engine.domain import Node, language_mark
 from tui.model import PCH_NOTE, ScreenModel
 from tui.widgets.status import glyph, style
 
@@ -39,8 +39,9 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
             label.append(" (yours)", style="italic")
     else:
         label.append(f"#{node.id} ")
-        if node.language == "triton":  # CUDA C++ is the default and goes unmarked
-            label.append("[triton] ", style="magenta")
+        mark = language_mark(node.language)  # CUDA C++ is the default and goes unmarked
+        if mark:
+            label.append(f"{mark} ", style="magenta")
         if node.speedup is not None:
             label.append(f"{node.speedup:.2f}x ", style="bold green" if node.speedup >= 1 else "")
         if wide:

@@ -1,0 +1,81 @@
+"""The kernel languages: one module each (its `LANGUAGE`, an engine.evaluate.languages.base
+.Language), asked by every part that differs between them. CUDA C++ (`cuda`, the default: any
+source no other language claims) and Triton (`triton`) are built in; more come from
+`KTREE_LANGUAGES` (module names or .py files, comma-separated), read by the engine and by each
+evaluation process alike. Torch and the standard library only."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from functools import cache
+
+from engine.evaluate import settings
+from engine.evaluate.languages.base import Language
+
+BUILT_IN = ("engine.evaluate.languages.cuda", "engine.evaluate.languages.triton")
+DEFAULT = "cuda"
+
+
+def _module(spec: str) -> object:
+    if spec.endswith(".py"):
+        name = f"ktree_language_{os.path.splitext(os.path.basename(spec))[0]}"
+        found = importlib.util.spec_from_file_location(name, spec)
+        if found is None or found.loader is None:
+            raise ImportError(f"KTREE_LANGUAGES: cannot load {spec}")
+        module = importlib.util.module_from_spec(found)
+        sys.modules[name] = module
+        found.loader.exec_module(module)
+        return module
+    return importlib.import_module(spec)
+
+
+@cache
+def _registry(extra: str) -> dict[str, Language]:
+    specs = list(BUILT_IN) + [s.strip() for s in extra.split(",") if s.strip()]
+    found: dict[str, Language] = {}
+    for spec in specs:
+        language = getattr(_module(spec), "LANGUAGE", None)
+        if not isinstance(language, Language) or not language.name:
+            raise ImportError(f"{spec}: a language module defines LANGUAGE, a named Language")
+        found[language.name] = language
+    return found
+
+
+def registry() -> dict[str, Language]:
+    """Every language, by name: the built-in ones, then KTREE_LANGUAGES' in its order."""
+    return _registry(settings.get("KTREE_LANGUAGES") or "")
+
+
+def names() -> tuple[str, ...]:
+    return tuple(registry())
+
+
+def get(name: str) -> Language:
+    try:
+        return registry()[name or DEFAULT]
+    except KeyError:
+        raise ValueError(f"unknown kernel language {name!r} (known: {', '.join(registry())})") from None
+
+
+def for_source(source: str) -> Language:
+    """The language a solution is written in: the first other than the default that claims it."""
+    for language in registry().values():
+        if language.name != DEFAULT and language.detects(source):
+            return language
+    return registry()[DEFAULT]
+
+
+def kernel_language(source: str) -> str:
+    return for_source(source).name
+
+
+def mark_for(name: str | None) -> str:
+    """What the tree shows before a variant's title for its language ("" for the default one; a
+    language this install does not know, as recorded)."""
+    if not name or name == DEFAULT:
+        return ""
+    language = registry().get(name)
+    return language.mark if language is not None else f"[{name}]"

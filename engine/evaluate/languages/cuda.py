@@ -1,0 +1,80 @@
+"""CUDA C++ (and C++ on the cpu backend): a `torch.utils.cpp_extension.load_inline` extension
+built from the solution's strings, through ktree's compile levers (engine.evaluate.fastbuild). The
+default language: every source no other language claims.
+
+Runs in the child's process; torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from engine.evaluate.child_common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.languages.base import Language
+from engine.evaluate.loading import load_module_from_source
+
+
+class CudaCpp(Language):
+    name = "cuda"
+    title = "CUDA C++"
+
+    def detects(self, source: str) -> bool:
+        return True
+
+    def label(self, backend: str) -> str:
+        return "CUDA" if backend == "cuda" else "C++ (cpu)"
+
+    def contract_template(self, backend: str) -> str:
+        return f"contract_{backend}.txt"
+
+    def load(self, job: EvalJob, key: str, build_dir: str) -> Any:
+        from engine.evaluate import fastbuild
+
+        os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
+        fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
+        # An evaluation loads what the compile pool built (it may not write the build dirs).
+        fastbuild.PREBUILT["on"] = job.mode == "evaluate"
+        fastbuild.PREBUILT["seen"] = {}
+        failed = os.path.join(build_dir, "ktree-compile-error.json")
+        levers = list(fastbuild.levers_from_env())
+        fastbuild.RETARGETED.clear()
+        try:
+            with build_dir_lock(build_dir):
+                earlier = read_json(failed)
+                if earlier is not None and earlier.get("levers") == levers:
+                    raise EvalFailure("compile_error", f"{earlier['log']}\n(this source failed to build"
+                                      " before with the same compiler and flags: that result is reused)")
+                try:
+                    module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
+                except Exception as exc:
+                    if fastbuild.is_build_error(exc) and fastbuild.has_diagnostic(exc):
+                        # The compiler said why: the same source fails the same way next time.
+                        # (A build that failed without a diagnostic, killed say, is tried again.)
+                        write_json(failed, {"levers": levers, "log": format_exc(exc)})
+                    raise
+        except EvalFailure:
+            raise
+        except SyntaxError as exc:
+            raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
+        except Exception as exc:
+            status = "compile_error" if fastbuild.is_build_error(exc) else "runtime_error"
+            raise EvalFailure(status, cuda_on_cpu_note(job, exc) + format_exc(exc)) from exc
+        if not isinstance(getattr(module, "ModelNew", None), type):
+            raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
+        return module
+
+
+LANGUAGE = CudaCpp()
+
+
+def cuda_on_cpu_note(job: EvalJob, exc: BaseException) -> str:
+    """The first line of a CUDA solution's failure on the cpu backend, where no CUDA toolkit is
+    expected ("CUDA_HOME is not set" alone tells a user nothing): what to do instead."""
+    text = str(exc)
+    cuda = "__global__" in job.solution_source or "cuda_sources" in job.solution_source
+    if job.backend != "cuda" and cuda and ("CUDA_HOME" in text or "nvcc" in text or "cuda" in text.lower()):
+        return ("a CUDA solution needs the cuda backend (a GPU): on the cpu backend solutions are C++"
+                " (load_inline cpp_sources) or Triton, interpreted; see engine/templates/examples/cpu\n")
+    return ""

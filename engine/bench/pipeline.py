@@ -106,9 +106,11 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                          cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
                          repeat_sources: bool = False, llm_latency: str | None = None, suite: int = 1,
-                         llm_concurrency: int = 8, language: str = "cuda") -> dict[str, Any]:
+                         llm_concurrency: int = 8, language: str = "cuda",
+                         keep_evaluator: bool = False) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
-    `evaluator`: one to use (the ray executor's) instead of a local one; closed here all the same.
+    `evaluator`: one to use (the ray executor's, or a warm one) instead of a local one; closed
+    here unless `keep_evaluator` (engine.bench.scaling runs several searches on one).
     `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests).
     `llm_latency`: each call's wait (parse_latency's spec); `suite`: that many problems at once."""
     from engine.events import EventBus
@@ -156,6 +158,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             runner = Suite(store, entries, evaluator, name=f"bench {suite}", record={}, bus_for=lambda e: bus)
         else:
             runner = Search(store, bus, [(provider_for(problem), "scripted")], evaluator, problem, config)
+        jobs_before = {d["name"]: d.get("jobs", 0) for d in evaluator.device_states()}
         samples: list[tuple[float, float, int]] = []  # (time, dt, devices busy)
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
                   "idle_waiting_s": 0.0}
@@ -215,7 +218,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                                 if v.compile_s is not None and v.status != "compile_error")
                 states = {d["name"]: d for d in evaluator.device_states()}
             finally:  # whatever went wrong above, no worker or compile process outlives the bench
-                await evaluator.close()
+                if not keep_evaluator:
+                    await evaluator.close()
                 await store.close()
     workers = evaluator.compile_workers
     n_devices = max(1, len(per_device))
@@ -250,7 +254,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         "variants_per_minute": round(evaluations / wall * 60, 2) if wall else 0.0,
         "gpus": evaluator.gpus,
         "devices": [{
-            "name": name, "jobs": states.get(name, {}).get("jobs", 0), "busy_s": round(d["busy_s"], 3),
+            "name": name, "jobs": states.get(name, {}).get("jobs", 0) - jobs_before.get(name, 0),
+            "busy_s": round(d["busy_s"], 3),
             "idle_fraction_of_wall": round(d["idle_s"] / wall, 4) if wall else 0.0,
             "idle_while_waiting_s": round(d["idle_waiting_s"], 3),
             "idle_fraction_while_waiting": round(d["idle_waiting_s"] / waited, 4) if waited else 0.0,

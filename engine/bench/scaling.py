@@ -6,8 +6,9 @@ them alone, for each source mode: `distinct` (every variant a fresh source that 
 variants per minute on each, their ratio, and per device its evaluations, busy fraction of the
 wall and idle time while compiled variants waited.
 
-Order, and what it favours: a short warm-up search on every device first (the precompiled header,
-the references' times per GPU model, the compile pool's first builds), then per mode the
+One evaluator per placement (every device; the first alone) serves all of the bench's searches, as
+one serves a long search: a short warm-up search on each first (the workers' start, the
+precompiled header, the references' times per GPU model), reported apart, then per mode the
 several-device run and then the one-device run. Whatever the first run leaves warm (in `repeated`
 mode: the library's builds) the one-device run finds ready, so the ratio is, if anything, low.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from engine.bench.pipeline import pipeline_bench
 from engine.bench.summary import markdown_table
+from engine.evaluate.evaluator import LocalEvaluator
 
 MODES = ("distinct", "repeated")
 TARGET_RATIO_PER_DEVICE = 0.9  # several devices: at least 0.9x their count in variants per minute
@@ -44,33 +46,43 @@ async def scaling_bench(problem: Any, backend: str, arch: str | None, *, gpus: S
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown source mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
-    warm = None
-    if warm_up:
-        small = {**shape, "rounds": 1, "ideas": 1, "variants": max(1, count), "suite": 1}
-        warm = await pipeline_bench(problem, backend, arch, **small,
-                                    **_placement(backend, gpus, devices, False))
+    # One evaluator per placement, kept for every search of the bench: its workers, started in the
+    # warm-up, serve every mode (as they serve a long search), so start-up is reported apart.
+    evaluators = {key: LocalEvaluator(backend, compile_workers=shape.get("compile_workers"), cuda_arch=arch,
+                                      **_placement(backend, gpus, devices, key == "one"))
+                  for key in ("many", "one")}
     runs: list[dict[str, Any]] = []
-    for mode in modes:
-        repeat = mode == "repeated"
-        many = await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
-                                    **_placement(backend, gpus, devices, False))
-        one = await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
-                                   **_placement(backend, gpus, devices, True))
-        ratio = (many["variants_per_minute"] / one["variants_per_minute"]
-                 if one["variants_per_minute"] else None)
-        worst_idle = max((d["idle_fraction_while_waiting"] for d in many["devices"]), default=0.0)
-        runs.append({
-            "mode": mode, "devices": count, "one": one, "many": many,
-            "ratio": None if ratio is None else round(ratio, 3),
-            "worst_idle_while_waiting": worst_idle,
-            "meets": {"ratio": ratio is not None and ratio >= TARGET_RATIO_PER_DEVICE * count,
-                      "idle": worst_idle <= TARGET_IDLE},
-        })
+    warm: dict[str, Any] = {}
+    try:
+        if warm_up:
+            small = {**shape, "rounds": 1, "ideas": 1, "variants": max(1, count), "suite": 1}
+            for key, evaluator in evaluators.items():
+                done = await pipeline_bench(problem, backend, arch, **small, evaluator=evaluator,
+                                            keep_evaluator=True)
+                warm[key] = {"wall_s": done["wall_s"], "status": done["status"]}
+        for mode in modes:
+            repeat = mode == "repeated"
+            result = {key: await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
+                                                evaluator=evaluators[key], keep_evaluator=True)
+                      for key in ("many", "one")}
+            many, one = result["many"], result["one"]
+            ratio = (many["variants_per_minute"] / one["variants_per_minute"]
+                     if one["variants_per_minute"] else None)
+            worst_idle = max((d["idle_fraction_while_waiting"] for d in many["devices"]), default=0.0)
+            runs.append({
+                "mode": mode, "devices": count, "one": one, "many": many,
+                "ratio": None if ratio is None else round(ratio, 3),
+                "worst_idle_while_waiting": worst_idle,
+                "meets": {"ratio": ratio is not None and ratio >= TARGET_RATIO_PER_DEVICE * count,
+                          "idle": worst_idle <= TARGET_IDLE},
+            })
+    finally:
+        for evaluator in evaluators.values():
+            await evaluator.close()
     finished = all(r[k]["status"] == "finished" for r in runs for k in ("one", "many"))
     status = "finished" if finished else "failed"
     return {"scaling": True, "problem": problem.name, "backend": backend, "devices": count,
-            "status": status, "warm_up": None if warm is None else {"wall_s": warm["wall_s"],
-                                                                     "status": warm["status"]},
+            "status": status, "warm_up": warm or None,
             "target_ratio": round(TARGET_RATIO_PER_DEVICE * count, 2), "target_idle": TARGET_IDLE,
             "runs": runs}
 
@@ -84,6 +96,10 @@ def format_scaling(r: dict[str, Any]) -> str:
     head = (f"Scaling bench: {r['problem']} on {r['backend']}, 1 device against {n}, per source mode:"
             f" {r['status']} (targets: {n} devices >= {r['target_ratio']:g}x one in variants per minute;"
             f" each idle <= {r['target_idle'] * 100:.0f} % of the time compiled variants waited)")
+    warm = r.get("warm_up") or {}
+    if warm:
+        head += "\nwarm-up (workers started, references timed): " + ", ".join(
+            f"{'1 device' if key == 'one' else f'{n} devices'} {w['wall_s']:.1f} s" for key, w in warm.items())
     rows = []
     for run in r["runs"]:
         one, many = run["one"], run["many"]

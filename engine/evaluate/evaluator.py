@@ -163,6 +163,7 @@ class LocalEvaluator(ReferenceTimings):
             # share the cores on purpose): no host lock.
             keys = ["cpu" if host_lock and devices <= 1 else None] * len(slots)
         self.devices: list[Device] = []
+        self._starting: dict[int, asyncio.Task[Any]] = {}  # early worker starts (start_workers), by device
         self._free: asyncio.Queue[Device] = asyncio.Queue()  # one queue: first free device first
         for (name, index, own), key in zip(slots, keys, strict=True):
             device_env = {**env, **own, "KTREE_DEVICE_INDEX": str(index)}
@@ -177,6 +178,20 @@ class LocalEvaluator(ReferenceTimings):
         """The first device's worker (the only one with a single device)."""
         return self.devices[0].worker
 
+    def start_workers(self, problem_path: str) -> None:
+        """Start the worker of every device that has none yet, in the background, so that the
+        first variants (still building) find them ready: a start (Python, torch, the CUDA context:
+        seconds) is then not a device's idle time while compiled variants wait. Never restarts
+        a worker (a job's own `ready` does that, before the device's lock). On cuda only: on the
+        cpu backend a start would take cores from the builds it overlaps."""
+        for device in self.devices:
+            worker = device.worker
+            key = id(device)
+            if worker is not None and worker.idle_unstarted() and key not in self._starting:
+                task = asyncio.get_running_loop().create_task(worker.ready(problem_path))
+                self._starting[key] = task
+                task.add_done_callback(lambda t, key=key: self._starting.pop(key, None))
+
     def device_states(self) -> list[dict[str, Any]]:
         """Per device: name, busy, jobs (evaluations finished), busy_s, queue (jobs waiting for
         that device alone: 0 here, one queue serves all), alive, waiting_for (while another
@@ -185,6 +200,8 @@ class LocalEvaluator(ReferenceTimings):
 
     async def close(self) -> None:
         """Stop the worker processes (they also end by themselves when the engine dies)."""
+        for task in list(self._starting.values()):
+            task.cancel()
         for device in self.devices:
             if device.worker is not None:
                 await device.worker.close()
@@ -202,6 +219,8 @@ class LocalEvaluator(ReferenceTimings):
                 await on_phase(name)
 
         static = static_rules.start(job.solution_source, job.mode)  # GPU MODE's rules, in a thread
+        if job.mode == "evaluate" and self.backend == "cuda":
+            self.start_workers(job.problem_path)  # while this variant builds
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()

@@ -66,7 +66,9 @@ def _dead(pid: int) -> bool:
 class Worker:
     """The process runs in the evaluator's sandbox (same isolation and limits as a one-shot
     child); under strict isolation it sees the problem files of the jobs it was started for, so
-    a job for another problem file starts a new process."""
+    a job for another problem file starts a new process, which sees that file and every one the
+    last process saw (a suite's problems alternate on a device: each new file costs one restart,
+    not one per change of problem)."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
                  cache_dir: str = "", max_jobs: int = 32):
@@ -83,6 +85,7 @@ class Worker:
         self.started_ok = True  # False after its last start failed
         self.last_start_s = 0.0  # how long the last start took (Python, torch, the CUDA context)
         self._dir = make_workdir("worker")
+        self._starting = asyncio.Lock()  # one start at a time (an early start and a job's)
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
     async def _start(self, problems: tuple[str, ...]) -> str | None:
@@ -128,13 +131,21 @@ class Worker:
         retired one is replaced here). Called before the device's lock is taken, so that a start
         (Python, torch, the CUDA context) is never paid while holding it. None when ready, else
         why it could not start."""
-        if self.proc is not None and problem_path and problem_path not in self._problems:
-            await self.stop("a new problem file")
-        if self.proc is not None and (self.proc.returncode is not None or _dead(self.proc.pid)):
-            await self.stop("died")
-        if self.proc is None:
-            return await self._start((problem_path,) if problem_path else ())
-        return None
+        async with self._starting:
+            seen = self._problems
+            if self.proc is not None and problem_path and problem_path not in self._problems:
+                await self.stop("a new problem file")
+            if self.proc is not None and (self.proc.returncode is not None or _dead(self.proc.pid)):
+                await self.stop("died")
+            if self.proc is None:
+                wanted = dict.fromkeys((*seen, problem_path) if problem_path else seen)
+                return await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
+            return None
+
+    def idle_unstarted(self) -> bool:
+        """No process yet and none starting: an early start (LocalEvaluator.start_workers) may
+        begin one."""
+        return self.proc is None and not self._starting.locked()
 
     async def warm(self, job: EvalJob, timeout_s: float) -> dict[str, Any]:
         """Before the device's lock: the process compiles a Triton solution's kernels without

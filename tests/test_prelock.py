@@ -1,7 +1,8 @@
-"""Triton's JIT before the GPU's lock (engine.evaluate.child_load.triton_prewarm, the worker's warm
-request): the worker answers a warm request and stays for the evaluation; the compile-only patches
-turn every @triton.jit launch into Triton's own warm-up and make an autotuner compile each of its
-configs instead of timing them, and are undone after."""
+"""Before the GPU's lock: Triton's JIT (engine.evaluate.languages.triton.triton_prewarm, the
+worker's warm request) and a worker's start for the problem files it will see. The worker answers
+a warm request and stays for the evaluation; the compile-only patches turn every @triton.jit
+launch into Triton's own warm-up and make an autotuner compile each of its configs instead of
+timing them, and are undone after."""
 
 from __future__ import annotations
 
@@ -78,3 +79,24 @@ def test_the_compile_only_patches_compile_every_config_and_are_undone(monkeypatc
     assert [c["warmup"] for c in calls] == [True, True, True]  # compiled, never launched
     assert [c.get("BLOCK") for c in calls[1:]] == [64, 128]  # each config
     assert jit.JITFunction.run is recorded_run and autotuner.Autotuner.run is before_tune
+
+
+def test_a_worker_for_a_new_problem_file_keeps_seeing_the_earlier_ones(tmp_path):
+    """A suite's problems alternate on a device (issue 38): the process started for a second problem
+    file also sees the first, so going back to the first restarts nothing; concurrent calls (an
+    early start and a job's) start one process."""
+    softmax, layernorm = str(SOFTMAX), str(REPO / "problems/level1/layernorm.py")
+
+    async def go() -> tuple[tuple[str, ...], int, list[str]]:
+        worker = Worker({"CUDA_VISIBLE_DEVICES": ""}, Sandbox("basic", "cpu"), str(tmp_path))
+        try:
+            assert await asyncio.gather(worker.ready(softmax), worker.ready(softmax)) == [None, None]
+            assert worker.starts == 1
+            assert await worker.ready(layernorm) is None  # a new file: one restart, seeing both
+            assert await worker.ready(softmax) is None  # back to the first: no restart
+            return worker._problems, worker.starts, worker.restarts
+        finally:
+            await worker.close()
+
+    problems, starts, restarts = asyncio.run(go())
+    assert problems == (softmax, layernorm) and starts == 2 and restarts == ["a new problem file"]

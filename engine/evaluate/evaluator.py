@@ -178,17 +178,20 @@ class LocalEvaluator(ReferenceTimings):
         """The first device's worker (the only one with a single device)."""
         return self.devices[0].worker
 
-    def start_workers(self, problem_path: str) -> None:
+    def start_workers(self, *problem_paths: str) -> None:
         """Start the worker of every device that has none yet, in the background, so that the
         first variants (still building) find them ready: a start (Python, torch, the CUDA context:
-        seconds) is then not a device's idle time while compiled variants wait. Never restarts
+        seconds) is then not a device's idle time while compiled variants wait; started for every
+        problem file given (a suite's: then no problem's first job restarts it). Never restarts
         a worker (a job's own `ready` does that, before the device's lock). On cuda only: on the
         cpu backend a start would take cores from the builds it overlaps."""
+        if self.backend != "cuda" or not problem_paths:
+            return
         for device in self.devices:
             worker = device.worker
             key = id(device)
             if worker is not None and worker.idle_unstarted() and key not in self._starting:
-                task = asyncio.get_running_loop().create_task(worker.ready(problem_path))
+                task = asyncio.get_running_loop().create_task(worker.ready(*problem_paths))
                 self._starting[key] = task
                 task.add_done_callback(lambda t, key=key: self._starting.pop(key, None))
 
@@ -219,8 +222,8 @@ class LocalEvaluator(ReferenceTimings):
                 await on_phase(name)
 
         static = static_rules.start(job.solution_source, job.mode)  # GPU MODE's rules, in a thread
-        if job.mode == "evaluate" and self.backend == "cuda":
-            self.start_workers(job.problem_path)  # while this variant builds
+        if job.mode == "evaluate":
+            self.start_workers(job.problem_path)  # while this variant builds (cuda)
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()

@@ -126,11 +126,12 @@ class Worker:
             env.setdefault("KTREE_LEDGER_DIR", ledger_dir(self.cache_dir))
         return env
 
-    async def ready(self, problem_path: str = "") -> str | None:
+    async def ready(self, problem_path: str = "", *more: str) -> str | None:
         """A process ready for a job of this problem file, started now if there is none (a
         retired one is replaced here). Called before the device's lock is taken, so that a start
         (Python, torch, the CUDA context) is never paid while holding it. None when ready, else
-        why it could not start."""
+        why it could not start. `more`: other problem files a new process should see too (a
+        suite's, started early)."""
         async with self._starting:
             seen = self._problems
             if self.proc is not None and problem_path and problem_path not in self._problems:
@@ -138,7 +139,7 @@ class Worker:
             if self.proc is not None and (self.proc.returncode is not None or _dead(self.proc.pid)):
                 await self.stop("died")
             if self.proc is None:
-                wanted = dict.fromkeys((*seen, problem_path) if problem_path else seen)
+                wanted = dict.fromkeys((*seen, problem_path, *more) if problem_path else seen)
                 return await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
             return None
 

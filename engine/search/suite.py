@@ -107,6 +107,9 @@ class Suite:
                             entry.config, resume=session["id"] if session else None, suite=share)
             searches.append((entry, search))
             self.searches[entry.spec] = search
+        start_workers = getattr(self.evaluator, "start_workers", None)
+        if start_workers is not None and searches:  # every device's worker sees every problem file
+            start_workers(*(str(entry.problem.path) for entry, _ in searches if entry.problem is not None))
         beat = asyncio.create_task(self._heartbeat())
         status = "interrupted"
         try:

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import checks as checks_module
-from engine.evaluate import clocks, settings
+from engine.evaluate import clocks, expected_cache, settings
 from engine.evaluate.child_check import (
     DEGENERATE_NOTE,
     caller,
@@ -82,18 +81,18 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
-    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.checks.label_oom)."""
+    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.expected_cache.label_oom)."""
     try:
         verdict = _evaluate(job, on_phase)
     except Exception as exc:
-        if not checks_module.is_oom(exc):
+        if not expected_cache.is_oom(exc):
             raise
-        checks_module.clear()
-        ours = isinstance(exc, checks_module.KtreeOutOfMemory)
+        expected_cache.clear()
+        ours = isinstance(exc, expected_cache.KtreeOutOfMemory)
         said = str(exc) if ours else "ktree out of memory while checking"
         verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
                           log=f"{said}\n{format_exc(exc)}")
-    return checks_module.label_oom(verdict, job)
+    return expected_cache.label_oom(verdict, job)
 
 
 def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
@@ -122,7 +121,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     ref64 = copy.deepcopy(ref).double()
     clock.lap("load")
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
-    # input seed (engine.evaluate.checks), made before the candidate's code is imported.
+    # input seed (engine.evaluate.expected_cache), made before the candidate's code is imported.
     try:
         checks = reference_checks(job, problem, ref, ref64, device, cast)
     except Exception as exc:
@@ -204,7 +203,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     if not checks.intact():
         flags.append("reference-cache: the cached trial inputs or expected outputs changed during this"
                      " evaluation (the candidate wrote memory it does not own)")
-        checks_module.drop(checks.key)
+        expected_cache.drop(checks.key)
     sol_flags, sol_notes, sol_fraction = timing.judge_speed_of_light(pre.sol, stats.new.median, SOL_FLOOR)
     flags += sol_flags
     notes += sol_notes

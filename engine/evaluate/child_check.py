@@ -1,5 +1,5 @@
 """The evaluation child's checking: the candidate's outputs against the reference's fp64 answers
-on every trial's inputs (engine.evaluate.checks caches them), allclose and relative L2 error,
+on every trial's inputs (engine.evaluate.expected_cache caches them), allclose and relative L2 error,
 with the integrity checks (engine.evaluate.integrity) watching each call.
 
 Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
@@ -13,8 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import checks as checks_module
-from engine.evaluate import clocks
+from engine.evaluate import clocks, expected_cache
 from engine.evaluate.child_load import EvalFailure, format_exc, make_inputs
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
@@ -86,7 +85,7 @@ def caller(model: Any) -> Callable[..., Any]:
     return model
 
 
-def reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) -> Any:
+def reference_ops(checks: expected_cache.ReferenceChecks, ref: Any, device: str) -> Any:
     """The reference forward's aten compute ops and their times (engine.evaluate.integrity), on
     trial 0's inputs, once per reference-check set; taken before the candidate is imported."""
     import torch
@@ -103,7 +102,7 @@ def reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) 
     return hit
 
 
-def reference_varies(checks: checks_module.ReferenceChecks, device: str, atol: float,
+def reference_varies(checks: expected_cache.ReferenceChecks, device: str, atol: float,
                      rtol: float) -> dict[str, bool]:
     """Whether the reference's expected outputs change from one trial's inputs to another's:
     at all (at_all), and by more than the check's tolerance (beyond_tolerance: where they do not,
@@ -129,8 +128,8 @@ def same_outputs(a: list[Any], b: list[Any]) -> bool:
 
 
 def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
-                     cast: Any) -> checks_module.ReferenceChecks:
-    """The trials' inputs and fp64 answers for this job (engine.evaluate.checks): keyed by the
+                     cast: Any) -> expected_cache.ReferenceChecks:
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.expected_cache): keyed by the
     problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
     the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
     try:
@@ -144,8 +143,8 @@ def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: s
     def errors(native: Any, expected: Any) -> dict[str, float]:
         return compare(native, expected, float("inf"), float("inf"))[1]
 
-    return checks_module.expected_for(key, job.trials, seed, device, lambda: make_inputs(problem, device, cast),
-                                      ref, ref64, flatten, errors)
+    return expected_cache.expected_for(key, job.trials, seed, device,
+                                       lambda: make_inputs(problem, device, cast), ref, ref64, flatten, errors)
 
 
 @dataclasses.dataclass
@@ -159,7 +158,7 @@ class Checked:
     library: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: Callable[..., Any],
+def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, call_new: Callable[..., Any],
                  device: str, ref_ops: Any, varies: dict[str, bool], base: dict[str, Any]) -> Checked | Verdict:
     """The candidate (`call_new`) on every check trial's inputs against the cached fp64 answers,
     watched by the integrity checks (inputs unchanged, outputs poisoned first, threads, torch

@@ -140,3 +140,25 @@ def test_the_timing_checks_on_what_the_timing_saw(monkeypatch: pytest.MonkeyPatc
     assert integrity_checks.run("rechecked", on_gpu).flags == [
         "inputs-modified: in timed rep 2", "reference-slowed: 2x", "recheck: timed outputs: rep 3: wrong"]
     assert integrity_checks.run("rechecked", Watch(job, "cpu")).flags == []
+
+
+def test_a_candidate_that_empties_the_registry_is_still_checked(tmp_path: Path) -> None:
+    """The child runs the registry as it stood before the candidate's code was imported."""
+    from engine.evaluate.child import run_evaluate
+    from engine.evaluate.jobs import make_job
+    from engine.problems import load_problem
+
+    source = NUMPY_SOFTMAX.replace("class ModelNew", "from engine.evaluate import integrity_checks\n"
+                                   "integrity_checks.REGISTRY.clear()\n\n\nclass ModelNew").replace(
+        "        return out", "        x.mul_(1.0000001)\n        return out")
+    problem = load_problem("softmax")
+    job = make_job(problem.path, source, problem.sizes_for("cpu"), backend="cpu",
+                   cache_dir=str(tmp_path), flops=None, bytes=None, trials=2, time_budget_s=0.05, max_reps=3)
+    registry = list(integrity_checks.REGISTRY)
+    try:
+        verdict = run_evaluate(job)
+        assert integrity_checks.REGISTRY == []  # the candidate did empty it
+    finally:
+        integrity_checks.REGISTRY[:] = registry
+    assert verdict.status == "flagged", verdict.log
+    assert any(f.startswith("inputs-modified") for f in verdict.flags), verdict.flags

@@ -49,6 +49,9 @@ class Watch:
 
     job: Any
     device: str
+    # The registry as it stood when the watch was made (before the candidate's code is imported):
+    # a candidate that empties or edits the registry changes nothing the child runs.
+    checks: tuple[IntegrityCheck, ...] = dataclasses.field(default_factory=lambda: tuple(REGISTRY))
     phase: str = ""
     captured: dict[str, Any] = dataclasses.field(default_factory=dict)
     model: Any = None  # the ModelNew instance
@@ -108,13 +111,16 @@ def unregister(name: str) -> None:
     REGISTRY[:] = [c for c in REGISTRY if c.name != name]
 
 
-def checks_for(phase: str, backend: str | None = None) -> list[IntegrityCheck]:
-    return [c for c in REGISTRY if phase in c.phases and (backend is None or backend in c.backends)]
+def checks_for(phase: str, backend: str | None = None,
+               checks: tuple[IntegrityCheck, ...] | list[IntegrityCheck] | None = None) -> list[IntegrityCheck]:
+    """The checks (default: the registry's) that run in `phase` (on `backend`), in order."""
+    return [c for c in (REGISTRY if checks is None else checks)
+            if phase in c.phases and (backend is None or backend in c.backends)]
 
 
 def capture(phase: str, watch: Watch) -> None:
     """Run the captures taken at `phase` (into watch.captured, by check name)."""
-    for c in REGISTRY:
+    for c in watch.checks:
         if c.capture is not None and c.capture_at == phase and watch.device in c.backends:
             watch.captured[c.name] = c.capture(watch)
 
@@ -123,7 +129,7 @@ def run(phase: str, watch: Watch) -> Finding:
     """Every check of `phase` on `watch`, in the order registered: their flags and notes together."""
     watch.phase = phase
     found = Finding()
-    for c in checks_for(phase, watch.device):
+    for c in checks_for(phase, watch.device, watch.checks):
         found.add(c.run(watch))
     return found
 

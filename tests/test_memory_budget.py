@@ -1,4 +1,4 @@
-"""Memory that holds under concurrency (engine.evaluate.checks, engine.evaluate.ledger): one
+"""Memory that holds under concurrency (engine.evaluate.expected_cache, engine.evaluate.ledger): one
 host-wide budget for the cached check sets of every ktree process, sets over it recomputed live
 per trial with the same answers and the same verdict, dead processes' claims forgotten, and an
 out-of-memory in the candidate's own call told apart from ktree's."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate import checks, ledger
+from engine.evaluate import expected_cache, ledger
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,9 +26,9 @@ def _own_ledger(tmp_path, monkeypatch):
     monkeypatch.delenv("KTREE_CHECK_CACHE_HOST_MB", raising=False)
     monkeypatch.delenv("KTREE_MEMORY_LIMIT", raising=False)
     book = ledger.reset(tmp_path / "ledger")
-    checks.clear()
+    expected_cache.clear()
     yield book
-    checks.clear()
+    expected_cache.clear()
     ledger.reset(None)
 
 
@@ -42,7 +42,7 @@ def _set(key, trials=3):
     def flatten(out):
         return [out] if isinstance(out, torch.Tensor) else list(out)
 
-    return checks.expected_for(key, trials, 7, "cpu", draw, ref, ref, flatten, lambda native, exp: {})
+    return expected_cache.expected_for(key, trials, 7, "cpu", draw, ref, ref, flatten, lambda native, exp: {})
 
 
 def test_a_set_over_the_host_budget_is_recomputed_live_with_the_same_trials(monkeypatch):
@@ -51,7 +51,7 @@ def test_a_set_over_the_host_budget_is_recomputed_live_with_the_same_trials(monk
     assert ledger.ledger().host == kept.nbytes  # claimed in the host-wide ledger
     inputs = [kept.trial_inputs(t, "cpu") for t in range(3)]
     expected = [kept.trial_expected(t, "cpu") for t in range(3)]
-    checks.clear()
+    expected_cache.clear()
     assert ledger.ledger().host == 0  # given back with the set
 
     monkeypatch.setenv("KTREE_CHECK_CACHE_HOST_MB", "0")
@@ -164,18 +164,19 @@ def test_ktrees_own_out_of_memory_is_told_apart():
           File "/p/problem.py", line 14, in forward
         torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB
     """)
-    ours = checks.label_oom(Verdict(status="runtime_error", log=traceback_of), job)
+    ours = expected_cache.label_oom(Verdict(status="runtime_error", log=traceback_of), job)
     assert ours.status == "crashed" and ours.log.startswith("ktree out of memory while checking or timing")
-    theirs = checks.label_oom(Verdict(status="runtime_error", log=traceback_of.replace(
+    theirs = expected_cache.label_oom(Verdict(status="runtime_error", log=traceback_of.replace(
         'File "/p/problem.py"', 'File "<ktree_solution_abc>"')), job)
     assert theirs.status == "runtime_error" and theirs.log.startswith("out of memory in the candidate")
-    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.checks.KtreeOutOfMemory: ktree out of memory"
-            " while preparing the reference (trial 0's inputs and fp64 answers): CUDA out of memory")
-    prep = checks.label_oom(Verdict(status="runtime_error", log=said), job)
+    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.expected_cache.KtreeOutOfMemory:"
+            " ktree out of memory while preparing the reference (trial 0's inputs and fp64 answers):"
+            " CUDA out of memory")
+    prep = expected_cache.label_oom(Verdict(status="runtime_error", log=said), job)
     assert prep.status == "crashed"
     assert prep.log.startswith("ktree out of memory while preparing the reference"), prep.log
     other = Verdict(status="runtime_error", log="ValueError: bad shape")
-    assert checks.label_oom(other, job) is other
+    assert expected_cache.label_oom(other, job) is other
 
 
 def test_ktrees_own_out_of_memory_raised_while_checking_is_a_crashed_verdict_not_a_dead_worker(monkeypatch):
@@ -185,7 +186,7 @@ def test_ktrees_own_out_of_memory_raised_while_checking_is_a_crashed_verdict_not
     from engine.evaluate import child
 
     def out_of_memory(job, on_phase=None):
-        raise checks.KtreeOutOfMemory("computing the fp64 answers (neither on the GPU nor within this"
+        raise expected_cache.KtreeOutOfMemory("computing the fp64 answers (neither on the GPU nor within this"
                                       " process's host share: 48.0 GiB)", RuntimeError("CUDA out of memory."))
 
     monkeypatch.setattr(child, "_evaluate", out_of_memory)
@@ -205,5 +206,5 @@ def test_the_fp64_answers_go_to_the_host_when_they_do_not_fit_the_device(monkeyp
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
             return x.sum()
 
-    out = checks.expected64(Ref(), [torch.ones(4)], "meta", lambda o: [o])
+    out = expected_cache.expected64(Ref(), [torch.ones(4)], "meta", lambda o: [o])
     assert calls == ["meta", "cpu"] and out[0].dtype == torch.float64 and float(out[0]) == 4.0

@@ -1,4 +1,4 @@
-"""The check trials' references, computed once per worker (engine.evaluate.checks): the second
+"""The check trials' references, computed once per worker (engine.evaluate.expected_cache): the second
 evaluation in a worker reuses the inputs and fp64 answers of the first and gets the same verdict;
 the input seed is the evaluator's secret and no file the candidate can read holds it; the cache
 notices a candidate writing into it; GPU-held seconds and per-phase seconds are recorded."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from engine.evaluate import checks
+from engine.evaluate import expected_cache
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
@@ -87,17 +87,18 @@ def test_the_input_seed_is_the_evaluators_secret_and_no_job_file_is_left_to_read
 def test_a_candidate_writing_into_the_cached_references_is_noticed():
     drawn = iter([torch.ones(4), torch.full((4,), 2.0)])
     key = ("test", 1)
-    made = checks.expected_for(key, 2, 0, "cpu", lambda: [next(drawn)], lambda x: x * 2, lambda x: x * 2,
-                               lambda out: [out], lambda native, expected: {})
-    assert made.intact() and checks.cached(key) is made
-    assert checks.expected_for(key, 2, 0, "cpu", lambda: [], None, None, None, None) is made  # no redraw
+    made = expected_cache.expected_for(key, 2, 0, "cpu", lambda: [next(drawn)], lambda x: x * 2,
+                                       lambda x: x * 2, lambda out: [out], lambda native, expected: {})
+    assert made.intact() and expected_cache.cached(key) is made
+    # no redraw
+    assert expected_cache.expected_for(key, 2, 0, "cpu", lambda: [], None, None, None, None) is made
     copy = made.trial_inputs(1, "cpu")[0]
     copy.add_(1)  # a copy: the cache is untouched
     assert made.intact() and float(made.inputs[1][0][0]) == 2.0
     made.expected[0][0].zero_()
     assert not made.intact()
-    checks.drop(key)
-    assert checks.cached(key) is None
+    expected_cache.drop(key)
+    assert expected_cache.cached(key) is None
 
 
 def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():

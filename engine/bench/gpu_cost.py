@@ -8,7 +8,7 @@ device was held, split by phase from the verdict's own record (`timing.phases_s`
 
 - load: the worker's start where it was paid under the lock, the problem and the solution
   imported, the models built and moved, a Triton solution's JIT;
-- ref: the check trials' inputs and fp64 answers (computed once per worker: engine.evaluate.checks);
+- ref: the check trials' inputs and fp64 answers (computed once per worker: engine.evaluate.expected_cache);
 - check: the candidate's check trials; time: the timing passes and the recheck;
 - profile: a profile taken while held (`--profile`: each correct variant profiled on demand);
 - baseline: the reference's eager and torch.compile timing (once per problem and GPU);

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import checks as checks_module
-from engine.evaluate import clocks, settings
+from engine.evaluate import clocks, expected_cache, integrity_checks, settings
 from engine.evaluate.child_check import (
     DEGENERATE_NOTE,
     caller,
@@ -65,7 +64,6 @@ __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_
            "run_compile", "run_evaluate", "run_warm"]
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
-SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed of light
 
 
 def run_compile(job: EvalJob) -> dict[str, Any]:
@@ -81,18 +79,18 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
-    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.checks.label_oom)."""
+    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.expected_cache.label_oom)."""
     try:
         verdict = _evaluate(job, on_phase)
     except Exception as exc:
-        if not checks_module.is_oom(exc):
+        if not expected_cache.is_oom(exc):
             raise
-        checks_module.clear()
-        ours = isinstance(exc, checks_module.KtreeOutOfMemory)
+        expected_cache.clear()
+        ours = isinstance(exc, expected_cache.KtreeOutOfMemory)
         said = str(exc) if ours else "ktree out of memory while checking"
         verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
                           log=f"{said}\n{format_exc(exc)}")
-    return checks_module.label_oom(verdict, job)
+    return expected_cache.label_oom(verdict, job)
 
 
 def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
@@ -112,8 +110,10 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
 
     clock = Phases()
     problem = load_module_from_path(job.problem_path, job.sizes)
-    harness = integrity.capture_harness()  # before the candidate's code runs
-    torch_state = tamper.capture()  # torch's functions and settings, as the reference will find them
+    watch = integrity_checks.Watch(job, device)
+    # Before the candidate's code runs: the harness's functions, and torch's functions and settings
+    # as the reference will find them (engine.evaluate.integrity_checks: harness, tamper).
+    integrity_checks.capture("import", watch)
     init_inputs = problem.get_init_inputs()
     cast = precision_dtype(job)
     torch.manual_seed(job.seed)
@@ -121,7 +121,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     ref64 = copy.deepcopy(ref).double()
     clock.lap("load")
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
-    # input seed (engine.evaluate.checks), made before the candidate's code is imported.
+    # input seed (engine.evaluate.expected_cache), made before the candidate's code is imported.
     try:
         checks = reference_checks(job, problem, ref, ref64, device, cast)
     except Exception as exc:
@@ -153,11 +153,12 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
             new = model_to(new, device, cast).eval()
     except Exception as exc:
         return Verdict(status="runtime_error", log=format_exc(exc), **base)
-    tampered = integrity.harness_overrides(new)
+    watch.model = new
+    integrity_checks.capture("load", watch)
+    tampered = integrity_checks.run("load", watch).flags
     if tampered:  # the harness would not call what the candidate wrote: said, not crashed on
         return Verdict(status="flagged", flags=tuple(tampered), notes=tuple(notes),
                        log="integrity check failed: " + "; ".join(tampered), **base)
-    forward_at_load = integrity.bound_forward(new)
     clock.lap("load")
     jit: dict[str, Any] = {}
     try:  # a JIT's first call (Triton), outside the timed window
@@ -168,46 +169,40 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         jit = first
         clock.lap("jit")
 
-    call_new = caller(new)
+    watch.call_new = caller(new)
+    watch.ref_ops, watch.varies, watch.expected, watch.sol = ref_ops, varies, checks, pre.sol
     phase = on_phase or (lambda name: None)
     phase("checking")
-    checked = check_trials(job, checks, call_new, device, ref_ops, varies, base)
+    checked = check_trials(job, checks, watch, base)
     if isinstance(checked, Verdict):
         return checked
     errs, flags = checked.errs, checked.flags
     notes += checked.notes
     native_errs = checks.native_errs
     dtypes: list[Any] = checks.dtypes
+    # The trials' own judgements (torch ops, input independence, precision), then what the candidate
+    # changed in torch so far is flagged and put back before the reference is timed.
+    found = integrity_checks.run("check", watch)
+    flags += found.flags
+    notes += found.notes
     clock.lap("check")
-
-    # What the candidate changed in torch so far is flagged (harness functions by their own check)
-    # and put back before the reference is timed.
-    flags += integrity.check_harness(harness) + tamper.check_and_restore(torch_state)
     timing.fix_threads()
     with torch.no_grad():
         # The timed inputs rotate over sets drawn from secret seeds before the candidate was
         # imported; sampled timed outputs are checked against fp64 answers computed after timing.
         phase("timing")
         try:
-            settled, timing_flags, ok, reason, timed_record = time_candidate(
-                job, ref, ref64, call_new, pre, device, base["gpu"], dtypes)
+            settled, timing_flags, timed_record = time_candidate(
+                job, ref, ref64, watch, pre, base["gpu"], dtypes)
             flags += timing_flags
             stats = settled.kept.stats
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=format_exc(exc), **errs, **base)
         clock.lap("time")
-        if not ok:
-            flags.append(f"recheck: {reason}")
-    flags += integrity.check_harness(harness)
-    flags += integrity.check_forward_unchanged(new, forward_at_load)
-    flags += tamper.check(torch_state)
-    if not checks.intact():
-        flags.append("reference-cache: the cached trial inputs or expected outputs changed during this"
-                     " evaluation (the candidate wrote memory it does not own)")
-        checks_module.drop(checks.key)
-    sol_flags, sol_notes, sol_fraction = timing.judge_speed_of_light(pre.sol, stats.new.median, SOL_FLOOR)
-    flags += sol_flags
-    notes += sol_notes
+    found = integrity_checks.run("after", watch)
+    flags += found.flags
+    notes += found.notes
+    sol_fraction = watch.sol_fraction
     flags = list(dict.fromkeys(flags))
     speedup = stats.ref.median / stats.new.median if stats.new.median > 0 else None
     interval = noise.speedup_interval((stats.ref.lo, stats.ref.hi), (stats.new.lo, stats.new.hi))
@@ -245,7 +240,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         status=status,
         flags=tuple(flags),
         notes=tuple(dict.fromkeys(notes)),
-        library=checked.library,
+        library=watch.library,
         trials=job.trials,
         time_ms=stats.new.median,
         time_p10_ms=stats.new.p10,

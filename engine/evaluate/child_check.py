@@ -1,6 +1,6 @@
 """The evaluation child's checking: the candidate's outputs against the reference's fp64 answers
-on every trial's inputs (engine.evaluate.checks caches them), allclose and relative L2 error,
-with the integrity checks (engine.evaluate.integrity) watching each call.
+on every trial's inputs (engine.evaluate.expected_cache caches them), allclose and relative L2 error,
+with the integrity checks of engine.evaluate.integrity_checks watching each call.
 
 Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
 library only.
@@ -13,8 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import checks as checks_module
-from engine.evaluate import clocks
+from engine.evaluate import clocks, expected_cache, integrity_checks
 from engine.evaluate.child_load import EvalFailure, format_exc, make_inputs
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
@@ -86,7 +85,7 @@ def caller(model: Any) -> Callable[..., Any]:
     return model
 
 
-def reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) -> Any:
+def reference_ops(checks: expected_cache.ReferenceChecks, ref: Any, device: str) -> Any:
     """The reference forward's aten compute ops and their times (engine.evaluate.integrity), on
     trial 0's inputs, once per reference-check set; taken before the candidate is imported."""
     import torch
@@ -103,7 +102,7 @@ def reference_ops(checks: checks_module.ReferenceChecks, ref: Any, device: str) 
     return hit
 
 
-def reference_varies(checks: checks_module.ReferenceChecks, device: str, atol: float,
+def reference_varies(checks: expected_cache.ReferenceChecks, device: str, atol: float,
                      rtol: float) -> dict[str, bool]:
     """Whether the reference's expected outputs change from one trial's inputs to another's:
     at all (at_all), and by more than the check's tolerance (beyond_tolerance: where they do not,
@@ -129,8 +128,8 @@ def same_outputs(a: list[Any], b: list[Any]) -> bool:
 
 
 def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
-                     cast: Any) -> checks_module.ReferenceChecks:
-    """The trials' inputs and fp64 answers for this job (engine.evaluate.checks): keyed by the
+                     cast: Any) -> expected_cache.ReferenceChecks:
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.expected_cache): keyed by the
     problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
     the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
     try:
@@ -144,61 +143,56 @@ def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: s
     def errors(native: Any, expected: Any) -> dict[str, float]:
         return compare(native, expected, float("inf"), float("inf"))[1]
 
-    return checks_module.expected_for(key, job.trials, seed, device, lambda: make_inputs(problem, device, cast),
-                                      ref, ref64, flatten, errors)
+    return expected_cache.expected_for(key, job.trials, seed, device,
+                                       lambda: make_inputs(problem, device, cast), ref, ref64, flatten, errors)
 
 
 @dataclasses.dataclass
 class Checked:
-    """What the check trials found on a candidate that passed them: its worst errors, and the
-    integrity checks' flags and notes."""
+    """What the check trials found on a candidate that passed them: its worst errors (the rest of
+    what they saw is on the watch, for the checks of the next phases)."""
 
     errs: dict[str, float]
     flags: list[str]
-    notes: list[str]
-    library: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
-def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: Callable[..., Any],
-                 device: str, ref_ops: Any, varies: dict[str, bool], base: dict[str, Any]) -> Checked | Verdict:
-    """The candidate (`call_new`) on every check trial's inputs against the cached fp64 answers,
-    watched by the integrity checks (inputs unchanged, outputs poisoned first, threads, torch
-    compute ops against the reference's `ref_ops`, input independence where the reference
-    `varies`). A Verdict (runtime_error, incorrect; with `base`) where it fails."""
+def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: integrity_checks.Watch,
+                 base: dict[str, Any]) -> Checked | Verdict:
+    """The candidate (`watch.call_new`) on every check trial's inputs against the cached fp64 answers,
+    watched by the integrity checks of the `trial` and `passed` phases (engine.evaluate.integrity_checks:
+    inputs unchanged, threads, outputs, trial 0's torch compute ops); its outputs poisoned first, and
+    whether they are the same on every trial kept on the watch. A Verdict (runtime_error, incorrect;
+    with `base`) where it fails."""
     import torch
 
     from engine.evaluate import integrity
 
     errs: dict[str, float] = {}
     dtypes: list[Any] = checks.dtypes
-    flags: list[str] = []
-    notes: list[str] = []
+    device = watch.device
+    call_new = watch.call_new
+    assert call_new is not None
+    found = integrity_checks.Finding()
     first_out: list[Any] | None = None  # trial 0's outputs: the same on every trial is input-independent
-    same_out = True
-    new_ops: Any = None  # the torch compute ops of one forward (engine.evaluate.integrity.OpProfile)
-    forward_s: list[float] = []  # the forward's seconds on the check trials after the first
-    library: dict[str, Any] = {}
     with torch.no_grad():
         for trial in range(job.trials):
             inputs = checks.trial_inputs(trial, device)
-            before = integrity.snapshot(inputs)
+            watch.trial, watch.inputs = trial, inputs
+            integrity_checks.capture("trial", watch)  # what the call may change: inputs, threads
             # Every block the caching allocator holds for the output sizes is overwritten with
             # NaN first, so a candidate that returns memory it never wrote cannot pass on
             # whatever was left there (the reference's answer, say).
             integrity.poison_allocator(checks.out_bytes, device)
-            threads = integrity.live_threads()
             try:
                 out, seconds = integrity.timed_call(lambda: call_new(*inputs), device)  # noqa: B023
                 if trial > 0:  # (trial 0 may pay one-time costs)
-                    forward_s.append(seconds)
+                    watch.forward_s.append(seconds)
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial, log=format_exc(exc), **base)
-            flags += integrity.check_threads(threads)
-            flags += integrity.check_inputs_unchanged(before, inputs)
+            found.add(integrity_checks.run("trial", watch))
             ok, trial_errs, reason = compare(out, checks.trial_expected(trial, device), job.atol, job.rtol,
                                              dtypes)
-            if ok:
-                flags += integrity.check_outputs(flatten(out), inputs, device)
             for k, v in trial_errs.items():
                 errs[k] = max(errs.get(k, 0.0), v)
             if not ok:
@@ -206,53 +200,18 @@ def check_trials(job: EvalJob, checks: checks_module.ReferenceChecks, call_new: 
                     status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
                     **errs, **base,
                 )
+            watch.outputs = flatten(out)
             if trial == 0:
-                first_out = [t.detach().clone() for t in flatten(out)]
+                first_out = [t.detach().clone() for t in watch.outputs]
             else:
-                same_out = same_out and same_outputs(first_out or [], flatten(out))
-            if trial == 0:  # more calls, on a copy of the inputs, watched for torch compute ops
-                fresh = integrity.snapshot(before)
-                try:
-                    new_ops, thread_flags = integrity.check_forward_ops(lambda: call_new(*fresh), device)  # noqa: B023
-                except Exception as exc:
-                    return Verdict(status="runtime_error", trials=1, log=format_exc(exc), **base)
-                flags += thread_flags
-            del out, before
-        if new_ops is not None:  # judged against the forward's time without the recorder
-            if forward_s:
-                new_ops = dataclasses.replace(new_ops, total_s=min(forward_s))
-            op_flags, op_notes, library = integrity.judge_torch_ops(new_ops, ref_ops)
-            flags += op_flags
-            notes += op_notes
-        if same_out and job.trials > 1 and varies["at_all"]:
-            flags.append("input-independent: ModelNew returns the same output for every input drawn,"
-                         " while the reference's output changes with its inputs")
+                watch.same_out = watch.same_out and same_outputs(first_out or [], watch.outputs)
+            try:  # (trial 0: one more call, on a copy of its inputs, watched for torch compute ops)
+                found.add(integrity_checks.run("passed", watch))
+            except Exception as exc:
+                return Verdict(status="runtime_error", trials=trial + 1, log=format_exc(exc), **base)
+            watch.outputs = []
+            watch.captured.pop("inputs-modified", None)
+            del out
         del first_out
-    flags += precision_flags(job, errs, checks.native_errs, dtypes)
-    return Checked(errs, flags, notes, library)
-
-
-# An fp32 problem's answer within this relative L2 error of fp64 is fp32 work (honest fp32 kernels
-# err by 1e-7..1e-5, whatever their order of summation); 16-bit and TF32 arithmetic err by 2e-4
-# and more (fp16 and TF32 inputs ~3e-4, bf16 ~2e-3 on softmax, matmul, conv, layernorm).
-FP32_REL_L2 = 1e-4
-# ... unless the reference itself errs nearly as much (cuDNN's TF32 convolutions): then the candidate
-# is flagged only when it errs this many times more than the reference does.
-PRECISION_MARGIN = 20.0
-
-
-def precision_flags(job: EvalJob, errs: dict[str, float], native: dict[str, float],
-                    dtypes: list[Any]) -> list[str]:
-    """A precision downgrade: an fp32 problem (outputs in fp32, no --precision cast) whose answers
-    err against fp64 like 16-bit (or TF32) arithmetic, well beyond the reference's own error in fp32.
-    Passing the method's tolerance (1e-2 by default) does not make such work fp32 work."""
-    import torch
-
-    if job.precision not in (None, "fp32") or not dtypes or any(d != torch.float32 for d in dtypes):
-        return []
-    err, ref_err = errs.get("rel_l2_err", 0.0), native.get("rel_l2_err", 0.0)
-    if err > FP32_REL_L2 and err > PRECISION_MARGIN * ref_err:
-        return [f"precision: an fp32 problem answered with a relative L2 error of {err:.2g} against fp64,"
-                f" that of 16-bit or TF32 arithmetic (fp32 work errs by under {FP32_REL_L2:g}; the"
-                f" reference itself by {ref_err:.2g}): compute in fp32"]
-    return []
+    watch.errs, watch.native_errs, watch.dtypes = errs, checks.native_errs, dtypes
+    return Checked(errs, found.flags, found.notes)

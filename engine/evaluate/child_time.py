@@ -9,11 +9,10 @@ library only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import clocks
+from engine.evaluate import clocks, integrity_checks
 from engine.evaluate.child_check import caller, compare
 from engine.evaluate.child_load import format_exc, make_inputs, reference_on_inputs, to_device
 from engine.evaluate.jobs import EvalJob
@@ -233,22 +232,23 @@ def _identical(a: list[Any], b: list[Any]) -> bool:
                                     for x, y in zip(a, b, strict=True))
 
 
-def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., Any], pre: BeforeCandidate,
-                   device: str, gpu: dict[str, Any] | None,
-                   dtypes: list[Any]) -> tuple[Any, list[str], bool, str, dict[str, Any]]:
+def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.Watch, pre: BeforeCandidate,
+                   gpu: dict[str, Any] | None, dtypes: list[Any]) -> tuple[Any, list[str], dict[str, Any]]:
     """Time the reference and the candidate interleaved on the rotation's input sets (`pre`,
     engine.evaluate.rotation; engine.evaluate.noise settles the passes; on a GPU, `gpu`'s probe
     watches other processes), look for work escaping the CUDA events, check the sampled timed
     outputs against the fp64 reference, and set the in-process reference time against the clean
     one (a reference slowed in this process is flagged, and the clean time is the speedup's then).
-    (the settled passes, flags, whether the timed outputs passed, why not, a record for the
-    verdict's timing). Raises what the candidate raises."""
+    The integrity checks of the `timed` and `rechecked` phases (engine.evaluate.integrity_checks)
+    judge what was seen, on `watch` (its `call_new`, the candidate called the harness's way).
+    (the settled passes, their flags, a record for the verdict's timing). Raises what the candidate raises."""
     import dataclasses
 
     from engine.evaluate import gpuload, noise, timing
 
-    flags: list[str] = []
     record: dict[str, Any] = {}
+    device, call_new = watch.device, watch.call_new
+    assert call_new is not None
     rotation = pre.rotation
     probe = gpuload.probe_for(gpu) if device == "cuda" else None
     call_ref = caller(ref)
@@ -256,12 +256,12 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
     settled = noise.settle(lambda: timing.time_pass(
         lambda *a: call_ref(*a), lambda *a: call_new(*a), device,
         budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe, feed=rotation))
-    stats = settled.kept.stats
-    if device == "cuda":
-        flags += timing.check_escaping_work(lambda *a: call_new(*a), stats.new.median, feed=rotation)
+    stats = watch.stats = settled.kept.stats
+    watch.rotation = rotation
+    flags = integrity_checks.run("timed", watch).flags
     t0 = clocks.perf_counter()
     ok, reason, sample_flags, checked = check_samples(rotation, ref64, device, job.atol, job.rtol, dtypes)
-    flags += sample_flags
+    watch.recheck = (ok, reason, sample_flags)
     record["rotation"] = {**rotation.cost(), "checked": checked, "check_s": round(clocks.since(t0), 4)}
     rotation.release()
     if pre.clean:
@@ -277,7 +277,7 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
             record["reference_clean"]["stale"] = True
         if slowed:
             if quiet and device == "cuda":
-                flags.append(slowed)
+                watch.reference_slowed = slowed  # flagged (integrity_checks: reference-slowed)
             else:  # other work on the host or the GPU may be what slowed it (on a 2-core cpu host
                 # honest kernels were flagged this way while builds ran, the timer's core waits
                 # notwithstanding): not flagged, but the speedup is not taken against the slowed
@@ -292,4 +292,6 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, call_new: Callable[..., A
             settled = dataclasses.replace(settled, kept=kept, passes=passes)
     if pre.sol.floor_ms or pre.sol.flops_ms:
         record["speed_of_light"] = {k: v for k, v in pre.sol.to_dict().items() if v is not None}
-    return settled, flags, ok, reason, record
+    watch.stats = settled.kept.stats
+    flags += integrity_checks.run("rechecked", watch).flags
+    return settled, flags, record

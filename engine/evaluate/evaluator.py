@@ -133,7 +133,7 @@ class LocalEvaluator(ReferenceTimings):
         self.profile_each = profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         # The check trials' input seed: secret to this evaluator (one session, one `ktree eval`
-        # run), sent with each job, never written down (engine.evaluate.checks).
+        # run), sent with each job, never written down (engine.evaluate.expected_cache).
         self._input_seed = secrets.randbits(62)
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
@@ -246,7 +246,8 @@ class LocalEvaluator(ReferenceTimings):
             await self._warm(job.problem_path, job.sizes, job.precision)
 
         if job.input_seed is None and job.mode == "evaluate":
-            job = job.replace(input_seed=self._input_seed)  # the session's secret (engine.evaluate.checks)
+            # the session's secret (engine.evaluate.expected_cache)
+            job = job.replace(input_seed=self._input_seed)
 
         pending: dict[str, dict] = {}
         prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
@@ -284,7 +285,7 @@ class LocalEvaluator(ReferenceTimings):
                      build_s: float | None, on_phase: PhaseCallback | None) -> Verdict:
         """evaluate()'s part on a device: held (its host lock), the reference timed where it is
         not on disk yet, the worker's run, what comes after (a profile, the sanitizer). A verdict of
-        ktree's own out-of-memory (engine.evaluate.checks.label_oom: never the candidate's) is
+        ktree's own out-of-memory (engine.evaluate.expected_cache.label_oom: never the candidate's) is
         judged once more, on a fresh worker."""
         retried = False
         while True:

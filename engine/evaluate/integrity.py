@@ -1,7 +1,10 @@
-"""Integrity checks: ways a candidate can pass the numeric check without doing the work.
+"""The detectors behind the integrity checks: ways a candidate can pass the numeric check without
+doing the work (the op recorder and its lineage, outputs, inputs, threads, the harness's functions,
+precision).
 
-Each check returns reasons (strings); any reason makes the verdict `flagged`. Imports only torch
-and the standard library (runs in the evaluation child).
+Each returns reasons (strings); any reason makes the verdict `flagged`. The checks that call them,
+their names, phases and evidence are in the registry (engine.evaluate.integrity_checks). Imports
+only torch and the standard library (runs in the evaluation child).
 """
 
 from __future__ import annotations
@@ -491,3 +494,27 @@ def check_threads(before: set[int]) -> list[str]:
     started = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
     return [f"host threads: forward left {len(started)} thread(s) running ({', '.join(started[:3])})"] \
         if started else []
+
+
+# An fp32 problem's answer within this relative L2 error of fp64 is fp32 work (honest fp32 kernels
+# err by 1e-7..1e-5, whatever their order of summation); 16-bit and TF32 arithmetic err by 2e-4
+# and more (fp16 and TF32 inputs ~3e-4, bf16 ~2e-3 on softmax, matmul, conv, layernorm).
+FP32_REL_L2 = 1e-4
+# ... unless the reference itself errs nearly as much (cuDNN's TF32 convolutions): then the candidate
+# is flagged only when it errs this many times more than the reference does.
+PRECISION_MARGIN = 20.0
+
+
+def precision_flags(job: Any, errs: dict[str, float], native: dict[str, float],
+                    dtypes: list[Any]) -> list[str]:
+    """A precision downgrade: an fp32 problem (outputs in fp32, no --precision cast) whose answers
+    err against fp64 like 16-bit (or TF32) arithmetic, well beyond the reference's own error in fp32.
+    Passing the method's tolerance (1e-2 by default) does not make such work fp32 work."""
+    if job.precision not in (None, "fp32") or not dtypes or any(d != torch.float32 for d in dtypes):
+        return []
+    err, ref_err = errs.get("rel_l2_err", 0.0), native.get("rel_l2_err", 0.0)
+    if err > FP32_REL_L2 and err > PRECISION_MARGIN * ref_err:
+        return [f"precision: an fp32 problem answered with a relative L2 error of {err:.2g} against fp64,"
+                f" that of 16-bit or TF32 arithmetic (fp32 work errs by under {FP32_REL_L2:g}; the"
+                f" reference itself by {ref_err:.2g}): compute in fp32"]
+    return []

@@ -69,14 +69,14 @@ def _reset_peak_memory() -> None:
 
 def _after_evaluation(verdict: Any) -> Any:
     """Before the engine lets the GPU's lock go: this process's memory made small
-    (engine.evaluate.checks.after_evaluation: a device-resident check set offloaded where another
+    (engine.evaluate.expected_cache.after_evaluation: a device-resident check set offloaded where another
     ktree process shares the GPU, the allocator's free blocks returned), and its peak GPU memory in
     this evaluation recorded (`timing.memory`: peak_reserved, peak_allocated, kept_reserved bytes)."""
     import dataclasses
 
     import torch
 
-    from engine.evaluate import checks
+    from engine.evaluate import expected_cache
 
     memory: dict[str, Any] = {}
     with contextlib.suppress(Exception):
@@ -84,11 +84,11 @@ def _after_evaluation(verdict: Any) -> Any:
             memory = {"peak_reserved": torch.cuda.max_memory_reserved(),
                       "peak_allocated": torch.cuda.max_memory_allocated()}
     try:
-        done = checks.after_evaluation()
+        done = expected_cache.after_evaluation()
     except Exception as exc:  # never the verdict's business: said, and the set dropped
         done = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         with contextlib.suppress(Exception):
-            checks.clear()
+            expected_cache.clear()
     memory.update(done)
     if "device_reserved" in memory:
         memory["kept_reserved"] = memory.pop("device_reserved")

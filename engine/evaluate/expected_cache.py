@@ -1,5 +1,6 @@
 """The check trials' inputs and fp64 expected outputs, computed once per worker process when they
-fit the host-wide memory budget, else recomputed live per trial.
+fit the host-wide memory budget, else recomputed live per trial. (The integrity checks are
+elsewhere: engine.evaluate.integrity_checks.)
 
 Within a session every variant of a problem is checked at the same sizes, precision and device,
 so the trials' inputs and the reference's fp64 answers on them are the same work for every

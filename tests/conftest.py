@@ -96,10 +96,10 @@ def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kernel_flags(flags: tuple[str, ...] | list[str]) -> list[str]:
     """The flags that judge the kernel: not a review mark, not a remark on the timing's quality
-    (noisy, contended: what a busy test machine may give any verdict)."""
-    from engine.evaluate.verdict import TIMING_FLAGS
+    (noisy, contended, reference-disturbed: what a busy test machine may give any verdict)."""
+    from engine.evaluate.verdict import is_timing_flag
 
-    return [f for f in flags if not f.startswith("review") and f not in TIMING_FLAGS]
+    return [f for f in flags if not f.startswith("review") and not is_timing_flag(f)]
 
 
 def run_ktree(*args: str, env: dict[str, str] | None = None, timeout: float = 600,

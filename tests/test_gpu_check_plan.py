@@ -112,3 +112,11 @@ def test_the_report_shows_one_gpu_against_two(tmp_path):
     assert "| distinct | 40 | 40.0 | 40 | 74.0 | 1.85x | 5.0 % | yes |" in md, md
     assert "| distinct | 2 devices | gpu1 | 20 | 83.3 % |" in md, md
     assert "## A suite of 4 on two GPUs" in md and "gpu1 20, 50.0 s, 5.0 %" in md, md
+
+
+def test_the_prebuild_lists_its_sources_without_a_gpu():
+    """scripts/gpu-prebuild reads the sources the GPU tests build (an import the GPU box alone would
+    otherwise find broken)."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu-prebuild"), "--list"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) >= 10, proc.stderr[-2000:]

@@ -6,11 +6,12 @@ them alone, for each source mode: `distinct` (every variant a fresh source that 
 variants per minute on each, their ratio, and per device its evaluations, busy fraction of the
 wall and idle time while compiled variants waited.
 
-One evaluator per placement (every device; the first alone) serves all of the bench's searches, as
-one serves a long search: a short warm-up search on each first (the workers' start, the
-precompiled header, the references' times per GPU model), reported apart, then per mode the
-several-device run and then the one-device run. Whatever the first run leaves warm (in `repeated`
-mode: the library's builds) the one-device run finds ready, so the ratio is, if anything, low.
+One evaluator per placement (every device; the first alone) serves all of that placement's
+searches, as one serves a long search, and only one exists at a time: a short warm-up search
+first (the workers' start, the precompiled header, the references' times per GPU model),
+reported apart, then a search per mode. Every device first, then the first alone: whatever the
+first placement leaves warm (in `repeated` mode: the library's builds) the one-device runs find
+ready, so the ratio is, if anything, low.
 """
 
 from __future__ import annotations
@@ -46,39 +47,39 @@ async def scaling_bench(problem: Any, backend: str, arch: str | None, *, gpus: S
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown source mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
-    # One evaluator per placement, kept for every search of the bench: its workers, started in the
-    # warm-up, serve every mode (as they serve a long search), so start-up is reported apart.
-    evaluators = {key: LocalEvaluator(backend, compile_workers=shape.get("compile_workers"), cuda_arch=arch,
-                                      **_placement(backend, gpus, devices, key == "one"))
-                  for key in ("many", "one")}
-    runs: list[dict[str, Any]] = []
+    # One evaluator per placement, kept for every search of that placement (its workers, started in
+    # the warm-up, serve each mode as they serve a long search), and only one at a time: the other's
+    # workers would hold GPU memory (their cached check sets) while this one runs.
+    results: dict[str, dict[str, dict[str, Any]]] = {"many": {}, "one": {}}
     warm: dict[str, Any] = {}
-    try:
-        if warm_up:
-            small = {**shape, "rounds": 1, "ideas": 1, "variants": max(1, count), "suite": 1}
-            for key, evaluator in evaluators.items():
+    for key in ("many", "one"):
+        evaluator = LocalEvaluator(backend, compile_workers=shape.get("compile_workers"), cuda_arch=arch,
+                                   **_placement(backend, gpus, devices, key == "one"))
+        try:
+            if warm_up:
+                small = {**shape, "rounds": 1, "ideas": 1, "variants": max(1, count), "suite": 1}
                 done = await pipeline_bench(problem, backend, arch, **small, evaluator=evaluator,
                                             keep_evaluator=True)
                 warm[key] = {"wall_s": done["wall_s"], "status": done["status"]}
-        for mode in modes:
-            repeat = mode == "repeated"
-            result = {key: await pipeline_bench(problem, backend, arch, repeat_sources=repeat, **shape,
-                                                evaluator=evaluators[key], keep_evaluator=True)
-                      for key in ("many", "one")}
-            many, one = result["many"], result["one"]
-            ratio = (many["variants_per_minute"] / one["variants_per_minute"]
-                     if one["variants_per_minute"] else None)
-            worst_idle = max((d["idle_fraction_while_waiting"] for d in many["devices"]), default=0.0)
-            runs.append({
-                "mode": mode, "devices": count, "one": one, "many": many,
-                "ratio": None if ratio is None else round(ratio, 3),
-                "worst_idle_while_waiting": worst_idle,
-                "meets": {"ratio": ratio is not None and ratio >= TARGET_RATIO_PER_DEVICE * count,
-                          "idle": worst_idle <= TARGET_IDLE},
-            })
-    finally:
-        for evaluator in evaluators.values():
+            for mode in modes:
+                results[key][mode] = await pipeline_bench(
+                    problem, backend, arch, repeat_sources=mode == "repeated", **shape, evaluator=evaluator,
+                    keep_evaluator=True)
+        finally:
             await evaluator.close()
+    runs: list[dict[str, Any]] = []
+    for mode in modes:
+        many, one = results["many"][mode], results["one"][mode]
+        ratio = (many["variants_per_minute"] / one["variants_per_minute"]
+                 if one["variants_per_minute"] else None)
+        worst_idle = max((d["idle_fraction_while_waiting"] for d in many["devices"]), default=0.0)
+        runs.append({
+            "mode": mode, "devices": count, "one": one, "many": many,
+            "ratio": None if ratio is None else round(ratio, 3),
+            "worst_idle_while_waiting": worst_idle,
+            "meets": {"ratio": ratio is not None and ratio >= TARGET_RATIO_PER_DEVICE * count,
+                      "idle": worst_idle <= TARGET_IDLE},
+        })
     finished = all(r[k]["status"] == "finished" for r in runs for k in ("one", "many"))
     status = "finished" if finished else "failed"
     return {"scaling": True, "problem": problem.name, "backend": backend, "devices": count,

@@ -150,7 +150,7 @@ class Worker:
 
     async def warm(self, job: EvalJob, timeout_s: float) -> dict[str, Any]:
         """Before the device's lock: the process compiles a Triton solution's kernels without
-        running them (engine.evaluate.child_load.triton_prewarm), so the evaluation under the lock
+        running them (engine.evaluate.languages.triton.triton_prewarm), so the evaluation under the lock
         only loads them. Its report ({} when nothing was done); a process that hangs here is
         stopped (the evaluation then starts a new one)."""
         if self.proc is None or self.proc.returncode is not None or self.proc.stdin is None:

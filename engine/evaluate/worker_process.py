@@ -10,7 +10,7 @@ the H100 box). The engine writes one request per line on stdin — `{"job": PATH
 that is not the job's doing: the engine sends it again to a new worker), any number of
 `{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
 A request with `"warm": "1"` comes before the engine takes the GPU's lock: a Triton solution's
-kernels are compiled, not run (engine.evaluate.child_load.triton_prewarm); its result is that
+kernels are compiled, not run (engine.evaluate.languages.triton.triton_prewarm); its result is that
 report, and the process stays.
 The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
 never into the protocol.
@@ -136,7 +136,7 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         with open(request["job"]) as f:
             job = EvalJob.from_dict(json.load(f))
         os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
-        if request.get("warm"):  # before the GPU's lock: Triton's JIT only (child_load.triton_prewarm)
+        if request.get("warm"):  # before the GPU's lock: Triton's JIT only (languages.triton.triton_prewarm)
             _reset_extension_versions()
             _write_result(request["result"], _prewarm(job))
             send({"done": request["result"]})

@@ -7,9 +7,9 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, RichLog, Static
 from textual_plotext import PlotextPlot
 
 from engine.domain import best_variant, library_excluded, session_library_ops
@@ -40,6 +40,7 @@ class CompareScreen(Screen):
         super().__init__()
         self.ids = (a, b)
         self.data: dict[int, dict[str, Any]] = {}
+        self.code: dict[int, Text] = {}  # what each session's pane shows
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -48,9 +49,8 @@ class CompareScreen(Screen):
             yield DataTable(id="compare-table", cursor_type="none")
             yield PlotextPlot(id="compare-plot")
         with Horizontal(id="compare-code"):
-            for sid in self.ids:
-                with VerticalScroll(id=f"best-{sid}"):
-                    yield Static("", id=f"code-{sid}")
+            for sid in self.ids:  # a log renders the lines it shows, not the whole kernel up front
+                yield RichLog(id=f"code-{sid}", wrap=False, auto_scroll=False)
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
@@ -87,12 +87,13 @@ class CompareScreen(Screen):
                 plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker=marker, color=colour)
         for sid in self.ids:
             best = self.data[sid]["best"]
-            widget = self.query_one(f"#code-{sid}", Static)
             if best is None:
-                widget.update(Text(f"session {sid}: no correct variant", style="dim"))
+                text = Text(f"session {sid}: no correct variant", style="dim")
             else:
                 head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                widget.update(head + highlight_source(best.source, dark=self.app.current_theme.dark))
+                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
+            self.code[sid] = text
+            self.query_one(f"#code-{sid}", RichLog).write(text)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -62,6 +62,8 @@ class SessionsScreen(Screen):
         self.rows: dict[int, dict[str, Any]] = {}
         self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
         self.query_text = ""  # the `/` filter: only the rows it matches
+        self._lines: list[tuple[str, list[Any]]] = []  # the table's rows as last written
+        self.reloads = 0  # reads of the database shown so far (scripts/bench-tui waits on it)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -124,7 +126,6 @@ class SessionsScreen(Screen):
 
     async def action_reload(self) -> None:
         table = self.query_one("#sessions", DataTable)
-        cursor = table.cursor_row
         store = self.app.store  # type: ignore[attr-defined]
         rows = await store.sessions()
         self.rows = {s["id"]: s for s in rows}
@@ -133,28 +134,34 @@ class SessionsScreen(Screen):
             suite["line"], suite["short"] = await suite_line(store, suite["id"])
             self.suites[suite["id"]] = suite
         self.marked = [m for m in self.marked if m in self.rows]
-        with self.app.batch_update():
-            table.clear()
-            shown: set[int] = set()
-            for s in rows:  # newest first; a suite's sessions under it, where its newest one is
-                suite_id = s.get("suite_id")
-                if suite_id is None or suite_id not in self.suites:
-                    if self._wanted(self._cells(s)):
-                        table.add_row(*self._cells(s), key=str(s["id"]))
-                elif suite_id not in shown:
-                    shown.add(suite_id)
-                    members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
-                    head = self._suite_cells(self.suites[suite_id])
-                    kept = [m for m in members if self._wanted([*head[:2], *self._cells(m, indent=True)])]
-                    if kept:
-                        table.add_row(*head, key=f"suite-{suite_id}")
-                    for member in kept:
-                        table.add_row(*self._cells(member, indent=True), key=str(member["id"]))
-            if table.row_count:
-                table.move_cursor(row=min(cursor, table.row_count - 1))
+        lines: list[tuple[str, list[Any]]] = []  # (row key, cells), as the table shows them
+        shown: set[int] = set()
+        for s in rows:  # newest first; a suite's sessions under it, where its newest one is
+            suite_id = s.get("suite_id")
+            if suite_id is None or suite_id not in self.suites:
+                if self._wanted(self._cells(s)):
+                    lines.append((str(s["id"]), self._cells(s)))
+            elif suite_id not in shown:
+                shown.add(suite_id)
+                members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
+                head = self._suite_cells(self.suites[suite_id])
+                kept = [m for m in members if self._wanted([*head[:2], *self._cells(m, indent=True)])]
+                if kept:
+                    lines.append((f"suite-{suite_id}", head))
+                lines += [(str(m["id"]), self._cells(m, indent=True)) for m in kept]
+        if lines != self._lines:  # as shown already (back from a session): the table is left as it is
+            self._lines = lines
+            cursor = table.cursor_row  # where it is now: keys pressed during the read moved it
+            with self.app.batch_update():
+                table.clear()
+                for key, cells in lines:
+                    table.add_row(*cells, key=key)
+                if table.row_count:
+                    table.move_cursor(row=min(cursor, table.row_count - 1))
         if not rows:
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
+        self.reloads += 1
 
     def _wanted(self, cells: list[Any]) -> bool:
         return not self.query_text or matches(self.query_text, cells)
@@ -312,15 +319,7 @@ class SessionsScreen(Screen):
             self.notify(f"session {row['id']} is {session_status(row)}: only an interrupted one resumes",
                         severity="warning")
             return
-        from engine.launch import ResumeRequest, UsageError, prepare_resume
-
-        store = self.app.store  # type: ignore[attr-defined]
-        try:  # on the app's own store, in its loop
-            prepared = await prepare_resume(ResumeRequest(session=row["id"]), store)
-        except UsageError as exc:
-            self.notify(f"cannot resume: {exc}", severity="error")
-            return
-        await self.app.start_search(prepared.search)  # type: ignore[attr-defined]
+        await self.app.resume_session(row["id"])  # type: ignore[attr-defined]
 
     async def action_mark(self) -> None:
         row = self._current()

@@ -269,8 +269,9 @@ def test_the_tui_bench_is_a_script_of_the_checkout():
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--nodes", "20",
-                           "--moves", "2"], capture_output=True, text=True, timeout=300, cwd="/")
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--part", "cursor",
+                           "--nodes", "20", "--moves", "2"],
+                          capture_output=True, text=True, timeout=300, cwd="/")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| tree cursor (down/right) | 2 |" in proc.stdout and "key-to-render median" in proc.stdout
     assert run_ktree("bench", "tui").returncode == 2  # no longer a ktree command

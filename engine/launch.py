@@ -83,6 +83,7 @@ class RunRequest:
     ray_workers: int | None = None
     profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile)
     library_ops: str = "allow"  # LIBRARY_OPS: may library-marked variants be parents and the best
+    eval_timeout: float | None = None  # seconds an evaluation may hold its device; None: from the problem
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience; kept as tuples so a request stays immutable.
@@ -225,13 +226,15 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                    recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
                    isolation: str = "auto", ray_address: str | None = None,
                    ray_workers: int | None = None, profile: str = "off",
-                   profile_each: bool = False) -> tuple[str, Evaluator]:
+                   profile_each: bool = False, eval_timeout: float | None = None) -> tuple[str, Evaluator]:
     """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
     resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
     joined or started here; `auto` is then the cluster's backend, and each node resolves the
     isolation level for itself). `profile` (auto | ncu | torch | off): how correct variants are
     profiled, on this host or on the Ray node that evaluated them; `profile_each`: each correct
-    variant as it is evaluated, else (a search) only those the evaluator's profile() is asked for."""
+    variant as it is evaluated, else (a search) only those the evaluator's profile() is asked for.
+    `eval_timeout`: the seconds an evaluation may hold its device (None: from the problem,
+    engine.evaluate.eval_limit)."""
     _choice("executor", executor, EXECUTORS)
     _choice("profile", profile, PROFILE_MODES)
     if executor != "ray":
@@ -245,7 +248,8 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                                  f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
         level, _ = resolve_isolation(isolation)
         return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
-                                        isolation=level, profile=profile, profile_each=profile_each)
+                                        isolation=level, profile=profile, profile_each=profile_each,
+                                        run_timeout_s=eval_timeout)
     if gpus is not None:
         raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.executors import ray_executor
@@ -255,7 +259,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
         backend = ray_executor.cluster_backend(requested_backend)
         return backend, ray_executor.RayEvaluator(
             backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-            shutdown=connected, profile=profile, profile_each=profile_each)
+            shutdown=connected, profile=profile, profile_each=profile_each, run_timeout_s=eval_timeout)
     except ray_executor.RayExecutorError as exc:
         raise UsageError(str(exc)) from None
 
@@ -343,7 +347,8 @@ def prepare_run(request: RunRequest) -> Prepared:
     backend, evaluator = make_evaluator(
         request.backend, executor=request.executor, gpus=request.gpus,
         compile_workers=request.compile_workers, isolation=request.isolation,
-        ray_address=request.ray_address, ray_workers=request.ray_workers, profile=request.profile)
+        ray_address=request.ray_address, ray_workers=request.ray_workers, profile=request.profile,
+        eval_timeout=request.eval_timeout)
     models = _build_models(list(request.models), request.provider, problem, backend, seed=request.seed,
                            base_url=request.base_url, timeout_s=request.llm_timeout)
     if any(getattr(p, "scripted", False) for p, _ in models):
@@ -412,7 +417,7 @@ def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepare
         session["backend"], executor=request.executor, gpus=request.gpus,
         recorded_gpus=session["config"].get("gpus"), compile_workers=request.compile_workers,
         isolation=request.isolation, ray_address=request.ray_address, ray_workers=request.ray_workers,
-        profile=request.profile)
+        profile=request.profile, eval_timeout=session["config"].get("eval_timeout"))
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
     models = _build_models(specs, provider, problem, backend, seed=request.seed, base_url=request.base_url,
@@ -443,8 +448,15 @@ def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
         fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,
         max_variants=request.max_variants, time_limit_s=request.time_limit,
         llm_concurrency=request.llm_concurrency, languages=parse_languages(request.language),
-        library_ops=request.library_ops,
+        library_ops=request.library_ops, eval_timeout=eval_timeout(request.eval_timeout),
     )
+
+
+def eval_timeout(seconds: float | None) -> float | None:
+    """--eval-timeout, checked: more than 0 (None: from the problem)."""
+    if seconds is not None and seconds <= 0:
+        raise UsageError(f"--eval-timeout: {seconds:g} must be more than 0 seconds")
+    return seconds
 
 
 def parse_languages(spec: str) -> tuple[str, ...]:

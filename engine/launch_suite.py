@@ -183,7 +183,8 @@ def prepare_suite(request: SuiteRequest) -> PreparedSuite:
     check_languages(parse_languages(run.language))
     backend, evaluator = make_evaluator(
         run.backend, executor=run.executor, gpus=run.gpus, compile_workers=run.compile_workers,
-        isolation=run.isolation, ray_address=run.ray_address, ray_workers=run.ray_workers)
+        isolation=run.isolation, ray_address=run.ray_address, ray_workers=run.ray_workers,
+        eval_timeout=run.eval_timeout)
     entries = _with_isolation(_suite_entries(files, run, backend), evaluator)
     record = {"run": {**asdict(run), "backend": backend, "gpus": evaluator.gpus},
               "suite_budget_usd": request.suite_budget_usd, "specs": list(request.problems)}
@@ -217,7 +218,7 @@ async def prepare_suite_resume(request: SuiteResumeRequest, store: Store) -> Pre
         backend, evaluator = make_evaluator(
             run.backend, executor=run.executor, gpus=request.gpus, recorded_gpus=recorded.get("gpus"),
             compile_workers=run.compile_workers, isolation=run.isolation, ray_address=run.ray_address,
-            ray_workers=run.ray_workers)
+            ray_workers=run.ray_workers, eval_timeout=run.eval_timeout)
         entries = _suite_entries(list(suite["problems"]), run, backend)
         return PreparedSuite(entries, evaluator, suite["name"], suite["config"], cap, resume=request.suite)
 

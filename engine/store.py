@@ -60,7 +60,8 @@ def session_state(row: dict[str, Any], now: float | None = None) -> str:
 
 def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
     node = {k: row[k] for k in Node.__dataclass_fields__}
-    return Node(**{**node, "pinned": bool(node["pinned"]), "pruned": bool(node["pruned"])})
+    return Node(**{**node, "pinned": bool(node["pinned"]), "pruned": bool(node["pruned"]),
+                   "disturbed": bool(node["disturbed"])})
 
 
 def _writes(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
@@ -245,7 +246,7 @@ class Store:
     @_writes
     async def update_node(self, node_id: int, **fields: Any) -> None:
         allowed = {"status", "source", "text", "title", "speedup", "time_ms", "pinned", "pruned", "want",
-                   "library"}
+                   "library", "disturbed"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update node fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)

@@ -5,7 +5,7 @@ Kept apart from engine.store so the SQL reads on its own; engine.store re-export
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     want       INTEGER NOT NULL DEFAULT 0,   -- an idea still generating: how many ideas it asks for
     language   TEXT NOT NULL DEFAULT '',     -- a variant's kernel language: cuda | triton ('' otherwise)
     library    TEXT NOT NULL DEFAULT '',     -- its verdict's `library` mark: the ops, joined ('' none)
+    disturbed  INTEGER NOT NULL DEFAULT 0,   -- its verdict's reference time disagreed with its history
     speedup    REAL,
     time_ms    REAL,
     created_at REAL NOT NULL,
@@ -203,5 +204,12 @@ UPDATE nodes SET library = COALESCE((SELECT group_concat(ops.value, ', ')
     FROM evaluations e, json_each(e.verdict, '$.library.ops') AS ops
     WHERE e.id = (SELECT MAX(id) FROM evaluations WHERE node_id = nodes.id)), '')
     WHERE kind = 'variant';
+""",
+    9: """
+ALTER TABLE nodes ADD COLUMN disturbed INTEGER NOT NULL DEFAULT 0;
+UPDATE nodes SET disturbed = 1 WHERE kind = 'variant' AND EXISTS (SELECT 1
+    FROM evaluations e, json_each(e.verdict, '$.flags') AS f
+    WHERE e.id = (SELECT MAX(id) FROM evaluations WHERE node_id = nodes.id)
+      AND f.value LIKE 'reference-disturbed%');
 """,
 }

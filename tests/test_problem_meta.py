@@ -61,10 +61,23 @@ def test_problem_tolerance_is_the_default_and_cpu_preset_names_are_checked(tmp_p
         load_problem(str(bad))
 
 
+# A plain KernelBench file writes its sizes as arithmetic (issue 36 item 23).
+KB_MATMUL = MATMUL.replace("M = 512\nK = 256", "N = 2048 * 2\nM = N // 16 + 0\nK = 1 << 8\nflag = True")
+
+
+def test_sizes_written_as_arithmetic_are_sizes():
+    from engine.evaluate.loading import size_constants
+
+    assert size_constants(KB_MATMUL) == {"N": 4096, "M": 256, "K": 256}  # a bool is no size
+    assert size_constants("a = 2 ** 100000\nb = 1 / 2\nc = x * 2\nd = -3 * 2\ne = 5 // 0\n") == {"d": -6}
+
+
 def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     path = tmp_path / "mm.py"
     path.write_text(MATMUL)
-    proc = run_ktree("--db", str(tmp_path / "none.db"), "problems", str(path))
+    kb = tmp_path / "kb_matmul.py"
+    kb.write_text(KB_MATMUL)
+    proc = run_ktree("--db", str(tmp_path / "none.db"), "problems", str(path), str(kb))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     softmax = next(line for line in lines if line.startswith("| softmax |"))
@@ -73,6 +86,8 @@ def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     assert f"{2 * 512 * 256 * 256:.3g} (est.)" in mm
     # Which problems the offline scripted provider answers for, said up front.
     assert softmax.endswith("| cpu, cuda, triton |") and mm.endswith("| - |")
+    kb_row = next(line for line in lines if line.startswith("| kb_matmul |"))
+    assert "N=4096, M=256, K=256" in kb_row, kb_row
     fp16 = next(line for line in lines if line.startswith("| matmul_fp16 |"))
     assert fp16.endswith("| triton |")  # Triton kernels only: none for a C++ search on either backend
 

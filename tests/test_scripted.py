@@ -81,6 +81,23 @@ def test_a_stand_in_that_fails_to_compile_still_gets_its_fix():
     assert fixed.strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
 
 
+def test_the_docs_name_every_problem_the_library_answers_for():
+    """docs/scripted.md's table is what `ktree problems` shows (issue 36 item 24)."""
+    from pathlib import Path
+
+    from engine.llm.scripted import scripted_backends
+    from engine.problems import builtin_problems
+
+    text = (Path(__file__).parent.parent / "docs" / "scripted.md").read_text()
+    table = dict(line.strip("| ").split(" | ") for line in text.splitlines()
+                 if line.startswith("| ") and not line.startswith(("| problem", "| ---")))
+    backends = {name: scripted_backends(name) for name in builtin_problems()}
+    shipped = {name: ", ".join(kinds) for name, kinds in backends.items() if kinds}
+    assert table == shipped
+    words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+    assert f"It answers for {words[len(shipped)]} problems" in text
+
+
 def test_problem_without_scripted_answers_is_refused():
     assert set(SEEDS) <= set(scripted_problems())
     provider = ScriptedProvider("gemm", "cpu")  # made (a suite records the problem as failed) ...

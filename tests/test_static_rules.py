@@ -179,7 +179,7 @@ def test_the_flag_reaches_the_verdict_evaluate_returns(tmp_path, monkeypatch) ->
     async def judged_on_device(self, job, *args):
         return Verdict(status="correct", backend="cpu", log="3 trials passed", timing={"reps": 5})
 
-    monkeypatch.setattr(evaluator_module, "run_child", built)
+    monkeypatch.setattr(evaluator_module.build_memo, "compile_job", built)  # the build, remembered or not
     monkeypatch.setattr(LocalEvaluator, "_judge", judged_on_device)
 
     async def go(source: str) -> Verdict:

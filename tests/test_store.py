@@ -128,7 +128,7 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             " ALTER TABLE sessions DROP COLUMN heartbeat_at;"
             " DROP TABLE rounds; ALTER TABLE nodes DROP COLUMN want; ALTER TABLE nodes DROP COLUMN language;"
             " DROP TABLE suites; ALTER TABLE sessions DROP COLUMN suite_id;"
-            " ALTER TABLE nodes DROP COLUMN library;"
+            " ALTER TABLE nodes DROP COLUMN library; ALTER TABLE nodes DROP COLUMN disturbed;"
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
@@ -166,7 +166,7 @@ async def test_the_library_mark_round_trips_and_a_version_7_database_gets_it_fro
     with sqlite3.connect(tmp_path / "k.db") as conn:  # a verdict from before the field; back to schema 7
         conn.execute("UPDATE evaluations SET verdict = json_remove(verdict, '$.library') WHERE node_id = ?",
                      (own.id,))
-        conn.executescript("ALTER TABLE nodes DROP COLUMN library;"
+        conn.executescript("ALTER TABLE nodes DROP COLUMN library; ALTER TABLE nodes DROP COLUMN disturbed;"
                            " UPDATE meta SET value = '7' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
@@ -174,6 +174,32 @@ async def test_the_library_mark_round_trips_and_a_version_7_database_gets_it_fro
                                                                  own.id: ""}
     verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations(sid)}
     assert verdicts[own.id].library == {} and verdicts[marked.id].library == library
+    await store.close()
+
+
+async def test_a_version_8_database_gets_the_disturbed_mark_from_its_verdicts(tmp_path: Path):
+    """Issue 36: a variant whose verdict's reference time disagreed with its history
+    (`reference-disturbed: ...`) is marked in the node's `disturbed` column, backfilled on migration."""
+    from engine.evaluate.verdict import Verdict
+
+    store = await Store.open(tmp_path / "k.db")
+    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+                                     strategy="tree", provider="x", models=["m"], config={}, sizes={})
+    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    hit = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
+    quiet = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
+    await store.add_evaluation(node_id=hit.id, session_id=sid, verdict=Verdict(
+        status="correct", flags=("noisy", "reference-disturbed: the reference took 15.35 ms here ...")))
+    await store.add_evaluation(node_id=quiet.id, session_id=sid,
+                               verdict=Verdict(status="correct", flags=("noisy",)))
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        conn.executescript("ALTER TABLE nodes DROP COLUMN disturbed;"
+                           " UPDATE meta SET value = '8' WHERE key = 'schema_version';")
+
+    store = await Store.open(tmp_path / "k.db")
+    marks = {n.id: n.disturbed for n in await store.nodes(sid)}
+    assert marks == {root.id: False, hit.id: True, quiet.id: False}
     await store.close()
 
 

@@ -217,7 +217,8 @@ async def test_diff_sort_best_and_details_keys(tmp_path):
         # sort: speedup (descending), then round, then time.
         table = screen.query_one("#timings")
         await pilot.press("o")
-        speeds = [table.get_row_at(i)[8] for i in range(table.row_count)]
+        column = [str(c.key.value) for c in table.ordered_columns].index("speedup")
+        speeds = [table.get_row_at(i)[column] for i in range(table.row_count)]
         numbers = [float(s.rstrip("x")) for s in speeds if s != "-"]
         fastest = max(v.speedup_eager for v in screen.model.verdicts.values() if v.speedup_eager)
         assert numbers == sorted(numbers, reverse=True) and speeds[0] == f"{fastest:.3g}x"

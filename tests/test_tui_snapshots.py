@@ -91,3 +91,36 @@ def test_search_screen_160x48(snap_compare, tmp_path: Path):
         await pilot.pause()
 
     assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(160, 48), run_before=select)
+
+
+# -- issue 36: the layouts at 80x24, 120x35 and 160x45; the sessions with a suite; the compare chart
+
+
+async def _best(pilot) -> None:  # noqa: ANN001
+    await pilot.pause()
+    pilot.app.screen.select_node(pilot.app.screen.model.best_id)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35), (160, 45)], ids=["80x24", "120x35", "160x45"])
+def test_search_screen_sizes(snap_compare, tmp_path: Path, size: tuple[int, int]):
+    """Compact, snug and full: the tree and the code keep 10 lines or more at 120x35 (item 4); the
+    progress chart labels every row (item 20)."""
+    db = make_db(tmp_path / "k.db")
+    assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=size, run_before=_best)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35), (160, 45)], ids=["80x24", "120x35", "160x45"])
+def test_sessions_screen_with_a_suite(snap_compare, tmp_path: Path, size: tuple[int, int]):
+    """Only whole columns at any width (item 21); the suite's duration and geomean best (item 25)."""
+    from tests.test_tui_sizes_and_charts import suite_of_two
+
+    db, _, _ = asyncio.run(suite_of_two(tmp_path / "k.db"))
+    assert snap_compare(KtreeApp(db_path=db), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35), (160, 45)], ids=["80x24", "120x35", "160x45"])
+def test_compare_screen(snap_compare, tmp_path: Path, size: tuple[int, int]):
+    """Whole rounds on x, a label on every row, the legend above the plot (item 20)."""
+    db = make_db(tmp_path / "k.db", sessions=2)
+    assert snap_compare(KtreeApp(db_path=db), terminal_size=size, press=["m", "down", "m", "c"])

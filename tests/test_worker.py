@@ -94,6 +94,8 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
         stale = Path(job.cache_dir) / build_key(job) / "ktree_softmax_online_1_cpu" / "lock"
         stale.parent.mkdir(parents=True, exist_ok=True)
         stale.write_text("")  # as a killed build leaves it
+        # and no build ended since (else the engine would not start a compile process: build_memo)
+        (Path(job.cache_dir) / "compiled" / f"{build_key(job)}.json").unlink(missing_ok=True)
         try:
             return await evaluator.evaluate(job), stale.exists()
         finally:

@@ -44,6 +44,7 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
                     cost: Any) -> list[dict[str, Any]]:
     """Per problem, the timer twice and triton's do_bench (`cost(problem, sizes)`: its flops and
     bytes); one at a time, so timings never share the device."""
+    from engine.evaluate.eval_limit import UNKNOWN_S
     from engine.evaluate.runner import run_child
 
     evaluator = LocalEvaluator(backend, cuda_arch=arch, worker=False)
@@ -53,7 +54,7 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
         sizes = p.sizes_for(backend)
         flops, nbytes = cost(p, sizes)
         job = evaluator.job(p.path, "", sizes, mode="agreement", flops=flops, bytes=nbytes)
-        outcome, result, log = await run_child(job, evaluator.run_timeout_s, evaluator._run_env)
+        outcome, result, log = await run_child(job, evaluator.run_timeout_s or UNKNOWN_S, evaluator._run_env)
         rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
     return rows
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.bench.summary import markdown_table
 from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.verdict import TIMING_FLAGS
+from engine.evaluate.verdict import is_timing_flag
 from engine.problems import load_problem
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "realworld"
@@ -111,7 +111,7 @@ def select(cases: list[Case], names: list[str] | None) -> list[Case]:
 def judge(case: Case, verdict: Any) -> dict[str, Any]:
     """One row: the verdict in short, and whether it meets the case's expectation (honest:
     correct; hack: anything else), with its expected mark where the case names one."""
-    flags = [f for f in verdict.flags if not f.startswith("review") and f not in TIMING_FLAGS]
+    flags = [f for f in verdict.flags if not f.startswith("review") and not is_timing_flag(f)]
     notes = list(verdict.notes)
     library = dict(verdict.library or {})
     correct = verdict.status == "correct"

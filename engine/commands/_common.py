@@ -54,7 +54,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         seed=args.seed, backend=args.backend, language=args.language, compile_workers=args.compile_workers,
         gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
         executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
-        profile=args.profile, library_ops=args.library_ops,
+        profile=args.profile, library_ops=args.library_ops, eval_timeout=args.eval_timeout,
     )
 
 

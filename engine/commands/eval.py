@@ -65,7 +65,8 @@ def evaluate(args: argparse.Namespace) -> int:
         note(said)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
-    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile,
+                                run_timeout_s=args.eval_timeout)
 
     from engine.eval_progress import EvalProgress, labels
 

@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from engine.evaluate.verdict import TIMING_FLAGS
+from engine.evaluate.verdict import is_timing_flag
 
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _SPACE = re.compile(r"\s+")
@@ -40,8 +40,9 @@ def source_hash(source: str) -> str:
 
 def is_flagged(status: str, flags: Iterable[str]) -> bool:
     """Flagged by an integrity check (status `flagged`) or marked for review (e.g. a speedup too
-    good to trust); remarks on the timing's quality (noisy, contended) do not count."""
-    return status == "flagged" or any(f not in TIMING_FLAGS for f in flags)
+    good to trust); remarks on the timing's quality (noisy, contended, reference-disturbed) do not
+    count."""
+    return status == "flagged" or any(not is_timing_flag(f) for f in flags)
 
 
 REWARD_BY_STATUS = {"flagged": -1.0, "failed": 0.0, "compile_error": 0.0, "runtime_error": 0.1,

@@ -1,9 +1,18 @@
 """Which devices an evaluator may use and how it shares this host's cores: the visible GPUs and
-a check of a choice of them, the compile pool's default size, the pinned cpu timer's cores."""
+a check of a choice of them, the compile pool's default size, the pinned cpu timer's cores; a
+device as the evaluator holds it (`Device`)."""
 
 from __future__ import annotations
 
 import os
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.evaluate.hostlock import DeviceLock
+from engine.evaluate.worker import Worker
+
+DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
 
 
 def default_compile_workers() -> int:
@@ -49,3 +58,53 @@ def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:
     for g in chosen:
         if g not in visible:
             raise ValueError(f"GPU {g} is not visible (visible: {shown})")
+
+
+def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
+    """A duration an evaluation process reported, checked against the engine's own clock around
+    that process: never negative, never longer than the process ran (else the engine's wall)."""
+    if reported is None:
+        return None
+    try:
+        value = float(reported)
+    except (TypeError, ValueError):
+        return round(wall_s, 4)
+    return value if 0.0 <= value <= wall_s + 0.05 else round(wall_s, 4)
+
+
+@dataclass
+class Device:
+    """One place evaluations run: a GPU (its worker sees only that GPU) or, on the cpu backend, a
+    slot on the cores. Its counters feed the progress display and `ktree bench pipeline`."""
+
+    name: str  # "gpu1", "cpu0"
+    index: int  # the physical GPU index (cpu: the slot)
+    env: dict[str, str]  # for its evaluation processes: CUDA_VISIBLE_DEVICES, KTREE_DEVICE_INDEX
+    worker: Worker | None
+    busy: bool = False
+    jobs: int = 0  # evaluations finished here
+    busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
+    resting: bool = False  # its worker could not start: out of the queue for DOWN_REST_S
+    info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
+    lock_key: str | None = None  # its host-wide lock (engine.evaluate.hostlock); None: no lock
+    lock: DeviceLock | None = None  # made on first use
+    waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
+
+    def host_lock(self) -> DeviceLock | None:
+        if self.lock is None and self.lock_key is not None:
+            self.lock = DeviceLock(self.lock_key)
+        return self.lock
+
+    @property
+    def alive(self) -> bool:
+        """False while its worker could not be started (the last try failed)."""
+        return self.worker is None or self.worker.started_ok
+
+    def state(self) -> dict[str, Any]:
+        return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
+                "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
+                "waiting_for": self.waiting_for}
+
+    def describe(self) -> dict[str, Any]:
+        """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""
+        return self.info or {"slot": self.name, "index": self.index, "host": platform.node()}

@@ -14,90 +14,44 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import platform
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import clean_reference, static_rules
+from engine.evaluate import build_memo, clean_reference, static_rules
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.child_load import TRITON_WARMUP_S
-from engine.evaluate.devices import check_gpus, default_compile_workers, split_cores, visible_gpus
+from engine.evaluate.devices import (
+    DOWN_REST_S,
+    Device,
+    bounded_seconds,
+    check_gpus,
+    default_compile_workers,
+    split_cores,
+    visible_gpus,
+)
+from engine.evaluate.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.gate import Gate as StartGate
-from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key
+from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
 from engine.evaluate.loading import kernel_language
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
+from engine.evaluate.reference_history import ReferenceHistory
 from engine.evaluate.reference_times import ReferenceTimings
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 from engine.evaluate.worker import Worker, ledger_dir, memory_env
 
-DEFAULT_TIMEOUTS = {  # (compile, run) seconds
-    "cuda": (900.0, 300.0),
-    "cpu": (600.0, 300.0),
-}
+DEFAULT_TIMEOUTS = {"cuda": 900.0, "cpu": 600.0}  # a build's seconds (an evaluation's: eval_limit)
 
 
-DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
 GATED_ACTIONS = ("probe", "ncu")  # profile actions set up before the device's lock (engine.evaluate.gate)
 PROFILE_YIELD_S = 5.0  # a profile lets evaluations waiting for a device go first, this long at most
 LOCK_WAIT_S = 600.0  # a gated profile process waits this long for the device's lock, then gives up
-
-
-def bounded_seconds(reported: float | None, wall_s: float) -> float | None:
-    """A duration an evaluation process reported, checked against the engine's own clock around
-    that process: never negative, never longer than the process ran (else the engine's wall)."""
-    if reported is None:
-        return None
-    try:
-        value = float(reported)
-    except (TypeError, ValueError):
-        return round(wall_s, 4)
-    return value if 0.0 <= value <= wall_s + 0.05 else round(wall_s, 4)
-
-
-@dataclass
-class Device:
-    """One place evaluations run: a GPU (its worker sees only that GPU) or, on the cpu backend, a
-    slot on the cores. Its counters feed the progress display and `ktree bench pipeline`."""
-
-    name: str  # "gpu1", "cpu0"
-    index: int  # the physical GPU index (cpu: the slot)
-    env: dict[str, str]  # for its evaluation processes: CUDA_VISIBLE_DEVICES, KTREE_DEVICE_INDEX
-    worker: Worker | None
-    busy: bool = False
-    jobs: int = 0  # evaluations finished here
-    busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
-    resting: bool = False  # its worker could not start: out of the queue for DOWN_REST_S
-    info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
-    lock_key: str | None = None  # its host-wide lock (engine.evaluate.hostlock); None: no lock
-    lock: DeviceLock | None = None  # made on first use
-    waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
-
-    def host_lock(self) -> DeviceLock | None:
-        if self.lock is None and self.lock_key is not None:
-            self.lock = DeviceLock(self.lock_key)
-        return self.lock
-
-    @property
-    def alive(self) -> bool:
-        """False while its worker could not be started (the last try failed)."""
-        return self.worker is None or self.worker.started_ok
-
-    def state(self) -> dict[str, Any]:
-        return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
-                "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
-                "waiting_for": self.waiting_for}
-
-    def describe(self) -> dict[str, Any]:
-        """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""
-        return self.info or {"slot": self.name, "index": self.index, "host": platform.node()}
 
 
 class LocalEvaluator(ReferenceTimings):
@@ -146,9 +100,10 @@ class LocalEvaluator(ReferenceTimings):
         self.cache_dir = str(cache_dir or default_cache_dir())
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
         self.compile_workers = compile_workers or default_compile_workers()
-        default_compile, default_run = DEFAULT_TIMEOUTS[backend]
+        default_compile = DEFAULT_TIMEOUTS[backend]
         self.compile_timeout_s = compile_timeout_s or default_compile
-        self.run_timeout_s = run_timeout_s or default_run
+        self.run_timeout_s = run_timeout_s  # --eval-timeout; None: from the problem (eval_limit)
+        self.history = ReferenceHistory()  # the reference's measured times (reference_history)
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
@@ -251,9 +206,8 @@ class LocalEvaluator(ReferenceTimings):
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()
-            outcome, result, log = await run_child(
-                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env,
-                self.sandbox)
+            outcome, result, log = await build_memo.compile_job(  # a build made before: remembered
+                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
             build_wall = time.monotonic() - t_build
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
@@ -330,10 +284,11 @@ class LocalEvaluator(ReferenceTimings):
                     held["reference"] = time.monotonic() - held_from
                 if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
                     run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
+                limit = self._limit(run, device)
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
-                    outcome, result, log = await device.worker.run(run, self.run_timeout_s, on_phase)
+                    outcome, result, log = await device.worker.run(run, limit.seconds, on_phase)
                     if device.worker.starts != starts:  # started while holding the lock
                         held["start"] = device.worker.last_start_s
                     held["worker"] = time.monotonic() - t_run
@@ -344,12 +299,14 @@ class LocalEvaluator(ReferenceTimings):
                     if on_phase is not None:
                         await on_phase("evaluating")
                     t_run = time.monotonic()
-                    outcome, result, log = await run_child(run, self.run_timeout_s, device.env,
-                                                           self.sandbox)
+                    outcome, result, log = await run_child(run, limit.seconds, device.env, self.sandbox)
                 run_wall = time.monotonic() - t_run
                 device.jobs += 1
-                if outcome != "ok" or result is None:
-                    return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe())
+                if outcome != "ok" or result is None:  # killed at its own limit: the device is let go now
+                    if outcome == "timeout":
+                        log = "\n".join([limit.killed(), *log.splitlines()[1:]])
+                    return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe(),
+                                               timing={"eval_limit": limit.to_dict()})
                 verdict = Verdict.from_dict(result)
                 if (verdict.status == "crashed" and (verdict.log or "").startswith("ktree out of memory")
                         and not retried):
@@ -364,6 +321,9 @@ class LocalEvaluator(ReferenceTimings):
                 verdict = dataclasses.replace(verdict, compile_s=(build_s or 0.0) + jit_s
                                               if jit_s is not None else build_s)
                 device.info = verdict.gpu or device.info
+                verdict = self.history.judge(dataclasses.replace(verdict, timing={
+                    **(verdict.timing or {}), "eval_limit": limit.to_dict()}), *self._history(run, device),
+                    clean=run.ref_eager_clean)
                 t_after = time.monotonic()
                 verdict = await self._after(verdict, run, device, on_phase)
                 held["after"] = time.monotonic() - t_after  # a sanitizer run, if any
@@ -372,6 +332,13 @@ class LocalEvaluator(ReferenceTimings):
                     **(verdict.timing or {}), "held_s": {k: round(v, 4) for k, v in held.items()}})
                 break
         return await self._profile_after(verdict, run, on_phase)
+
+    def _limit(self, job: EvalJob, device: Device) -> EvalLimit:
+        """How long this evaluation may hold the device (engine.evaluate.eval_limit): --eval-timeout,
+        else from the reference's clean time or its history's median."""
+        ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
+        return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
+                          language=kernel_language(job.solution_source), given_s=self.run_timeout_s)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:
@@ -415,8 +382,8 @@ class LocalEvaluator(ReferenceTimings):
             return verdict
         if self.backend == "cuda":  # (the cpu profile runs no candidate code: rates against peaks)
             async with self._slot("compile"):
-                outcome, result, log = await run_child(job.replace(mode="compile"), self.compile_timeout_s,
-                                                       self._compile_env, self.sandbox)
+                outcome, result, log = await build_memo.compile_job(
+                    job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
             if outcome != "ok" or result is None or result.get("status") != "compiled":
                 lines = [ln for ln in ((result or {}).get("log") or log).splitlines() if ln.strip()]
                 return dataclasses.replace(verdict, profile={

@@ -10,19 +10,42 @@ import sys
 import types
 from pathlib import Path
 
+_INT_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__,
+            ast.Mod: int.__mod__, ast.Pow: int.__pow__, ast.LShift: int.__lshift__}
+
+
+def _int_value(node: ast.expr, known: dict[str, int]) -> int | None:
+    """An integer written with constants, earlier size names and + - * // % ** <<
+    (`N = 2048 * 2`, `dim = 1 << 12`, `M = N * 2`); None for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.Name):
+        return known.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _int_value(node.operand, known)
+        return None if value is None else -value
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+        left, right = _int_value(node.left, known), _int_value(node.right, known)
+        if left is None or right is None or (isinstance(node.op, ast.Pow) and not 0 <= right <= 64):
+            return None
+        if isinstance(node.op, ast.LShift) and not 0 <= right <= 64:
+            return None
+        try:
+            return _INT_OPS[type(node.op)](left, right)
+        except (ZeroDivisionError, ValueError):
+            return None
+    return None
+
 
 def size_constants(source: str) -> dict[str, int]:
-    """Module-level `name = <int>` assignments: the problem's size knobs, in file order."""
+    """Module-level `name = <int>` assignments, the value written as a number or as integer
+    arithmetic on numbers and earlier sizes: the problem's size knobs, in file order."""
     sizes: dict[str, int] = {}
     for node in ast.parse(source).body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Constant)
-            and type(node.value.value) is int
-        ):
-            sizes[node.targets[0].id] = node.value.value
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _int_value(node.value, sizes)
+            if value is not None:
+                sizes[node.targets[0].id] = value
     return sizes
 
 

@@ -16,7 +16,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import clean_reference
+from engine.evaluate import clean_reference, reference_history
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import DeviceLock, gpu_name
 from engine.evaluate.jobs import EvalJob
@@ -191,6 +191,12 @@ class ReferenceTimings:
         """Where the cpu reference's clean eager time is kept (engine.evaluate.clean_reference)."""
         kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
         return clean_reference.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
+
+    def _history(self, job: EvalJob, device: Any) -> tuple[str, Path]:
+        """The reference's measured times' key and file (engine.evaluate.reference_history)."""
+        kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
+        path = reference_history.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
+        return str(path), path
 
     async def _warm(self, problem_path: str, sizes: dict[str, int], precision: str | None = None) -> None:
         """Fill torch.compile's on-disk caches for the problem once (in the compile pool, on the

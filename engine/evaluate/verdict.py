@@ -9,6 +9,14 @@ from typing import Any
 # Flags that speak of the timing's quality, not of the kernel (engine.evaluate.noise sets them): a
 # correct verdict may carry them.
 TIMING_FLAGS = ("noisy", "contended")
+# ... and those that begin so (engine.evaluate.reference_history: the reference's time disagreed
+# with its history; the text goes on to say how).
+REFERENCE_DISTURBED = "reference-disturbed"
+
+
+def is_timing_flag(flag: str) -> bool:
+    """A flag on the timing's quality (TIMING_FLAGS, `reference-disturbed: ...`), not on the kernel."""
+    return flag in TIMING_FLAGS or flag.startswith(REFERENCE_DISTURBED)
 
 # Terminal statuses of an evaluation, worst first.
 # How a verdict's log begins when it was the reference, not the solution, that failed.

@@ -33,6 +33,9 @@ class SearchConfig:
     # allow | exclude: whether a `library`-marked variant (the reference's main op left to a library,
     # still correct) may be a parent and the best (engine.domain.LIBRARY_OPS)
     library_ops: str = "allow"
+    # seconds one evaluation may hold its device (--eval-timeout); None: from the problem's reference
+    # time (engine.evaluate.eval_limit; each verdict's timing["eval_limit"] says what it was)
+    eval_timeout: float | None = None
     isolation: str = ""  # how generated code ran here: strict | basic ("" where each Ray node chose)
 
     def __post_init__(self) -> None:

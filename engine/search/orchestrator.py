@@ -25,6 +25,7 @@ from typing import Any
 from engine import crash, prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
 from engine.evaluate.base import Evaluator
+from engine.evaluate.reference_history import is_disturbed
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
@@ -363,7 +364,8 @@ class Search(SessionLifecycle):
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated
         await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
-                          time_ms=verdict.time_ms, library=library_ops_text(verdict.library), publish=False)
+                          time_ms=verdict.time_ms, library=library_ops_text(verdict.library),
+                          disturbed=is_disturbed(verdict.flags), publish=False)
         if verdict.ref_eager_ms and verdict.status == "correct":
             best = self.best()  # the best so far, for the sessions list and show while it runs
             await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms,
@@ -450,9 +452,10 @@ class Search(SessionLifecycle):
         if not failed or len(failed) < len(asked):
             return None
         last = (failed[-1].text or "the LLM call failed").splitlines()[0]
-        if any(r.ok for r in self.replies.values()):  # answered, but nothing in the answers was usable
-            return f"no LLM reply was usable ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
-        return f"every LLM call failed ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
+        # answered, but nothing in the answers was usable; or no call went through
+        answered = any(r.ok for r in self.replies.values())
+        what = "no LLM reply was usable" if answered else "every LLM call failed"
+        return f"{what} ({len(failed)} of {len(asked)}), no variant was judged; last: {last}"
 
     def _call_failed(self, node: Node, purpose: str) -> str:
         """A failed node's text: that its call failed, and the provider's reason."""

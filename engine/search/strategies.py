@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.domain import STRATEGIES, Node, excluded, ranked
+from engine.domain import STRATEGIES, Node, excluded, rank_key, ranked
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,10 @@ class Strategy:
 
     def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
                 parents: Sequence[int], pinned: list[int]) -> list[int]:
-        """This round's correct variants, fastest first, top T of them; when none was correct,
-        the same parents again (for another try)."""
-        this_round = sorted((n for n in correct if n.round == round),
-                            key=lambda n: n.speedup or 0.0, reverse=True)
+        """This round's correct variants, fastest first (the undisturbed before those whose
+        reference time was disturbed: engine.domain.rank_key), top T of them; when none was
+        correct, the same parents again (for another try)."""
+        this_round = sorted((n for n in correct if n.round == round), key=rank_key, reverse=True)
         return [n.id for n in this_round[: self.top]] or again(nodes, parents, pinned)
 
 
@@ -97,7 +97,7 @@ class Sequential(Strategy):
 
     def _choose(self, nodes: Mapping[int, Node], correct: list[Node], round: int,
                 parents: Sequence[int], pinned: list[int]) -> list[int]:
-        best = max(correct, key=lambda n: n.speedup or 0.0, default=None)
+        best = max(correct, key=rank_key, default=None)
         return [best.id] if best else again(nodes, parents, pinned)[:1]
 
 

@@ -7,12 +7,12 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, RichLog, Static
-from textual_plotext import PlotextPlot
+from textual.widgets import DataTable, Footer, Header, Static
 
 from engine.domain import best_variant, library_excluded, session_library_ops
+from tui.widgets.chart import RoundsPlot, Series
 from tui.widgets.code import highlight_source
 
 
@@ -30,7 +30,9 @@ def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, fl
     return out
 
 
-SERIES = [("dot", "cyan"), ("x", "orange")]  # (marker, colour) of the first and second session
+# (marker, plotext colour, the legend's mark and colour) of the first and second session; the legend
+# is a line of its own above the plot (plotext's, inside it, is drawn over by the lines)
+SERIES = [("dot", "cyan", "•", "cyan"), ("x", "orange", "x", "dark_orange")]
 
 
 class CompareScreen(Screen):
@@ -40,17 +42,19 @@ class CompareScreen(Screen):
         super().__init__()
         self.ids = (a, b)
         self.data: dict[int, dict[str, Any]] = {}
-        self.code: dict[int, Text] = {}  # what each session's pane shows
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(f"Compare sessions {self.ids[0]} and {self.ids[1]}", id="banner")
         with Horizontal(id="compare-top"):
             yield DataTable(id="compare-table", cursor_type="none")
-            yield PlotextPlot(id="compare-plot")
+            with Vertical(id="compare-chart"):
+                yield Static("", id="compare-legend")
+                yield RoundsPlot(id="compare-plot")
         with Horizontal(id="compare-code"):
-            for sid in self.ids:  # a log renders the lines it shows, not the whole kernel up front
-                yield RichLog(id=f"code-{sid}", wrap=False, auto_scroll=False)
+            for sid in self.ids:
+                with VerticalScroll(id=f"best-{sid}"):
+                    yield Static("", id=f"code-{sid}")
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
@@ -79,21 +83,22 @@ class CompareScreen(Screen):
         for r in range(1, max(len(a["rounds"]), len(b["rounds"])) + 1):
             table.add_row(f"best after round {r}",
                           *(f"{d['rounds'][r]:.2f}x" if r in d["rounds"] else "-" for d in (a, b)))
-        plt = self.query_one("#compare-plot", PlotextPlot).plt
-        plt.title("best speedup by round")
-        for sid, (marker, colour) in zip(self.ids, SERIES, strict=True):  # told apart in the legend
+        legend = Text("best speedup by round:", style="bold")
+        series = []
+        for sid, (marker, colour, mark, style) in zip(self.ids, SERIES, strict=True):
             rounds = self.data[sid]["rounds"]
-            if rounds:
-                plt.plot(list(rounds), list(rounds.values()), label=f"#{sid}", marker=marker, color=colour)
+            series.append(Series(list(rounds), list(rounds.values()), marker=marker, color=colour))
+            legend.append(f"  {mark} #{sid}", style=style)
+        self.query_one("#compare-legend", Static).update(legend)
+        self.query_one("#compare-plot", RoundsPlot).show_series(series)
         for sid in self.ids:
             best = self.data[sid]["best"]
+            widget = self.query_one(f"#code-{sid}", Static)
             if best is None:
-                text = Text(f"session {sid}: no correct variant", style="dim")
+                widget.update(Text(f"session {sid}: no correct variant", style="dim"))
             else:
                 head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
-            self.code[sid] = text
-            self.query_one(f"#code-{sid}", RichLog).write(text)
+                widget.update(head + highlight_source(best.source, dark=self.app.current_theme.dark))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -38,6 +38,7 @@ STEERING_HELP = {action: help_text for action, _, help_text in STEERING}
 WIDE = 120  # columns from which labels also show the speedup vs torch.compile
 POLL_S = 0.5  # a followed session: how often the DB is read
 TICK_S = 0.25  # the progress pane: redrawn at most this often
+SNUG_BELOW = 42  # rows under which a wide screen drops the plot (the "snug" layout)
 
 
 class EngineEvent(Message):
@@ -177,8 +178,12 @@ class SearchScreen(SteeringMixin, Screen):
         self.refresh_bindings()  # the footer holds as many verbs as the new width does
 
     def _layout(self, width: int, height: int) -> None:
+        """Three layouts by size: compact (under 110x32: the tabs hide until `t`), snug (wide but
+        under 42 rows: the progress pane drops its plot and the tabs, verdict and idea shrink, so
+        the tree and the code keep 10 lines or more) and full."""
         compact = width < 110 or height < 32
         self.set_class(compact, "compact")
+        self.set_class(not compact and height < SNUG_BELOW, "snug")
         self._progress_dirty = True  # its height depends on the layout
         tree = self.query_one(SearchTree)
         tree.set_wide(width >= WIDE)
@@ -381,7 +386,8 @@ class SearchScreen(SteeringMixin, Screen):
     def refresh_progress(self) -> None:
         """Redraw the progress pane now (the timer does it when something changed)."""
         self._progress_dirty = False
-        self.query_one(ProgressPane).show(self.model, compact=self.has_class("compact"))
+        short = self.has_class("compact") or self.has_class("snug")  # no plot: the pane fits its text
+        self.query_one(ProgressPane).show(self.model, compact=short)
 
 
     # -- view keys --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult, SystemCommand
@@ -21,8 +22,9 @@ from tui.keymap import fit_footer
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
 
-# What matters most first: at 80 columns the models and strategy are the ones cut off; # and
-# problem keep status and best beside them (the problem cell is never wider than PROBLEM_WIDTH).
+# What matters most first: a narrow screen leaves out the columns that do not fit whole, from the
+# right (at 80 columns: the start, duration, strategy and models); # and problem keep status and
+# best beside them (the problem cell is never wider than PROBLEM_WIDTH).
 COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "best"),
            ("variants", "variants"), ("cost", "cost"), ("started", "started"), ("duration", "duration"),
            ("strategy", "strategy"), ("models", "models")]
@@ -62,7 +64,8 @@ class SessionsScreen(Screen):
         self.rows: dict[int, dict[str, Any]] = {}
         self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
         self.query_text = ""  # the `/` filter: only the rows it matches
-        self._lines: list[tuple[str, list[Any]]] = []  # the table's rows as last written
+        self.lines: list[tuple[str, dict[str, Any]]] = []  # the table's rows: (key, column key -> cell)
+        self._drawn: tuple[list[tuple[str, dict[str, Any]]], list[str]] | None = None  # (lines, columns) shown
         self.reloads = 0  # reads of the database shown so far (scripts/bench-tui waits on it)
 
     def compose(self) -> ComposeResult:
@@ -74,8 +77,6 @@ class SessionsScreen(Screen):
 
     async def on_mount(self) -> None:
         table = self.query_one("#sessions", DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
         await self.action_reload()
         table.focus()
         self.set_interval(2.0, self._refresh_running)
@@ -87,6 +88,8 @@ class SessionsScreen(Screen):
 
     def on_resize(self) -> None:
         self.refresh_bindings()  # the footer holds as many keys as the new width does
+        if self.lines:
+            self._draw()  # as many columns as the new width holds
 
     def action_cursor(self, step: int) -> None:
         """j / k: the cursor one row down / up (as the arrows)."""
@@ -125,16 +128,15 @@ class SessionsScreen(Screen):
             # else the app closed the store mid-read (quitting): nothing left to show
 
     async def action_reload(self) -> None:
-        table = self.query_one("#sessions", DataTable)
         store = self.app.store  # type: ignore[attr-defined]
         rows = await store.sessions()
         self.rows = {s["id"]: s for s in rows}
         self.suites = {}
         for suite in await store.suites():  # each with its running fast_p line
-            suite["line"], suite["short"] = await suite_line(store, suite["id"])
+            suite["line"], suite["short"], suite["geomean"] = await suite_line(store, suite["id"])
             self.suites[suite["id"]] = suite
         self.marked = [m for m in self.marked if m in self.rows]
-        lines: list[tuple[str, list[Any]]] = []  # (row key, cells), as the table shows them
+        lines: list[tuple[str, dict[str, Any]]] = []
         shown: set[int] = set()
         for s in rows:  # newest first; a suite's sessions under it, where its newest one is
             suite_id = s.get("suite_id")
@@ -145,26 +147,42 @@ class SessionsScreen(Screen):
                 shown.add(suite_id)
                 members = sorted((r for r in rows if r.get("suite_id") == suite_id), key=lambda r: r["id"])
                 head = self._suite_cells(self.suites[suite_id])
-                kept = [m for m in members if self._wanted([*head[:2], *self._cells(m, indent=True)])]
+                kept = [m for m in members
+                        if self._wanted({"id": head["id"], "problem": head["problem"], **self._cells(m, True)})]
                 if kept:
                     lines.append((f"suite-{suite_id}", head))
-                lines += [(str(m["id"]), self._cells(m, indent=True)) for m in kept]
-        if lines != self._lines:  # as shown already (back from a session): the table is left as it is
-            self._lines = lines
-            cursor = table.cursor_row  # where it is now: keys pressed during the read moved it
-            with self.app.batch_update():
-                table.clear()
-                for key, cells in lines:
-                    table.add_row(*cells, key=key)
-                if table.row_count:
-                    table.move_cursor(row=min(cursor, table.row_count - 1))
+                lines.extend((str(m["id"]), self._cells(m, indent=True)) for m in kept)
+        self.lines = lines
+        self._draw()  # at the cursor as it is now: keys pressed during the read moved it
         if not rows:
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
         self.reloads += 1
 
-    def _wanted(self, cells: list[Any]) -> bool:
-        return not self.query_text or matches(self.query_text, cells)
+    def _draw(self, cursor: int | None = None) -> None:
+        """Fill the table with `lines`, in the columns that fit the width whole; left as it is
+        where it shows those already (back from a session: rewriting it costs a frame)."""
+        table = self.query_one("#sessions", DataTable)
+        cursor = table.cursor_row if cursor is None else cursor
+        keys = fitting_columns([cells for _, cells in self.lines], self.app.size.width)
+        if self._drawn == (self.lines, keys):
+            return
+        self._drawn = (self.lines, keys)
+        with self.app.batch_update():
+            if [str(c.key.value) for c in table.ordered_columns] != keys:
+                table.clear(columns=True)
+                labels = dict(COLUMNS)
+                for key in keys:
+                    table.add_column(labels[key], key=key)
+            else:
+                table.clear()
+            for row_key, cells in self.lines:
+                table.add_row(*(cells[k] for k in keys), key=row_key)
+            if table.row_count:
+                table.move_cursor(row=min(cursor, table.row_count - 1))
+
+    def _wanted(self, cells: dict[str, Any]) -> bool:
+        return not self.query_text or matches(self.query_text, list(cells.values()))
 
     def action_filter(self) -> None:
         self.query_one(FilterBar).open()
@@ -198,27 +216,28 @@ class SessionsScreen(Screen):
         self.query_one("#sessions", DataTable).focus()
         await self.action_reload()
 
-    def _suite_cells(self, suite: dict[str, Any]) -> list[Any]:
+    def _suite_cells(self, suite: dict[str, Any]) -> dict[str, Any]:
         """A suite's row: its name where a problem's goes (cut to the column, so it never widens
-        it), its score in short in the last column; the whole fast_p line is in the banner while
-        the cursor is on the suite or one of its problems."""
+        it), its best as the geometric mean of its problems' best speedups (the correct ones,
+        KernelBench's), its duration from its start to its end (or now), its score in short in the
+        last column; the whole fast_p line is in the banner while the cursor is on the suite or
+        one of its problems."""
         members = [r for r in self.rows.values() if r.get("suite_id") == suite["id"]]
         cells = {
             "id": Text(f"S{suite['id']}", style="bold cyan"),
             "problem": Text(fit(f"suite {suite['name']}", PROBLEM_WIDTH), style="bold"),
             "status": Text(suite["status"], style=STATUS_STYLES.get(suite["status"], "")),
-            "best": "", "variants": str(sum(r["variants"] for r in members)),
+            "best": "-" if suite["geomean"] is None else f"geo {suite['geomean']:.2f}x",
+            "variants": str(sum(r["variants"] for r in members)),
             "cost": f"${sum(r['cost_usd'] for r in members):.2f}",
             "started": datetime.fromtimestamp(suite["created_at"]).strftime("%Y-%m-%d %H:%M"),
-            "duration": "-", "strategy": f"{len(suite['problems'])} problems",
+            "duration": run_time(suite, suite["status"]), "strategy": f"{len(suite['problems'])} problems",
             "models": fit(suite["short"], MODELS_WIDTH),
         }
-        return [cells[key] for key, _ in COLUMNS]
+        return cells
 
-    def _cells(self, s: dict[str, Any], indent: bool = False) -> list[Any]:
+    def _cells(self, s: dict[str, Any], indent: bool = False) -> dict[str, Any]:
         status = session_status(s)
-        end = s["finished_at"] or (time.time() if status == "running" else s.get("heartbeat_at"))
-        duration = _duration(end - s["created_at"]) if end else "-"
         models = ", ".join(m.split(":", 1)[-1] for m in s["models"]) or s["provider"]
         if "scripted" in s["provider"].split(","):
             models = f"SCRIPTED {models}"
@@ -230,9 +249,9 @@ class SessionsScreen(Screen):
             "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
             "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
             "started": datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M"),
-            "duration": duration, "strategy": s["strategy"], "models": fit(models, MODELS_WIDTH),
+            "duration": run_time(s, status), "strategy": s["strategy"], "models": fit(models, MODELS_WIDTH),
         }
-        return [cells[key] for key, _ in COLUMNS]
+        return cells
 
     def _current(self) -> dict[str, Any] | None:
         table = self.query_one("#sessions", DataTable)
@@ -331,7 +350,8 @@ class SessionsScreen(Screen):
             self.marked = [*self.marked[-1:], row["id"]]
         table = self.query_one("#sessions", DataTable)
         for sid, r in self.rows.items():
-            table.update_cell(str(sid), "id", self._cells(r)[0], update_width=True)  # "▶ 12" fits
+            if str(sid) in table.rows:
+                table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
 
     def action_compare(self) -> None:
@@ -371,9 +391,9 @@ class SessionsScreen(Screen):
             yield SystemCommand(title, help_text, partial(self.run_action, action))
 
 
-async def suite_line(store: Any, suite_id: int) -> tuple[str, str]:
-    """The suite's running fast_p line (KernelBench's, over all its problems so far), and the
-    same in short for its row."""
+async def suite_line(store: Any, suite_id: int) -> tuple[str, str, float | None]:
+    """The suite's running fast_p line (KernelBench's, over all its problems so far), the same in
+    short for its row, and its geometric-mean speedup (None while no problem is correct)."""
     from engine.search.suite import scores, suite_results
 
     sc = scores(await suite_results(store, suite_id))
@@ -382,7 +402,22 @@ async def suite_line(store: Any, suite_id: int) -> tuple[str, str]:
     correct = f"{sc['correct']}/{sc['problems']} correct"
     return (f"{correct} · fast_1 {fp['1']:.2f} · fast_1.5 {fp['1.5']:.2f}"
             f" · fast_2 {fp['2']:.2f} · geomean {'-' if geo is None else f'{geo:.2f}x'}",
-            f"{correct} · fast_1 {fp['1']:.2f}")
+            f"{correct} · fast_1 {fp['1']:.2f}", geo)
+
+
+def fitting_columns(rows: list[dict[str, Any]], width: int) -> list[str]:
+    """The columns (keys, in COLUMNS' order) that fit `width` whole, each as wide as its widest
+    cell or label; from the left, a column that does not fit is left out (a narrower one after it
+    may still fit). Room is kept for the scrollbar and for a mark ("▶ ") on the id."""
+    room, keys = width - 2, []
+    for key, label in COLUMNS:
+        need = max([cell_len(label), *(cell_len(str(r[key])) for r in rows)]) + 2  # the cell padding
+        if key == "id":
+            need += 2
+        if need <= room:
+            room -= need
+            keys.append(key)
+    return keys
 
 
 def fit(text: str, width: int) -> str:
@@ -399,6 +434,13 @@ async def _paused(store: Any, session_id: int) -> bool:
 def session_status(row: dict[str, Any]) -> str:
     """As the store reports it: a 'running' session whose engine stopped beating is interrupted."""
     return session_state({**row, "status": row.get("recorded_status", row["status"])})
+
+
+def run_time(row: dict[str, Any], status: str) -> str:
+    """How long a session or a suite ran: to its end, to now while it runs, to its last heartbeat
+    when it was interrupted; "-" where none of these is known."""
+    end = row.get("finished_at") or (time.time() if status == "running" else row.get("heartbeat_at"))
+    return _duration(end - row["created_at"]) if end else "-"
 
 
 def _duration(seconds: float) -> str:

@@ -10,9 +10,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
-from textual_plotext import PlotextPlot
 
 from tui.model import COMPILE_QUEUE, GPU_QUEUE, IN_FLIGHT, ScreenModel
+from tui.widgets.chart import RoundsPlot, Series
 
 DEVICE_LINES = 12  # devices listed in full; 3 in a compact layout
 
@@ -141,7 +141,7 @@ class ProgressPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("", id="progress-text")
         yield ProgressBar(id="round-bar", show_eta=False)
-        yield PlotextPlot(id="plot")
+        yield RoundsPlot(id="plot")
 
     def show(self, model: ScreenModel, compact: bool) -> None:
         text, shown = progress_text(model, compact=compact)
@@ -154,12 +154,5 @@ class ProgressPane(Vertical):
         self.query_one("#round-bar", ProgressBar).update(total=total, progress=done)
 
     def show_plot(self, model: ScreenModel) -> None:
-        plot = self.query_one("#plot", PlotextPlot)
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
         xs, ys = best_so_far(model.best_by_round)
-        if xs:
-            plt.plot(xs, ys, marker="dot")
-            plt.xticks(xs)
-        plot.refresh()
+        self.query_one("#plot", RoundsPlot).show_series([Series(xs, ys)])

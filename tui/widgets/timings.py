@@ -9,14 +9,15 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from engine.domain import Node
-from engine.evaluate.verdict import Verdict
+from engine.evaluate.verdict import Verdict, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.status import style
 
-# (key, label, width): fixed widths, so adding thousands of rows measures no cell.
+# (key, label, width): fixed widths, so adding thousands of rows measures no cell. The speedup
+# comes right after the status: at 80 columns it is the last column shown whole.
 COLUMNS = [("node", "node", 6), ("round", "round", 5), ("idea", "idea", 32), ("status", "status", 13),
-           ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8), ("ref_ms", "eager ms", 8),
-           ("speedup", "vs eager", 8), ("interval", "95% CI", 14), ("speedup_compile", "vs compile", 10),
+           ("speedup", "vs eager", 8), ("time_ms", "ms", 8), ("p10", "p10", 8), ("p90", "p90", 8),
+           ("ref_ms", "eager ms", 8), ("interval", "95% CI", 14), ("speedup_compile", "vs compile", 10),
            ("sol", "% SOL", 6), ("bound", "bound", 8),
            ("language", "lang", 6)]
 COLUMN_LABELS = {key: label for key, label, _ in COLUMNS}
@@ -55,13 +56,13 @@ def status_cell(node: Node) -> Text:
 
 
 def interval_text(verdict: Verdict | None) -> str | Text:
-    """The eager speedup's ~95 % interval ("1.41-1.63"), marked when the verdict is noisy or
-    contended; "-" where there is none."""
+    """The eager speedup's ~95 % interval ("1.41-1.63"), marked when the verdict is noisy,
+    contended or its reference time disturbed; "-" where there is none."""
     span = None if verdict is None else verdict.speedup_interval
     if span is None:
         return "-"
     text = f"{span[0]:.3g}-{span[1]:.3g}"
-    marked = [f for f in verdict.flags if f in ("noisy", "contended")] if verdict else []
+    marked = [f for f in verdict.flags if is_timing_flag(f)] if verdict else []
     return Text(text + "~", style="yellow") if marked else text
 
 
@@ -95,7 +96,7 @@ class TimingsTable(DataTable):
                 for column, value in cells.items():
                     self.update_cell(key, column, value)
             else:
-                self.add_row(*cells.values(), key=key)
+                self.add_row(*(cells[k] for k, _, _ in COLUMNS), key=key)
 
     def sort_by(self, column: str, reverse: bool) -> None:
         self.sort(column, key=sort_key(reverse), reverse=reverse)

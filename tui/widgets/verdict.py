@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
 from engine.evaluate.profile import BOUND_LABELS, TOP_KERNELS
-from engine.evaluate.verdict import Verdict, device_label
+from engine.evaluate.verdict import Verdict, device_label, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.status import glyph, style
 
@@ -124,7 +124,7 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
 
 
 def _marked(v: Verdict) -> bool:
-    return any(f in ("noisy", "contended") for f in v.flags)
+    return any(is_timing_flag(f) for f in v.flags)
 
 
 class VerdictPane(Static):

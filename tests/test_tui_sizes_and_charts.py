@@ -1,0 +1,186 @@
+"""What a new user hit, fourth pass (issue 36): the search screen's layout at medium sizes (4),
+charts whose axes say where the values are (20), the sessions and timings tables at 80 columns
+(21), and the suite's own duration and best (25)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tui_helpers import fake_db
+from tui.app import KtreeApp
+
+# (width, height): the tree's rows and the code's lines at least this many (border and scrollbars
+# not counted); 80x24 and 100x30 are compact (the tabs hidden), 110x32 the smallest wide one.
+SIZES = [((80, 24), 8), ((100, 30), 10), ((110, 32), 8), ((120, 35), 10), ((132, 40), 10),
+         ((140, 42), 10), ((140, 44), 10), ((160, 45), 10), ((160, 48), 12)]
+
+
+@pytest.mark.parametrize(("size", "lines"), SIZES, ids=[f"{w}x{h}" for (w, h), _ in SIZES])
+async def test_the_tree_and_the_code_stay_readable(tmp_path: Path, size: tuple[int, int], lines: int):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.select_node(screen.model.best_id)
+        await pilot.pause()
+        tree, code = screen.query_one("#tree"), screen.query_one("#code")
+        assert tree.scrollable_content_region.height >= lines, tree.scrollable_content_region
+        assert code.scrollable_content_region.height >= lines, code.scrollable_content_region
+        wide = not screen.has_class("compact")
+        assert screen.query_one("#details").display == wide  # the tabs: shown where wide
+        if wide:  # the timings keep a few rows, the progress pane its text
+            assert screen.query_one("#timings").scrollable_content_region.height >= 4
+            assert screen.query_one("#progress").region.height >= 5
+        await pilot.press("q")
+
+
+def whole_columns(table) -> list[str]:  # noqa: ANN001
+    """The columns drawn whole within the table's width, left to right."""
+    room, out = table.scrollable_content_region.width, []
+    for column in table.ordered_columns:
+        room -= column.get_render_width(table)
+        if room < 0:
+            break
+        out.append(str(column.key.value))
+    return out
+
+
+async def test_the_timings_at_80x24_show_the_speedup_and_five_rows(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        screen = app.screen
+        table = screen.query_one("#timings")
+        assert "speedup" in whole_columns(table)
+        assert table.scrollable_content_region.height >= 6  # the header and 5 rows
+        assert screen.query_one("#tree").region.height >= 10 and screen.query_one("#code").region.height >= 7
+        assert str(table.get_cell(str(screen.model.best_id), "speedup")).endswith("x")
+        await pilot.press("q")
+
+
+async def suite_of_two(path: Path) -> tuple[Path, int, float]:
+    """A finished suite of two problems with evaluations: (db, suite id, its geomean speedup)."""
+    from engine.search.suite import scores, suite_results
+    from engine.store import Store
+    from tests.fake_session import T0, write_fake_session
+
+    store = await Store.open(path)
+    try:
+        paths = ["problems/level1/softmax.py", "problems/level1/relu.py"]
+        suite = await store.create_suite(name="level1-two", problems=paths, config={})
+        for seed, spec in enumerate(paths):
+            sid = await write_fake_session(store, 20, seed=seed, t0=T0 + 700 * seed)
+            await store.conn.execute(
+                "UPDATE sessions SET suite_id = ?, problem = ?, problem_path = ? WHERE id = ?",
+                (suite, Path(spec).stem, spec, sid))
+        await store.conn.execute("UPDATE suites SET created_at = ?, finished_at = ?, status = 'finished'"
+                                 " WHERE id = ?", (T0, T0 + 3725, suite))
+        await store.conn.commit()
+        geo = scores(await suite_results(store, suite))["geomean_speedup_eager"]
+    finally:
+        await store.close()
+    assert geo is not None
+    return path, suite, geo
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160])
+async def test_the_sessions_headers_are_whole_at_any_width(tmp_path: Path, width: int):
+    db, suite, _ = await suite_of_two(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        shown = [str(c.key.value) for c in table.ordered_columns]
+        assert whole_columns(table) == shown  # no header cut at the right edge
+        assert shown[:4] == ["id", "problem", "status", "best"]
+        if width >= 160:
+            assert len(shown) == 10
+        await pilot.resize_terminal(160, 24)  # the columns come back as the screen widens
+        await pilot.pause()
+        assert len(table.ordered_columns) == 10 and whole_columns(table) == [
+            str(c.key.value) for c in table.ordered_columns]
+        await pilot.press("q")
+
+
+async def test_the_suite_row_has_its_duration_and_best(tmp_path: Path):
+    db, suite, geo = await suite_of_two(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        assert str(table.get_cell(f"suite-{suite}", "duration")) == "1h02m"
+        assert str(table.get_cell(f"suite-{suite}", "best")) == f"geo {geo:.2f}x"
+        await pilot.press("q")
+
+
+def plot_lines(plot) -> list[str]:  # noqa: ANN001
+    return plot.render().plain.splitlines()
+
+
+def check_axes(lines: list[str], points: list[tuple[int, float]]) -> None:
+    """Every plot row labelled, the labels evenly spaced from the lowest value to the highest, each
+    point drawn on the row whose label is nearest to it; whole rounds only on x."""
+    top = next(i for i, line in enumerate(lines) if "┌" in line)
+    axis = next(i for i, line in enumerate(lines) if "└" in line)
+    rows = lines[top + 1:axis]
+    assert rows and all("┤" in line for line in rows), rows  # a label on every row
+    labels = [float(line.split("┤")[0]) for line in rows]  # top to bottom
+    ys = [y for _, y in points]
+    assert labels[0] == pytest.approx(max(ys), abs=0.006) and labels[-1] <= min(ys) + 0.006
+    step = (labels[0] - labels[-1]) / max(1, len(labels) - 1)
+    for a, b in zip(labels, labels[1:], strict=False):
+        assert a - b == pytest.approx(step, abs=0.011)  # evenly spaced (2 decimals)
+    ticks = lines[axis + 1]
+    assert all(token.isdigit() for token in ticks.split()), ticks  # rounds: integers
+    columns = dict(zip((int(t) for t in ticks.split()), (i for i, c in enumerate(lines[axis]) if c == "┬"),
+                       strict=True))  # each round's tick, where its points are drawn
+    for x, y in points:
+        col = columns[x]
+        marked = [labels[i] for i, line in enumerate(rows) if line[col] not in " │"]
+        assert marked, (x, y, lines)
+        nearest = min(labels, key=lambda v: abs(v - y))
+        assert nearest in marked, (x, y, nearest, marked, "\n".join(lines))
+
+
+@pytest.mark.parametrize("points", [[(1, 1.85), (2, 1.85)], [(1, 2.0)], [(1, 1.2), (2, 1.85), (3, 2.3)],
+                                    [(1, 1.1), (2, 1.85), (3, 2.16), (4, 3.5)], [(1, 1.0), (2, 1.0), (3, 1.3)]],
+                         ids=["flat", "one-round", "three", "four", "flat-then-up"])
+async def test_the_progress_chart_plots_each_value_on_its_row(tmp_path: Path, points: list[tuple[int, float]]):
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    app = KtreeApp(db_path=db, session_id=sid)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        plot = screen.query_one("#plot")
+        assert plot.size.height - 3 == 4  # the 4-row axis of the issue
+        screen.model.best_by_round = dict(points)
+        screen.query_one("#progress").show_plot(screen.model)
+        await pilot.pause()
+        check_axes(plot_lines(plot), points)
+        await pilot.press("q")
+
+
+async def test_the_compare_chart_has_whole_rounds_and_a_legend_of_its_own(tmp_path: Path):
+    from tests.test_tui_screens import two_sessions
+
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await pilot.pause()
+        await pilot.press("m", "down", "m", "c")
+        await pilot.pause()
+        screen = app.screen
+        lines = plot_lines(screen.query_one("#compare-plot"))
+        assert not any("#" in line for line in lines)  # no legend inside: the lines cannot overwrite it
+        legend = str(screen.query_one("#compare-legend").content)
+        assert f"#{a}" in legend and f"#{b}" in legend
+        points = [(r, v) for sid in (a, b) for r, v in screen.data[sid]["rounds"].items()]
+        assert points
+        check_axes(lines, points)
+        await pilot.press("q")

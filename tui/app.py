@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
@@ -15,6 +16,7 @@ from textual.worker import Worker, WorkerState
 from engine.events import EventBus
 from engine.store import Store, StoreError, session_state
 from tui import warm
+from tui.collector import IdleCollector
 from tui.model import isolation_words
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm
@@ -47,6 +49,7 @@ class KtreeApp(App[int]):
         self.initial_keymap = keymap or {}
         self._asking_quit = False
         self.warm_up: Worker[None] | None = None  # tui.warm's thread, once the first screen is drawn
+        self.collector = IdleCollector()  # full garbage collections in idle time, not in a key press
 
     async def on_mount(self) -> None:
         if self.initial_keymap:
@@ -57,6 +60,8 @@ class KtreeApp(App[int]):
             self.exit(2, message=f"ktree: error: {exc}")
             return
         self.sub_title = self.db_path.name
+        self.collector.hold()
+        self.set_interval(0.5, self.collector.tick)
         self.call_after_refresh(self._warm_up)
         if self.search_factory is not None:
             await self.start_search(self.search_factory)
@@ -83,6 +88,12 @@ class KtreeApp(App[int]):
         if not form.is_running:
             _, mounted = self._get_screen(form)
             await mounted
+        self.collector.freeze()  # the imports and the form live on: no full pass walks them again
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):
+            self.collector.input()
+        await super().on_event(event)
 
     # -- navigation: screens ask the app by name; no screen imports another ---------------------
 
@@ -216,6 +227,7 @@ class KtreeApp(App[int]):
         self.exit(0)
 
     async def on_unmount(self) -> None:
+        self.collector.release()
         await self._close_store()
 
     async def _close_store(self) -> None:

@@ -10,11 +10,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from engine.domain import best_variant, library_excluded, session_library_ops
 from tui.widgets.chart import RoundsPlot, Series
 from tui.widgets.code import highlight_source
+from tui.widgets.footer import SteadyFooter
 
 
 def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, float]:
@@ -76,7 +77,7 @@ class CompareScreen(Screen):
             for sid in self.ids:
                 with VerticalScroll(id=f"best-{sid}"):
                     yield Static("", id=f"code-{sid}")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     async def on_mount(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
@@ -101,12 +102,12 @@ class CompareScreen(Screen):
         self.query_one("#compare-plot", RoundsPlot).show_series(series)
         for sid in self.ids:
             best = self.data[sid]["best"]
-            widget = self.query_one(f"#code-{sid}", Static)
             if best is None:
-                widget.update(Text(f"session {sid}: no correct variant", style="dim"))
+                text = Text(f"session {sid}: no correct variant", style="dim")
             else:
                 head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                widget.update(head + highlight_source(best.source, dark=self.app.current_theme.dark))
+                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
+            self.query_one(f"#code-{sid}", Static).update(text)
 
     def on_resize(self) -> None:
         if self.data:

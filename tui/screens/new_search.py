@@ -12,11 +12,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, Header, Input, Label, Select, Static
 
 from engine.domain import BACKEND_CHOICES, PROVIDER_CHOICES, STRATEGIES
 from engine.launch import RunRequest
 from tui import warm
+from tui.screens.ahead import StyledAhead
+from tui.widgets.footer import SteadyFooter
 
 if TYPE_CHECKING:
     from engine.problems import Problem
@@ -64,7 +66,7 @@ def _budget(fields: Mapping[str, str], name: str, parse: Callable[[str], Number]
     return value
 
 
-class NewSearchScreen(Screen):
+class NewSearchScreen(StyledAhead, Screen):
     AUTO_FOCUS = "#problem"  # the first field, not the scrolling form around it (focused, it shows nothing)
     BINDINGS = [Binding("escape", "back", "Back", id="new.back"),
                 Binding("ctrl+r", "start", "Start", id="new.start")]
@@ -116,7 +118,7 @@ class NewSearchScreen(Screen):
             yield Static("", id="estimate")
             yield Static("", id="form-error", classes="error")
             yield Button("Start", id="start", variant="success")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     auto_backend = "cuda"  # what `auto` means here, once known (the estimate's prompts differ a little)
     _estimate_due = False

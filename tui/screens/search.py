@@ -17,7 +17,7 @@ from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
@@ -28,6 +28,7 @@ from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
+from tui.widgets.footer import SteadyFooter
 from tui.widgets.llm import LLMPane
 from tui.widgets.progress import ProgressPane
 from tui.widgets.timings import COLUMN_LABELS, DESCENDING, SORTS, TimingsTable
@@ -126,7 +127,7 @@ class SearchScreen(SteeringMixin, Screen):
                 yield LLMPane(id="llm")
         yield FilterBar(id="filter")
         yield Static("", id="status-line")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     @property
     def store(self) -> Any:

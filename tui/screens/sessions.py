@@ -15,12 +15,13 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
+from tui.widgets.footer import SteadyFooter
 
 # What matters most first: a narrow screen leaves out the columns that do not fit whole, from the
 # right (at 80 columns: the start, duration, strategy and models); # and problem keep status and
@@ -73,7 +74,7 @@ class SessionsScreen(Screen):
         yield Static(self.BANNER, id="banner")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield FilterBar(id="filter")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     async def on_mount(self) -> None:
         table = self.query_one("#sessions", DataTable)

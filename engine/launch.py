@@ -293,16 +293,18 @@ def job_cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, flo
 # --- new searches, estimates, resumes -------------------------------------------------------------
 
 def estimate_run(request: RunRequest, backend: str | None = None,
-                 reasoning_history: dict[str, list[int]] | None = None) -> dict[str, Any]:
+                 reasoning_history: dict[str, list[int]] | None = None,
+                 problem: Problem | None = None) -> dict[str, Any]:
     """What the search would ask of the LLMs (engine.estimate's dict), before anything runs:
     no key is needed and no provider or evaluator is made. `backend` is the one to build the
-    prompts for; by default the request's, resolved here."""
+    prompts for; by default the request's, resolved here. `problem`: the request's, loaded
+    already (the form keeps it: loading runs the reference's inputs)."""
     from engine.config import ConfigError, load_config
     from engine.estimate import estimate
     from engine.llm.registry import ProviderSetupError, auto_provider, parse_spec
 
     _check_choices(request)
-    problem = checked_problem(request.problem)
+    problem = problem if problem is not None else checked_problem(request.problem)
     config = _search_config(request, problem)
     try:
         settings = load_config()

@@ -1,5 +1,6 @@
 """Bad input: one line on stderr, exit code 2, no traceback."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -268,11 +269,35 @@ def test_the_tui_bench_is_a_script_of_the_checkout():
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--nodes", "20",
-                           "--moves", "2"], capture_output=True, text=True, timeout=300, cwd="/")
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--part", "cursor",
+                           "--nodes", "20", "--moves", "2"],
+                          capture_output=True, text=True, timeout=300, cwd="/")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| tree cursor (down/right) | 2 |" in proc.stdout and "key-to-render median" in proc.stdout
     assert run_ktree("bench", "tui").returncode == 2  # no longer a ktree command
+
+
+def test_the_tui_bench_times_every_screen_change():
+    """`scripts/bench-tui --part actions` on a tiny synthetic database (no recorded search): every
+    action is pressed in a fresh process and timed, and the report says so (not a timed test: the
+    numbers are only checked to be there; exit 1 only says a median was over its target)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench-tui"), "--part", "actions", "--fake",
+                           "--runs", "1", "--repeats", "1", "--session-nodes", "20", "--json"],
+                          capture_output=True, text=True, timeout=500, cwd="/")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = json.loads(proc.stdout)["actions"]
+    assert [r["action"] for r in report["rows"]] == ["n: new-search form", "R: resume", "c: compare",
+                                                      "Esc: unzoom", "Esc: to sessions"]
+    for row in report["rows"]:
+        assert row["first"]["presses"] == 1 and row["again"]["presses"] == 1, row
+        for part in ("first", "again"):
+            assert 0 < row[part]["median_ms"] <= row[part]["max_ms"] < 60_000, row
+        assert row["ok"] == (max(row["first"]["median_ms"], row["again"]["median_ms"]) < 100)
+    assert proc.returncode == (0 if all(r["ok"] for r in report["rows"]) else 1)
 
 
 @pytest.mark.parametrize("args", [["run", "softmax"], ["run", "--resume", "1"], ["eval", "softmax", "s.py"],

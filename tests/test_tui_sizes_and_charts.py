@@ -184,3 +184,35 @@ async def test_the_compare_chart_has_whole_rounds_and_a_legend_of_its_own(tmp_pa
         assert points
         check_axes(lines, points)
         await pilot.press("q")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)], ids=["80x24", "120x35"])
+async def test_the_compare_table_shows_both_sessions_whole_beside_the_chart(tmp_path: Path,
+                                                                            size: tuple[int, int]):
+    """Both sessions' columns on screen, left of the chart, each of their cells whole or cut with
+    "…" (at 80 and 120 columns the second one was cut off); SCRIPTED stays on the models."""
+    from tests.test_tui_screens import two_sessions
+
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    app = KtreeApp(db_path=db)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.press("m", "down", "m", "c")
+        await pilot.pause()
+        screen = app.screen
+        table = screen.query_one("#compare-table")
+        chart = screen.query_one("#compare-chart")
+        columns = table.ordered_columns
+        assert [str(c.label) for c in columns[1:]] == [f"#{s} softmax" for s in (b, a)]
+        widths = [max(c.width, c.content_width) for c in columns]  # as drawn (fixed or fit to cells)
+        assert sum(w + 2 * table.cell_padding for w in widths) <= table.size.width  # no column cut off
+        assert table.region.right <= chart.region.x and chart.size.width >= 30
+        for row in range(table.row_count):
+            for col, width in enumerate(widths):
+                assert len(str(table.get_cell_at((row, col)))) <= width
+        models = [str(table.get_cell_at((0, col))) for col in (1, 2)]
+        assert all(m.endswith("SCRIPTED") for m in models)
+        assert "best after round 1" in [str(table.get_cell_at((r, 0))) for r in range(table.row_count)]
+        legend = str(screen.query_one("#compare-legend").content)
+        assert legend.startswith(f"• #{b}  x #{a}")
+        await pilot.press("q")

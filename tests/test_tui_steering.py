@@ -125,7 +125,8 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         assert table_row(sessions.query_one("#sessions"), str(sid))["status"] == "interrupted"
         await pilot.press("R")
         await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
-        screen = app.screen
+        screen = app.screen  # at once, from the DB; the search goes on in it once prepared
+        await wait_until(pilot, lambda: app.search_summary is not None, timeout=300)
         await asyncio.wait_for(app.workers.wait_for_complete(), 300)
         await pilot.pause()
         assert app.search_summary is not None and app.search_summary["status"] == "finished"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
@@ -13,6 +15,8 @@ from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
 from engine.store import Store, StoreError, session_state
+from tui import warm
+from tui.collector import IdleCollector
 from tui.model import isolation_words
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm
@@ -44,6 +48,8 @@ class KtreeApp(App[int]):
         self.bus = EventBus()
         self.initial_keymap = keymap or {}
         self._asking_quit = False
+        self.warm_up: Worker[None] | None = None  # tui.warm's thread, once the first screen is drawn
+        self.collector = IdleCollector()  # full garbage collections in idle time, not in a key press
 
     async def on_mount(self) -> None:
         if self.initial_keymap:
@@ -54,6 +60,9 @@ class KtreeApp(App[int]):
             self.exit(2, message=f"ktree: error: {exc}")
             return
         self.sub_title = self.db_path.name
+        self.collector.hold()
+        self.set_interval(0.5, self.collector.tick)
+        self.call_after_refresh(self._warm_up)
         if self.search_factory is not None:
             await self.start_search(self.search_factory)
             return
@@ -65,6 +74,26 @@ class KtreeApp(App[int]):
                 return
             running = session_state(session) == "running"
             await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
+
+    def _warm_up(self) -> None:
+        """Once the first screen is drawn: what the first `n` or `R` would wait for, while the
+        person reads the screen."""
+        self.warm_up = self.run_worker(self._warm, name="warm-up", group="warm-up", exit_on_error=False)
+
+    async def _warm(self) -> None:
+        """The slow imports and the form's problem in a thread (tui.warm), then the new-search form
+        built (composed and mounted, not shown): `n` only shows it."""
+        await asyncio.to_thread(warm.warm)
+        form = self._new_search_form()
+        if not form.is_running:
+            _, mounted = self._get_screen(form)
+            await mounted
+        self.collector.freeze()  # the imports and the form live on: no full pass walks them again
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):
+            self.collector.input()
+        await super().on_event(event)
 
     # -- navigation: screens ask the app by name; no screen imports another ---------------------
 
@@ -81,13 +110,44 @@ class KtreeApp(App[int]):
             self.switch_screen(SessionsScreen())
 
     def open_new_search(self) -> None:
-        self.push_screen(NewSearchScreen())
+        """The new-search form: one, kept (with what was typed in it) from one `n` to the next."""
+        self.push_screen(self._new_search_form())
+
+    def _new_search_form(self) -> NewSearchScreen:
+        if not self.is_screen_installed("new-search"):
+            self.install_screen(NewSearchScreen(), "new-search")
+        return self.get_screen("new-search", NewSearchScreen)
 
     def open_compare(self, a: int, b: int) -> None:
         self.push_screen(CompareScreen(a, b))
 
-    async def start_search(self, factory: SearchFactory) -> bool:
-        """Run a new search in this process and show it live; False (and a notice) if it cannot start."""
+    async def resume_session(self, session_id: int) -> None:
+        """Resume an interrupted session: its recorded tree at once (read from the DB), and the
+        search going on in the same screen once prepared (in a thread: the problem, the sandbox
+        probe and the providers take a second or more)."""
+        screen = SearchScreen(session_id=session_id)
+        await self.push_screen(screen)
+        self.run_worker(self._resume(screen, session_id), name="resume", group="resume", exit_on_error=False)
+
+    async def _resume(self, screen: SearchScreen, session_id: int) -> None:
+        from engine.launch import ResumeRequest, UsageError, prepare_resume
+
+        try:  # on the app's own store, in its loop
+            prepared = await prepare_resume(ResumeRequest(session=session_id), self.store)  # type: ignore[arg-type]
+        except UsageError as exc:
+            self.notify(f"cannot resume: {exc}", severity="error")
+            if self.screen is screen:
+                self.pop_screen()
+            return
+        if screen not in self.screen_stack:  # left before the search was ready: it does not start
+            await prepared.evaluator.close()
+            self.notify(f"session {session_id} not resumed (its screen was closed first)", severity="warning")
+            return
+        await self.start_search(prepared.search, screen=screen)
+
+    async def start_search(self, factory: SearchFactory, screen: SearchScreen | None = None) -> bool:
+        """Run a new search in this process and show it live (in `screen`, a resumed session's,
+        where given); False (and a notice) if it cannot start."""
         assert self.store is not None
         try:
             search = factory(self.store, self.bus)
@@ -98,9 +158,13 @@ class KtreeApp(App[int]):
                 self.notify(f"cannot start: {exc}", severity="error")
             return False
         self.search = search
-        screen = SearchScreen(live=True, isolation=isolation_label(getattr(search, "evaluator", None)))
+        isolation = isolation_label(getattr(search, "evaluator", None))
+        if screen is None:
+            screen = SearchScreen(live=True, isolation=isolation)
+            await self.push_screen(screen)
+        else:
+            screen.go_live(isolation)
         self.bus.subscribe(screen.receive)
-        await self.push_screen(screen)
         self.run_worker(self._run_search(), name="search", group="search", exit_on_error=False)
         return True
 
@@ -163,6 +227,7 @@ class KtreeApp(App[int]):
         self.exit(0)
 
     async def on_unmount(self) -> None:
+        self.collector.release()
         await self._close_store()
 
     async def _close_store(self) -> None:

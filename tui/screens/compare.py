@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from engine.domain import best_variant, library_excluded, session_library_ops
 from tui.widgets.chart import RoundsPlot, Series
 from tui.widgets.code import highlight_source
+from tui.widgets.footer import SteadyFooter
 
 
 def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, float]:
@@ -33,6 +35,26 @@ def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, fl
 # (marker, plotext colour, the legend's mark and colour) of the first and second session; the legend
 # is a line of its own above the plot (plotext's, inside it, is drawn over by the lines)
 SERIES = [("dot", "cyan", "•", "cyan"), ("x", "orange", "x", "dark_orange")]
+
+
+CHART_MIN = 30  # columns the chart keeps beside the table (its axis labels and a readable plot)
+PADDING = 2  # a table column's padding, both sides
+SCROLLBAR = 2  # room for the table's vertical scrollbar (many rounds)
+MIN_SHARE = 8  # the narrowest a session's column gets
+MODELS_WIDTH = 40  # the model names, at most (then cut with "…")
+SCRIPTED = " SCRIPTED"  # after the models of a scripted session (its numbers are made up)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in `width` cells, its end replaced by "…" where it is cut."""
+    if cell_len(text) <= width:
+        return text
+    out = ""
+    for char in text:
+        if cell_len(out + char) > width - 1:
+            break
+        out += char
+    return out + "…"
 
 
 class CompareScreen(Screen):
@@ -55,7 +77,7 @@ class CompareScreen(Screen):
             for sid in self.ids:
                 with VerticalScroll(id=f"best-{sid}"):
                     yield Static("", id=f"code-{sid}")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     async def on_mount(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
@@ -68,37 +90,64 @@ class CompareScreen(Screen):
             self.data[sid] = {"session": session, "rounds": best_per_round(nodes, library_ops),
                               "totals": totals, "best": best,
                               "variants": sum(n.kind == "variant" for n in nodes)}
-        a, b = (self.data[s] for s in self.ids)
-        table = self.query_one("#compare-table", DataTable)
-        table.add_columns("", *(f"#{s} {self.data[s]['session']['problem']}" for s in self.ids))
-
-        def scripted(d: dict[str, Any]) -> str:
-            return " SCRIPTED" if "scripted" in d["session"]["provider"].split(",") else ""
-
-        table.add_row("models", *(", ".join(d["session"]["models"])[:20] + scripted(d) for d in (a, b)))
-        table.add_row("status", a["session"]["status"], b["session"]["status"])
-        table.add_row("variants", str(a["variants"]), str(b["variants"]))
-        table.add_row("cost", *(f"${d['totals']['cost_usd']:.3f}" for d in (a, b)))
-        table.add_row("tokens", *(f"{int(d['totals']['tokens'])}" for d in (a, b)))
-        for r in range(1, max(len(a["rounds"]), len(b["rounds"])) + 1):
-            table.add_row(f"best after round {r}",
-                          *(f"{d['rounds'][r]:.2f}x" if r in d["rounds"] else "-" for d in (a, b)))
-        legend = Text("best speedup by round:", style="bold")
+        self._fill_table()
+        legend = Text()  # the marks first: a narrow chart cuts the title, not them
         series = []
         for sid, (marker, colour, mark, style) in zip(self.ids, SERIES, strict=True):
             rounds = self.data[sid]["rounds"]
             series.append(Series(list(rounds), list(rounds.values()), marker=marker, color=colour))
-            legend.append(f"  {mark} #{sid}", style=style)
+            legend.append(f"{mark} #{sid}  ", style=style)
+        legend.append("best speedup by round", style="bold")
         self.query_one("#compare-legend", Static).update(legend)
         self.query_one("#compare-plot", RoundsPlot).show_series(series)
         for sid in self.ids:
             best = self.data[sid]["best"]
-            widget = self.query_one(f"#code-{sid}", Static)
             if best is None:
-                widget.update(Text(f"session {sid}: no correct variant", style="dim"))
+                text = Text(f"session {sid}: no correct variant", style="dim")
             else:
                 head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                widget.update(head + highlight_source(best.source, dark=self.app.current_theme.dark))
+                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
+            self.query_one(f"#code-{sid}", Static).update(text)
+
+    def on_resize(self) -> None:
+        if self.data:
+            self._fill_table()  # the sessions' columns cut to the new width
+
+    def _fill_table(self) -> None:
+        """Both sessions' columns whole beside the chart: the table is as wide as its cells, at
+        most half the width or what leaves the chart CHART_MIN columns; a cell wider than its
+        column's share is cut with "…" (the model names first: SCRIPTED stays)."""
+        a, b = (self.data[s] for s in self.ids)
+
+        def scripted(d: dict[str, Any]) -> bool:
+            return "scripted" in d["session"]["provider"].split(",")
+
+        rows = [("models", *(", ".join(d["session"]["models"]) for d in (a, b))),
+                ("status", a["session"]["status"], b["session"]["status"]),
+                ("variants", str(a["variants"]), str(b["variants"])),
+                ("cost", *(f"${d['totals']['cost_usd']:.3f}" for d in (a, b))),
+                ("tokens", *(f"{int(d['totals']['tokens'])}" for d in (a, b)))]
+        for r in range(1, max(len(a["rounds"]), len(b["rounds"])) + 1):
+            rows.append((f"best after round {r}",
+                         *(f"{d['rounds'][r]:.2f}x" if r in d["rounds"] else "-" for d in (a, b))))
+        heads = [f"#{s} {self.data[s]['session']['problem']}" for s in self.ids]
+        label_w = max(cell_len(row[0]) for row in rows)
+        width = self.app.size.width
+        budget = max(width // 2, width - CHART_MIN) - label_w - 3 * PADDING - SCROLLBAR
+        share = max(MIN_SHARE, budget // 2)
+        models = [cut(m[:MODELS_WIDTH], share - (len(SCRIPTED) if scripted(d) else 0)) + (
+            SCRIPTED if scripted(d) else "") for m, d in zip(rows[0][1:], (a, b), strict=True)]
+        rows[0] = ("models", *models)
+        cols = [[cut(heads[i], share), *(cut(row[i + 1], share) for row in rows)] for i in range(2)]
+        widths = [label_w, *(max(cell_len(c) for c in col) for col in cols)]
+        table = self.query_one("#compare-table", DataTable)
+        with self.app.batch_update():
+            table.clear(columns=True)
+            for label, w in zip(["", *(col[0] for col in cols)], widths, strict=True):
+                table.add_column(label, width=w)
+            for j, row in enumerate(rows):
+                table.add_row(row[0], cols[0][j + 1], cols[1][j + 1])
+            table.styles.width = sum(widths) + 3 * PADDING + SCROLLBAR
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, Header, Input, Label, Select, Static
 
 from engine.domain import BACKEND_CHOICES, PROVIDER_CHOICES, STRATEGIES
 from engine.launch import RunRequest
+from tui import warm
+from tui.screens.ahead import StyledAhead
+from tui.widgets.footer import SteadyFooter
+
+if TYPE_CHECKING:
+    from engine.problems import Problem
 
 SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
 # The form's widgets by id: its choices, and what is typed (parsed by form_request).
@@ -60,7 +66,7 @@ def _budget(fields: Mapping[str, str], name: str, parse: Callable[[str], Number]
     return value
 
 
-class NewSearchScreen(Screen):
+class NewSearchScreen(StyledAhead, Screen):
     AUTO_FOCUS = "#problem"  # the first field, not the scrolling form around it (focused, it shows nothing)
     BINDINGS = [Binding("escape", "back", "Back", id="new.back"),
                 Binding("ctrl+r", "start", "Start", id="new.start")]
@@ -112,24 +118,28 @@ class NewSearchScreen(Screen):
             yield Static("", id="estimate")
             yield Static("", id="form-error", classes="error")
             yield Button("Start", id="start", variant="success")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     auto_backend = "cuda"  # what `auto` means here, once known (the estimate's prompts differ a little)
+    _estimate_due = False
 
     async def on_mount(self) -> None:
+        self.auto_backend = warm.auto_backend() or self.auto_backend
         self._update_estimate()
-        try:
-            from engine.launch import resolve_backend
-
-            self.auto_backend, _ = await asyncio.to_thread(resolve_backend, "auto")
-        except Exception:
-            return
-        self._update_estimate()
+        if warm.auto_backend() is None:
+            try:
+                self.auto_backend = await asyncio.to_thread(warm.resolve_auto)
+            except Exception:
+                return
+            self._update_estimate()
 
     @on(Input.Changed)
     @on(Select.Changed)
     def _changed(self) -> None:
-        self._update_estimate()
+        """Once for a burst of changes (every field says it changed as the form mounts)."""
+        if not self._estimate_due:
+            self._estimate_due = True
+            self.call_later(self._update_estimate)
 
     def _request(self) -> RunRequest:
         """The form as a run request; ValueError (one line) on a bad field."""
@@ -139,15 +149,22 @@ class NewSearchScreen(Screen):
 
     def _update_estimate(self) -> None:
         """The engine's pre-run estimate (engine.launch.estimate_run, as `ktree run --estimate`
-        prints it)."""
+        prints it). The problem is loaded in a thread the first time (it imports torch and makes
+        the reference's inputs); the estimate follows when it is."""
         from engine.estimate import format_estimate
         from engine.launch import UsageError, estimate_run
 
+        self._estimate_due = False
         box = self.query_one("#estimate", Static)
         try:
             request = self._request()
+            problem = warm.loaded_problem(request.problem)
+            if problem is None:
+                box.update(f"estimate: loading {request.problem}…")
+                self.run_worker(partial(self._load_problem, request.problem), group="problem", exclusive=True)
+                return
             backend = request.backend if request.backend != "auto" else self.auto_backend
-            result = estimate_run(request, backend)
+            result = estimate_run(request, backend, problem=problem)
         except (ValueError, UsageError) as exc:
             box.update(f"estimate: — ({exc})")
             return
@@ -159,16 +176,29 @@ class NewSearchScreen(Screen):
         text = f"Pre-run estimate{note}\n{format_estimate(result)}"
         box.update(text)
         # a callable, not a coroutine: a worker cancelled before it starts leaves nothing un-awaited
-        self.run_worker(partial(self._say_degenerate, request.problem, text), group="degenerate",
-                        exclusive=True)
+        self.run_worker(partial(self._say_degenerate, problem, text), group="degenerate", exclusive=True)
 
-    async def _say_degenerate(self, spec: str, text: str) -> None:
-        """A degenerate problem (its reference ignores its inputs: engine.problems) said above the
-        estimate; checked in a thread (it runs the reference, once per file)."""
-        from engine.problems import DEGENERATE_LINE, load_problem
+    async def _load_problem(self, spec: str) -> None:
+        """Load the form's problem in a thread, then estimate (or say why it cannot be used)."""
+        from engine.launch import UsageError
 
         try:
-            degenerate = await asyncio.to_thread(lambda: load_problem(spec).degenerate)
+            await asyncio.to_thread(warm.load_problem, spec)
+        except UsageError as exc:
+            self.query_one("#estimate", Static).update(f"estimate: — ({exc})")
+            return
+        except Exception as exc:
+            self.query_one("#estimate", Static).update(f"estimate: — ({type(exc).__name__}: {exc})")
+            return
+        self._update_estimate()
+
+    async def _say_degenerate(self, problem: Problem, text: str) -> None:
+        """A degenerate problem (its reference ignores its inputs: engine.problems) said above the
+        estimate; checked in a thread (it runs the reference, once per file)."""
+        from engine.problems import DEGENERATE_LINE
+
+        try:
+            degenerate = await asyncio.to_thread(lambda: problem.degenerate)
         except Exception:
             return
         if degenerate:

@@ -17,7 +17,7 @@ from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
@@ -28,6 +28,7 @@ from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
+from tui.widgets.footer import SteadyFooter
 from tui.widgets.llm import LLMPane
 from tui.widgets.progress import ProgressPane
 from tui.widgets.timings import COLUMN_LABELS, DESCENDING, SORTS, TimingsTable
@@ -104,6 +105,7 @@ class SearchScreen(SteeringMixin, Screen):
         self._progress_dirty = True
         self._plot_dirty = True
         self._polling = False
+        self._footer_for: bool | None = None  # whether the footer shows the steering keys as usable
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ class SearchScreen(SteeringMixin, Screen):
                 yield LLMPane(id="llm")
         yield FilterBar(id="filter")
         yield Static("", id="status-line")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     @property
     def store(self) -> Any:
@@ -158,6 +160,14 @@ class SearchScreen(SteeringMixin, Screen):
                 self.set_interval(POLL_S, self._poll)
         self.set_interval(TICK_S, self._tick)
         self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    def go_live(self, isolation: str | None) -> None:
+        """A resumed session, shown from the DB while its search was prepared: the search runs in
+        this process now, and its events come on the bus (its first reads the tree again)."""
+        self.model.live, self.model.follow = True, False
+        if isolation:
+            self.isolation = isolation
+            self.sub_title = f"{self.app.sub_title} · isolation: {isolation}"
 
     def _theme_changed(self) -> None:
         """Code colours follow the theme (dark or light); the rest is Textual's own styling."""
@@ -228,10 +238,11 @@ class SearchScreen(SteeringMixin, Screen):
                 (model.nodes[i], model.verdicts.get(i)) for i in changes.rows if self._kept(i))
         if "header" in changes.panes:
             self.query_one("#banner", Static).update(banner_text(model))
-            self.refresh_bindings()  # the steering keys dim once the session is not running
         if "status" in changes.panes:
             self.query_one("#status-line", Static).update(status_text(model), layout=False)
-            self.refresh_bindings()
+        if self._footer_for != (model.status == "running"):  # the steering keys dim once it is not
+            self._footer_for = model.status == "running"
+            self.refresh_bindings()  # the footer is rebuilt: only when what it shows changes
         self._progress_dirty |= "progress" in changes.panes
         self._plot_dirty |= "plot" in changes.panes
         if self.selected is None and not changes.bulk:  # a live tree: show the reference as it comes

@@ -15,12 +15,13 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
+from tui.widgets.footer import SteadyFooter
 
 # What matters most first: a narrow screen leaves out the columns that do not fit whole, from the
 # right (at 80 columns: the start, duration, strategy and models); # and problem keep status and
@@ -65,13 +66,15 @@ class SessionsScreen(Screen):
         self.suites: dict[int, dict[str, Any]] = {}  # suite id -> its row, with "line" (fast_p)
         self.query_text = ""  # the `/` filter: only the rows it matches
         self.lines: list[tuple[str, dict[str, Any]]] = []  # the table's rows: (key, column key -> cell)
+        self._drawn: tuple[list[tuple[str, dict[str, Any]]], list[str]] | None = None  # (lines, columns) shown
+        self.reloads = 0  # reads of the database shown so far (scripts/bench-tui waits on it)
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(self.BANNER, id="banner")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield FilterBar(id="filter")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     async def on_mount(self) -> None:
         table = self.query_one("#sessions", DataTable)
@@ -126,8 +129,6 @@ class SessionsScreen(Screen):
             # else the app closed the store mid-read (quitting): nothing left to show
 
     async def action_reload(self) -> None:
-        table = self.query_one("#sessions", DataTable)
-        cursor = table.cursor_row
         store = self.app.store  # type: ignore[attr-defined]
         rows = await store.sessions()
         self.rows = {s["id"]: s for s in rows}
@@ -153,16 +154,21 @@ class SessionsScreen(Screen):
                     lines.append((f"suite-{suite_id}", head))
                 lines.extend((str(m["id"]), self._cells(m, indent=True)) for m in kept)
         self.lines = lines
-        self._draw(cursor)
+        self._draw()  # at the cursor as it is now: keys pressed during the read moved it
         if not rows:
             self.query_one("#banner", Static).update(
                 "No sessions yet — n starts a new search (or run `ktree run softmax`)")
+        self.reloads += 1
 
     def _draw(self, cursor: int | None = None) -> None:
-        """Fill the table with `lines`, in the columns that fit the width whole."""
+        """Fill the table with `lines`, in the columns that fit the width whole; left as it is
+        where it shows those already (back from a session: rewriting it costs a frame)."""
         table = self.query_one("#sessions", DataTable)
         cursor = table.cursor_row if cursor is None else cursor
         keys = fitting_columns([cells for _, cells in self.lines], self.app.size.width)
+        if self._drawn == (self.lines, keys):
+            return
+        self._drawn = (self.lines, keys)
         with self.app.batch_update():
             if [str(c.key.value) for c in table.ordered_columns] != keys:
                 table.clear(columns=True)
@@ -333,15 +339,7 @@ class SessionsScreen(Screen):
             self.notify(f"session {row['id']} is {session_status(row)}: only an interrupted one resumes",
                         severity="warning")
             return
-        from engine.launch import ResumeRequest, UsageError, prepare_resume
-
-        store = self.app.store  # type: ignore[attr-defined]
-        try:  # on the app's own store, in its loop
-            prepared = await prepare_resume(ResumeRequest(session=row["id"]), store)
-        except UsageError as exc:
-            self.notify(f"cannot resume: {exc}", severity="error")
-            return
-        await self.app.start_search(prepared.search)  # type: ignore[attr-defined]
+        await self.app.resume_session(row["id"])  # type: ignore[attr-defined]
 
     async def action_mark(self) -> None:
         row = self._current()

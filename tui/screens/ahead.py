@@ -16,12 +16,24 @@ class StyledAhead:
     the restyle is skipped unless the theme is not the one it was styled under."""
 
     _styled_for: str | None = None
+    _rows: tuple[Any, ...] = ()  # the rows restyled for the focus last time
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         theme = self.app.theme  # type: ignore[attr-defined]
         if self._styled_for == theme:
             event.refresh_styles = False  # Screen's own handler, which runs next, leaves them
+            # ...but the focus it sets changes pseudo-classes (a row's :focus-within, its label
+            # bold): restyle the row that has the focus now and the one that had it before.
+            self.call_after_refresh(self._restyle_focus)  # type: ignore[attr-defined]
         self._styled_for = theme
+
+    def _restyle_focus(self) -> None:
+        focused = self.focused  # type: ignore[attr-defined]
+        now = (focused.parent,) if focused is not None and focused.parent is not None else ()
+        for row in dict.fromkeys((*self._rows, *now)):
+            if row.is_attached:
+                self.app.update_styles(row)  # type: ignore[attr-defined]
+        self._rows = now
 
     def _on_mount(self, event: Any) -> None:
         self._styled_for = self.app.theme  # type: ignore[attr-defined]

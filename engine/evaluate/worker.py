@@ -225,15 +225,11 @@ class Worker:
         self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
     ) -> tuple[str, dict[str, Any] | None, str] | None:
         """One try; None when the process died before taking the job."""
-        if self.proc is not None and job.problem_path and job.problem_path not in self._problems:
-            await self.stop("a new problem file")
-        if self.proc is not None and self.proc.returncode is None and _dead(self.proc.pid):
-            await self.stop("died")  # killed while idle, not reaped yet: don't hand it the job
-        if self.proc is None or self.proc.returncode is not None:
-            self.proc = None
-            problem = await self._start((job.problem_path,) if job.problem_path else ())
-            if problem is not None:
-                return "crashed", None, problem
+        # A process for this problem file (seeing the earlier ones too), alive: killed while idle
+        # and not reaped yet, it is not handed the job.
+        problem = await self.ready(job.problem_path)
+        if problem is not None:
+            return "crashed", None, problem
         assert self.proc is not None and self.proc.stdin is not None
         work = Path(tempfile.mkdtemp(prefix="job-", dir=self._dir))
         paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}

@@ -49,6 +49,16 @@ def build_key(job: EvalJob, env: dict[str, str] | None = None) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
+def solution_build_dir(job: EvalJob) -> tuple[str, str]:
+    """(the build key, its dir in the build cache), the dir made where the cache may be written (an
+    evaluation sees it read-only: it loads what is there)."""
+    key = build_key(job)
+    build_dir = os.path.join(job.cache_dir, key)
+    with contextlib.suppress(OSError):
+        os.makedirs(build_dir, exist_ok=True)
+    return key, build_dir
+
+
 @contextlib.contextmanager
 def build_dir_lock(build_dir: str) -> Iterator[None]:
     """One builder per build dir at a time, under a lock the kernel drops when its holder dies.

@@ -8,8 +8,6 @@ library only.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import Any
 
 from engine.evaluate import languages
@@ -20,6 +18,7 @@ from engine.evaluate.child_common import (  # noqa: F401  (the child's modules i
     make_inputs,
     model_to,
     precision_dtype,
+    solution_build_dir,
     to_device,
 )
 from engine.evaluate.jobs import EvalJob
@@ -29,11 +28,7 @@ from engine.evaluate.loading import load_module_from_path
 def load_solution(job: EvalJob) -> Any:
     """Build (or reuse) and import the solution module in its language
     (engine.evaluate.languages); classify any failure."""
-    key = build_key(job)
-    build_dir = os.path.join(job.cache_dir, key)
-    with contextlib.suppress(OSError):  # an evaluation sees the cache read-only: it loads what is there
-        os.makedirs(build_dir, exist_ok=True)
-    return languages.for_source(job.solution_source).load(job, key, build_dir)
+    return languages.for_source(job.solution_source).load(job, *solution_build_dir(job))
 
 
 def retarget_note(job: EvalJob) -> dict[str, Any] | None:

@@ -7,13 +7,12 @@ evaluation process alike. Torch and the standard library only."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
 from functools import cache
 
 from engine.evaluate import settings
 from engine.evaluate.languages.base import Language
+from engine.evaluate.loading import load_module_from_file
 
 BUILT_IN = ("engine.evaluate.languages.cuda", "engine.evaluate.languages.triton")
 DEFAULT = "cuda"
@@ -21,14 +20,7 @@ DEFAULT = "cuda"
 
 def _module(spec: str) -> object:
     if spec.endswith(".py"):
-        name = f"ktree_language_{os.path.splitext(os.path.basename(spec))[0]}"
-        found = importlib.util.spec_from_file_location(name, spec)
-        if found is None or found.loader is None:
-            raise ImportError(f"KTREE_LANGUAGES: cannot load {spec}")
-        module = importlib.util.module_from_spec(found)
-        sys.modules[name] = module
-        found.loader.exec_module(module)
-        return module
+        return load_module_from_file(spec, f"ktree_language_{os.path.splitext(os.path.basename(spec))[0]}")
     return importlib.import_module(spec)
 
 

@@ -27,6 +27,7 @@ from engine.evaluate.child_common import (
     make_inputs,
     model_to,
     precision_dtype,
+    solution_build_dir,
     time_limit,
 )
 from engine.evaluate.jobs import EvalJob
@@ -229,7 +230,7 @@ def triton_prewarm(job: EvalJob) -> dict[str, Any]:
     report: dict[str, Any] = {}
     try:
         problem = load_module_from_path(job.problem_path, job.sizes)
-        module = _load_triton(job, *_build_dir(job))
+        module = _load_triton(job, *solution_build_dir(job))
         init = problem.get_init_inputs()
         torch.manual_seed(job.seed)
         cast = precision_dtype(job)
@@ -298,12 +299,3 @@ def _compile_only() -> Iterator[None]:
         jit.JITFunction.run = run  # type: ignore[method-assign]
         autotuner.Autotuner.run = tune  # type: ignore[method-assign]
 
-
-def _build_dir(job: EvalJob) -> tuple[str, str]:
-    from engine.evaluate.child_common import build_key
-
-    key = build_key(job)
-    build_dir = os.path.join(job.cache_dir, key)
-    with contextlib.suppress(OSError):
-        os.makedirs(build_dir, exist_ok=True)
-    return key, build_dir

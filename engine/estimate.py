@@ -62,11 +62,11 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
              reasoning_history: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Calls, tokens and dollars: `expected` assumes every variant compiles, `most` that every
     one needs all its fix attempts."""
-    k, m, r, t = config.ideas, config.variants, config.rounds, config.top
-    strategy = strategy_for(config.strategy, rounds=r, ideas=k, variants=m, top=t)
+    k, m, r, t = config.shape.ideas, config.shape.variants, config.shape.rounds, config.shape.top
+    strategy = strategy_for(config.shape.strategy, rounds=r, ideas=k, variants=m, top=t)
     idea_calls, per_call_ideas = strategy.idea_calls(), strategy.ideas_per_call()
     impl = idea_calls * per_call_ideas * strategy.variants_per_idea()
-    fixes = impl * config.fixes
+    fixes = impl * config.shape.fixes
 
     ref_tokens = _tokens(problem.source)
     code_out = max(CODE_OUT_MIN, int(ref_tokens * CODE_OUT_FACTOR))
@@ -76,9 +76,9 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
                                                 backend))
     idea_in_later = _tokens(prompts.idea_prompt(problem.source, sample, "-" * 400, ["t"] * 3,
                                                 per_call_ideas, backend))
-    impl_in = _tokens(prompts.implement_prompt(problem.source, sample, idea, backend, config.rtol))
+    impl_in = _tokens(prompts.implement_prompt(problem.source, sample, idea, backend, config.checks.rtol))
     fix_in = _tokens(prompts.fix_prompt(problem.source, sample, idea.title, "z" * 4 * LOG_TOKENS,
-                                        backend, config.rtol))
+                                        backend, config.checks.rtol))
     first_calls = len(strategy.first_parents(0))  # the rest see a variant
     idea_in = first_calls * idea_in_first + (idea_calls - first_calls) * idea_in_later
     idea_out = idea_calls * per_call_ideas * IDEA_OUT_TOKENS
@@ -118,8 +118,8 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
     return {
         "reasoning": reasoning,
         "with_reasoning_usd": [round(base + c, 4) for c in reasoning["cost_usd"]],
-        "strategy": config.strategy, "shape": {"rounds": r, "ideas": k, "variants": m, "top": t,
-                                               "fixes": config.fixes},
+        "strategy": config.shape.strategy, "shape": {"rounds": r, "ideas": k, "variants": m, "top": t,
+                                               "fixes": config.shape.fixes},
         "models": [f"{p}:{mdl}" for p, mdl in named], "unpriced_models": unpriced,
         "calls": {"idea": idea_calls, "implement": impl, "fix_at_most": fixes},
         "expected": {**expected, "cost_usd": round(dollars(expected), 4)},

@@ -15,19 +15,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from engine import options
 from engine.domain import (
-    BACKEND_CHOICES,
     EXECUTORS,
-    ISOLATION_CHOICES,
-    LIBRARY_OPS,
-    PROVIDER_CHOICES,
-    STRATEGIES,
 )
 from engine.evaluate import settings
 from engine.evaluate.profile.profiler import PROFILE_MODES
+from engine.options import Budgets, CheckSettings, LLMSettings, Placement, Shape, UsageError
 
 if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
@@ -45,78 +42,55 @@ if TYPE_CHECKING:
 PRECISION_TOLERANCES = {"fp32": 1e-2, "fp16": 1e-2, "bf16": 1e-2}
 
 
-class UsageError(Exception):
-    """Bad input from the user: one line (the CLI prints it and exits 2; the TUI shows it)."""
-
-
 @dataclass(frozen=True)
 class RunRequest:
-    """A new search, as `ktree run PROBLEM ...` asks for it; the defaults are the CLI's."""
+    """A new search, as `ktree run PROBLEM ...` (or the form) asks for it: the problem and each part
+    of its configuration (engine.options), as given (atol/rtol None: the problem's own)."""
 
     problem: str  # a built-in problem name or a path to a KernelBench-format file
-    strategy: str = "tree"  # STRATEGIES
-    provider: str = "auto"  # PROVIDER_CHOICES
-    models: tuple[str, ...] = ()  # [provider:]model specs, used round-robin
-    base_url: str | None = None  # openai-compatible server
-    reasoning: str | None = None
-    llm_timeout: float = 600.0  # seconds per LLM call
-    llm_concurrency: int = 8  # concurrent calls per provider
-    budget_usd: float | None = None
-    budget_tokens: int | None = None
-    max_variants: int | None = None
-    time_limit: float | None = None  # seconds
-    fixes: int = 1  # fix-prompt retries for a variant that fails to compile
-    rounds: int = 2
-    ideas: int = 3
-    variants: int = 2
-    top: int = 2
-    atol: float | None = None  # None: the problem's own (or the precision's), else 1e-2
-    rtol: float | None = None
-    precision: str | None = None  # PRECISION_TOLERANCES; None: the problem's own dtypes
-    seed: int = 0
-    backend: str = "auto"  # BACKEND_CHOICES
-    language: str = "cuda"  # kernel languages, comma-separated: cuda | triton | cuda,triton
-    compile_workers: int | None = None
-    gpus: tuple[int, ...] | None = None  # physical indices; None: every visible GPU
-    isolation: str = "auto"  # ISOLATION_CHOICES
-    executor: str = "local"  # EXECUTORS
-    ray_address: str | None = None
-    ray_workers: int | None = None
-    profile: str = "auto"  # PROFILE_MODES: profile correct variants (engine.evaluate.profile.profiler)
-    library_ops: str = "allow"  # LIBRARY_OPS: may library-marked variants be parents and the best
-    eval_timeout: float | None = None  # seconds an evaluation may hold its device; None: from the problem
+    shape: Shape = field(default_factory=lambda: options.PARTS["shape"]())
+    budgets: Budgets = field(default_factory=lambda: options.PARTS["budgets"]())
+    llm: LLMSettings = field(default_factory=lambda: options.PARTS["llm"]())
+    checks: CheckSettings = field(default_factory=lambda: options.PARTS["checks"]())
+    placement: Placement = field(default_factory=lambda: options.PARTS["placement"]())
 
-    def __post_init__(self) -> None:
-        # Lists are accepted for convenience; kept as tuples so a request stays immutable.
-        object.__setattr__(self, "models", tuple(self.models))
-        if self.gpus is not None:
-            object.__setattr__(self, "gpus", tuple(self.gpus))
+    @classmethod
+    def of(cls, problem: str, **flat: Any) -> RunRequest:
+        """A request from fields named flat (rounds=1, gpus=(0,), ...); a name no part has: TypeError."""
+        given = options.split(flat, strict=True)
+        return cls(problem, **{name: options.PARTS[name](**kw) for name, kw in given.items()})
+
+    def record(self) -> dict[str, Any]:
+        """The request, flat (a suite records it to resume its problems alike)."""
+        return {"problem": self.problem, **options.record(*self.parts())}
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> RunRequest:
+        given = options.split(data)
+        return cls(data["problem"], **{name: options.PARTS[name](**kw) for name, kw in given.items()})
+
+    def parts(self) -> tuple[Any, ...]:
+        return (self.shape, self.budgets, self.llm, self.checks, self.placement)
 
 
 @dataclass(frozen=True)
 class ResumeRequest:
-    """Continue a recorded session: its problem, backend, models and shape come from the store;
-    these replace the recorded budgets and say where to evaluate this time."""
+    """Continue a recorded session: its problem, backend, models and shape come from the store.
+    Of the parts given, only the fields declared `resume` count: the budgets that are not None
+    replace the recorded ones; the placement says where to evaluate this time (gpus None: the GPUs
+    the session ran on); base URL, LLM timeout and seed are this run's."""
 
     session: int
-    budget_usd: float | None = None
-    budget_tokens: int | None = None
-    max_variants: int | None = None
-    time_limit: float | None = None
-    gpus: tuple[int, ...] | None = None  # None: the GPUs the session ran on
-    compile_workers: int | None = None
-    isolation: str = "auto"
-    executor: str = "local"
-    ray_address: str | None = None
-    ray_workers: int | None = None
-    base_url: str | None = None
-    llm_timeout: float = 600.0
-    seed: int = 0
-    profile: str = "auto"  # PROFILE_MODES
+    budgets: Budgets = field(default_factory=lambda: options.PARTS["budgets"]())
+    llm: LLMSettings = field(default_factory=lambda: options.PARTS["llm"]())
+    checks: CheckSettings = field(default_factory=lambda: options.PARTS["checks"]())
+    placement: Placement = field(default_factory=lambda: options.PARTS["placement"]())
 
-    def __post_init__(self) -> None:
-        if self.gpus is not None:
-            object.__setattr__(self, "gpus", tuple(self.gpus))
+    @classmethod
+    def of(cls, session: int, **flat: Any) -> ResumeRequest:
+        given = options.split(flat, {n: options.PARTS[n] for n in ("budgets", "llm", "checks", "placement")},
+                              strict=True)
+        return cls(session, **{name: options.PARTS[name](**kw) for name, kw in given.items()})
 
 
 @dataclass(frozen=True)
@@ -128,13 +102,14 @@ class Prepared:
     evaluator: Evaluator
     config: SearchConfig
     resume: int | None = None  # the session to continue
+    placement: Placement | None = None  # where it runs, as resolved (recorded with the session)
 
     def search(self, store: Store, bus: EventBus) -> Search:
         """The search on the caller's store (opened in the loop that runs it: aiosqlite binds to it)."""
         from engine.search import Search
 
         return Search(store, bus, self.models, self.evaluator, self.problem, self.config,
-                      resume=self.resume)
+                      resume=self.resume, placement=self.placement)
 
 
 # --- the pieces the CLI's other commands use too --------------------------------------------------
@@ -303,23 +278,23 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     from engine.estimate import estimate
     from engine.llm.registry import ProviderSetupError, auto_provider, parse_spec
 
-    _check_choices(request)
     problem = problem if problem is not None else checked_problem(request.problem)
     config = _search_config(request, problem)
     try:
         settings = load_config()
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    provider = auto_provider(settings) if request.provider == "auto" else request.provider
-    specs = list(request.models) or (settings.default_models if request.provider == "auto" else [])
+    llm = request.llm
+    provider = auto_provider(settings) if llm.provider == "auto" else llm.provider
+    specs = list(llm.models) or (settings.default_models if llm.provider == "auto" else [])
     try:
         models = [parse_spec(s, provider) for s in specs] or [(provider, "")]
     except ProviderSetupError as exc:
         raise UsageError(str(exc)) from None
     if backend is None:
-        backend, _ = resolve_backend(request.backend)
+        backend, _ = resolve_backend(request.placement.backend)
     if any(p == "scripted" for p, _ in models):
-        check_scripted(problem.name, backend, config.languages)
+        check_scripted(problem.name, backend, config.shape.languages)
     return estimate(problem, config, models, backend, settings.prices, reasoning_history)
 
 
@@ -343,20 +318,35 @@ def check_scripted(problem: str, backend: str, languages: Sequence[str] = ("cuda
 def prepare_run(request: RunRequest) -> Prepared:
     """A new search, every part checked: the problem, the tolerances, the evaluator (GPUs,
     isolation, executor) and the providers (keys, base URL, scripted answers)."""
-    _check_choices(request)
     problem = checked_problem(request.problem)
     config = _search_config(request, problem)
-    check_languages(config.languages)
+    check_languages(config.shape.languages)
+    place, llm = request.placement, request.llm
     backend, evaluator = make_evaluator(
-        request.backend, executor=request.executor, gpus=request.gpus,
-        compile_workers=request.compile_workers, isolation=request.isolation,
-        ray_address=request.ray_address, ray_workers=request.ray_workers, profile=request.profile,
-        eval_timeout=request.eval_timeout)
-    models = _build_models(list(request.models), request.provider, problem, backend, seed=request.seed,
-                           base_url=request.base_url, timeout_s=request.llm_timeout)
+        place.backend, executor=place.executor, gpus=place.gpus, compile_workers=place.compile_workers,
+        isolation=place.isolation, ray_address=place.ray_address, ray_workers=place.ray_workers,
+        profile=place.profile, eval_timeout=config.checks.eval_timeout)
+    models = _build_models(list(llm.models), llm.provider, problem, backend, seed=request.checks.seed,
+                           base_url=llm.base_url, timeout_s=llm.llm_timeout)
     if any(getattr(p, "scripted", False) for p, _ in models):
-        check_scripted(problem.name, backend, config.languages)
-    return Prepared(problem, models, evaluator, replace(config, isolation=isolation_level(evaluator)))
+        check_scripted(problem.name, backend, config.shape.languages)
+    return Prepared(problem, models, evaluator, config, placement=resolved_placement(place, evaluator))
+
+
+def resolved_placement(requested: Placement, evaluator: Any) -> Placement:
+    """The placement as it was resolved: the evaluator's backend, GPUs, isolation level and compile
+    workers in place of `auto`s and defaults (recorded with the session)."""
+    gpus = getattr(evaluator, "gpus", None)
+    return replace(requested, backend=evaluator.backend, gpus=tuple(gpus) if gpus else None,
+                   isolation=isolation_level(evaluator),  # "" on Ray: each node chose its own
+                   compile_workers=getattr(evaluator, "compile_workers", None) or requested.compile_workers)
+
+
+def recorded_gpus(config: dict[str, Any]) -> list[int] | None:
+    """The GPUs a session ran on, from its recorded config (its placement; older records: `gpus`)."""
+    placed = config.get("placement") or {}
+    gpus = placed.get("gpus") if "gpus" in placed else config.get("gpus")
+    return list(gpus) if gpus else None
 
 
 def isolation_level(evaluator: Any) -> str:
@@ -405,7 +395,7 @@ async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
         raise UsageError(f"session {request.session} is still running (pid {session['pid']})")
     if state == "finished" and not pending:  # with commands given since, it runs them
         raise UsageError(f"session {request.session} has finished; there is nothing to resume")
-    if request.executor == "ray":
+    if request.placement.executor == "ray":
         return _assemble_resume(request, session)
     return await asyncio.to_thread(_assemble_resume, request, session)
 
@@ -414,7 +404,7 @@ def profile_evaluator(session: dict[str, Any]) -> Evaluator:
     """The evaluator for a profile asked for on a session no engine runs: this host's, built as a
     resume builds it (the session's backend, on the GPUs it ran on), profiling only when asked, with
     the auto profiler (ncu where it reads counters, else torch.profiler; cpu: rates against peaks)."""
-    _, evaluator = make_evaluator(session["backend"], recorded_gpus=session["config"].get("gpus"),
+    _, evaluator = make_evaluator(session["backend"], recorded_gpus=recorded_gpus(session["config"]),
                                   profile="auto", profile_each=False)
     return evaluator
 
@@ -422,64 +412,50 @@ def profile_evaluator(session: dict[str, Any]) -> Evaluator:
 def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepared:
     from engine.search import SearchConfig
 
+    for part in request.budgets, request.llm, request.checks, request.placement:
+        options.check(part)
     problem = checked_problem(session["problem_path"])
+    recorded = SearchConfig.from_dict(session["config"])
+    place = request.placement
     backend, evaluator = make_evaluator(
-        session["backend"], executor=request.executor, gpus=request.gpus,
-        recorded_gpus=session["config"].get("gpus"), compile_workers=request.compile_workers,
-        isolation=request.isolation, ray_address=request.ray_address, ray_workers=request.ray_workers,
-        profile=request.profile, eval_timeout=session["config"].get("eval_timeout"))
+        session["backend"], executor=place.executor, gpus=place.gpus,
+        recorded_gpus=recorded_gpus(session["config"]), compile_workers=place.compile_workers,
+        isolation=place.isolation, ray_address=place.ray_address, ray_workers=place.ray_workers,
+        profile=place.profile, eval_timeout=recorded.checks.eval_timeout)
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
-    models = _build_models(specs, provider, problem, backend, seed=request.seed, base_url=request.base_url,
-                           timeout_s=request.llm_timeout)
-    overrides = {k: v for k, v in (("budget_usd", request.budget_usd), ("budget_tokens", request.budget_tokens),
-                                   ("max_variants", request.max_variants), ("time_limit_s", request.time_limit))
-                 if v is not None}
-    config = SearchConfig.from_dict({**session["config"], **overrides})
-    return Prepared(problem, models, evaluator, config, resume=request.session)
+    models = _build_models(specs, provider, problem, backend, seed=request.checks.seed,
+                           base_url=request.llm.base_url, timeout_s=request.llm.llm_timeout)
+    # The budgets given replace the recorded ones (the fields a resume may give: engine.options).
+    config = replace(recorded, budgets=options.updated(recorded.budgets, options.resumable(request.budgets)))
+    return Prepared(problem, models, evaluator, config, resume=request.session,
+                    placement=resolved_placement(replace(place, backend=session["backend"]), evaluator))
 
 
 def _search_config(request: RunRequest, problem: Problem) -> SearchConfig:
+    """The search's configuration from a checked request: the tolerances resolved (the ones given,
+    else the precision's, else the problem's own)."""
     from engine.search import SearchConfig
 
-    for name in ("rounds", "ideas", "variants", "top", "llm_concurrency"):
-        if getattr(request, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: {getattr(request, name)} must be at least 1")
-    if request.precision is not None and request.precision not in PRECISION_TOLERANCES:
-        raise UsageError(f"--precision: invalid choice: {request.precision!r} (choose from fp32, fp16, bf16)")
-    atol, rtol = tolerances(problem, request.atol, request.rtol)
-    if request.precision is not None:
-        tol = PRECISION_TOLERANCES[request.precision]
-        atol = tol if request.atol is None else atol
-        rtol = tol if request.rtol is None else rtol
-    return SearchConfig(precision=request.precision,
-        rounds=request.rounds, ideas=request.ideas, variants=request.variants, top=request.top,
-        atol=atol, rtol=rtol, seed=request.seed, reasoning=request.reasoning, strategy=request.strategy,
-        fixes=max(0, request.fixes), budget_usd=request.budget_usd, budget_tokens=request.budget_tokens,
-        max_variants=request.max_variants, time_limit_s=request.time_limit,
-        llm_concurrency=request.llm_concurrency, languages=parse_languages(request.language),
-        library_ops=request.library_ops, eval_timeout=eval_timeout(request.eval_timeout),
-    )
-
-
-def eval_timeout(seconds: float | None) -> float | None:
-    """--eval-timeout, checked: more than 0 (None: from the problem)."""
-    if seconds is not None and seconds <= 0:
-        raise UsageError(f"--eval-timeout: {seconds:g} must be more than 0 seconds")
-    return seconds
+    _check_choices(request)
+    checks = request.checks
+    atol, rtol = tolerances(problem, checks.atol, checks.rtol)
+    if checks.precision is not None:
+        tol = PRECISION_TOLERANCES[checks.precision]
+        atol = tol if checks.atol is None else atol
+        rtol = tol if checks.rtol is None else rtol
+    return SearchConfig(shape=request.shape, budgets=request.budgets, llm=request.llm,
+                        checks=replace(checks, atol=atol, rtol=rtol))
 
 
 def parse_languages(spec: str) -> tuple[str, ...]:
     """`--language`'s value ("cuda", "triton", "cuda,triton") as the search's languages."""
-    from engine.evaluate import languages as kernel_languages
+    import argparse
 
-    known = kernel_languages.names()
-    langs = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
-    bad = [p for p in langs if p not in known]
-    if not langs or bad:
-        raise UsageError(f"--language: invalid choice: {spec!r} (choose from {', '.join(known)},"
-                         f" or several comma-separated: cuda,triton)")
-    return langs
+    try:
+        return options.language_list(spec)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--language: {exc}") from None
 
 
 def _build_models(specs: list[str], provider: str, problem: Problem, backend: str, *, seed: int,
@@ -495,16 +471,10 @@ def _build_models(specs: list[str], provider: str, problem: Problem, backend: st
 
 
 def _check_choices(request: RunRequest) -> None:
-    """The named choices a request makes (argparse checks them on the command line; a request
-    built elsewhere is checked here, in the same words)."""
-    for name, choices in (("strategy", STRATEGIES), ("provider", PROVIDER_CHOICES),
-                          ("backend", BACKEND_CHOICES), ("isolation", ISOLATION_CHOICES),
-                          ("executor", EXECUTORS), ("library_ops", LIBRARY_OPS)):
-        _choice(name, getattr(request, name), choices)
-    for name in ("budget_usd", "budget_tokens", "time_limit"):
-        value = getattr(request, name)
-        if value is not None and not value > 0:
-            raise UsageError(f"--{name.replace('_', '-')}: {value:g} must be more than 0")
+    """Each part of a request as its flags would check it (argparse checks them on the command line;
+    a request built elsewhere is checked here, in the same words: engine.options.check)."""
+    for part in request.parts():
+        options.check(part)
 
 
 def _choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -43,8 +43,8 @@ def no_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_a_scripted_cpu_request_becomes_a_typed_prepared_search(tmp_path: Path, no_keys: None):
-    prepared = prepare_run(RunRequest(**SCRIPTED, rounds=1, ideas=2, variants=1, top=1, budget_usd=0.5,
-                                      seed=7, fixes=-3, models=["scripted"]))
+    prepared = prepare_run(RunRequest.of(**SCRIPTED, rounds=1, ideas=2, variants=1, top=1, budget_usd=0.5,
+                                      seed=7, fixes=0, models=["scripted"]))
     try:
         assert isinstance(prepared, Prepared) and prepared.resume is None
         assert prepared.problem.name == "softmax"
@@ -52,10 +52,12 @@ async def test_a_scripted_cpu_request_becomes_a_typed_prepared_search(tmp_path: 
         [(provider, model)] = prepared.models
         assert provider.scripted and model == "scripted"
         c = prepared.config
-        assert (c.rounds, c.ideas, c.variants, c.top, c.seed, c.budget_usd) == (1, 2, 1, 1, 7, 0.5)
-        assert c.fixes == 0  # a negative count of retries is none
-        assert (c.atol, c.rtol) == prepared.problem.tolerance  # the problem's own by default
-        assert c.isolation == prepared.evaluator.sandbox.level  # recorded, for every screen to say
+        assert (c.shape.rounds, c.shape.ideas, c.shape.variants, c.shape.top) == (1, 2, 1, 1)
+        assert (c.checks.seed, c.budgets.budget_usd, c.shape.fixes) == (7, 0.5, 0)
+        assert (c.checks.atol, c.checks.rtol) == prepared.problem.tolerance  # the problem's own by default
+        # where it runs, as resolved, is its own record (for every screen to say)
+        assert prepared.placement.isolation == prepared.evaluator.sandbox.level
+        assert prepared.placement.backend == "cpu" and prepared.placement.gpus is None
         store = await Store.open(tmp_path / "k.db")
         try:
             search = prepared.search(store, EventBus())
@@ -67,11 +69,13 @@ async def test_a_scripted_cpu_request_becomes_a_typed_prepared_search(tmp_path: 
 
 
 def test_requests_are_frozen_and_hold_tuples():
-    request = RunRequest("softmax", models=["a", "b"], gpus=[0, 1])
-    assert request.models == ("a", "b") and request.gpus == (0, 1)
+    request = RunRequest.of("softmax", models=["a", "b"], gpus=[0, 1])
+    assert request.llm.models == ("a", "b") and request.placement.gpus == (0, 1)
     with pytest.raises(AttributeError):
-        request.rounds = 5  # type: ignore[misc]
-    assert ResumeRequest(3, gpus=[1]).gpus == (1,)
+        request.shape.rounds = 5  # type: ignore[misc]
+    assert ResumeRequest.of(3, gpus=[1]).placement.gpus == (1,)
+    with pytest.raises(TypeError, match="no part of a search has a field 'roundz'"):
+        RunRequest.of("softmax", roundz=3)
 
 
 def _relu(tmp_path: Path) -> str:
@@ -84,8 +88,11 @@ def _relu(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"problem": "no_such_problem"}, "unknown problem 'no_such_problem'"),
-    ({"atol": -1.0}, "tolerance -1.0 must not be negative"),
-    ({"rtol": -0.5}, "tolerance -0.5 must not be negative"),
+    ({"atol": -1.0}, "--atol: tolerance -1 must not be negative"),
+    ({"rtol": -0.5}, "--rtol: tolerance -0.5 must not be negative"),
+    ({"fixes": -3}, "--fixes: -3 must be 0 or more"),
+    ({"budget_usd": 0.0}, "--budget-usd: 0 must be more than 0"),
+    ({"languages": ("cuda", "rust")}, "--language: invalid choice: 'cuda,rust'"),
     ({"ray_address": "auto"}, "--ray-address needs --executor ray"),
     ({"ray_workers": 2}, "--ray-workers needs --executor ray"),
     ({"executor": "ray", "gpus": (0,)}, "--gpus is for --executor local (ray runs one worker per GPU"),
@@ -99,35 +106,35 @@ def _relu(tmp_path: Path) -> str:
 ])
 def test_bad_requests_are_one_line_usage_errors(change: dict, message: str, no_keys: None):
     with pytest.raises(UsageError) as caught:
-        prepare_run(RunRequest(**{**SCRIPTED, **change}))
+        prepare_run(RunRequest.of(**{**SCRIPTED, **change}))
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_a_problem_with_no_scripted_answers(tmp_path: Path, no_keys: None):
     with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'relu'"):
-        prepare_run(RunRequest(**{**SCRIPTED, "problem": _relu(tmp_path)}))
+        prepare_run(RunRequest.of(**{**SCRIPTED, "problem": _relu(tmp_path)}))
 
 
 def test_the_estimate_needs_no_key(no_keys: None):
-    e = estimate_run(RunRequest("softmax", provider="openai", rounds=2, ideas=3, variants=2, top=2),
+    e = estimate_run(RunRequest.of("softmax", provider="openai", rounds=2, ideas=3, variants=2, top=2),
                      backend="cpu")
     assert e["models"] == ["openai:o3"] and e["calls"] == {"idea": 3, "implement": 18, "fix_at_most": 18}
     assert e["expected"]["cost_usd"] > 0
     # auto with no key is the scripted provider, priced at nothing
-    e = estimate_run(RunRequest("softmax", strategy="best-of-n"), backend="cpu")
+    e = estimate_run(RunRequest.of("softmax", strategy="best-of-n"), backend="cpu")
     assert e["models"] == ["scripted:scripted"] and e["strategy"] == "best-of-n"
     assert e["at_most"]["cost_usd"] == 0
     with pytest.raises(UsageError, match="must not be negative"):
-        estimate_run(RunRequest("softmax", atol=-1), backend="cpu")
+        estimate_run(RunRequest.of("softmax", atol=-1), backend="cpu")
 
 
 def test_the_estimate_refuses_a_scripted_search_it_could_not_start(no_keys: None):
     """Said up front (the estimate, and the new-search form through it), not when Start fails."""
-    for request in (RunRequest("gemv", provider="scripted"), RunRequest("gemv")):  # auto: no key
+    for request in (RunRequest.of("gemv", provider="scripted"), RunRequest.of("gemv")):  # auto: no key
         with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'gemv'") as caught:
             estimate_run(request, backend="cpu")
         assert "softmax" in str(caught.value) and "\n" not in str(caught.value)
-    assert estimate_run(RunRequest("gemv", provider="openai"), backend="cpu")["calls"]["idea"] == 3
+    assert estimate_run(RunRequest.of("gemv", provider="openai"), backend="cpu")["calls"]["idea"] == 3
     with pytest.raises(UsageError, match="scripted provider has no cpu answers for 'gemv'"):
         estimate_run(form_request({**FORM, "problem": "gemv", "provider": "scripted"}), backend="cpu")
 
@@ -153,17 +160,19 @@ async def test_resume_reads_the_session_from_the_callers_store(tmp_path: Path, n
     try:
         sid = await _session(store, "interrupted")
         recorded = (await store.session(sid))["config"]
-        prepared = await prepare_resume(ResumeRequest(sid, budget_usd=5.0, max_variants=9, isolation="basic"),
-                                        store)
+        request = ResumeRequest.of(sid, budget_usd=5.0, max_variants=9, isolation="basic")
+        prepared = await prepare_resume(request, store)
         try:
             assert prepared.resume == sid and prepared.problem.name == "softmax"
             assert prepared.evaluator.backend == "cpu"  # the session's backend
             [(provider, model)] = prepared.models
             assert provider.scripted and model == "synthetic"  # the session's model
             c = prepared.config
-            assert (c.rounds, c.ideas, c.variants, c.top) == (recorded["rounds"], recorded["ideas"],
-                                                              recorded["variants"], recorded["top"])
-            assert (c.budget_usd, c.max_variants) == (5.0, 9)  # given: they replace the recorded ones
+            assert (c.shape.rounds, c.shape.ideas, c.shape.variants, c.shape.top) == (
+                recorded["rounds"], recorded["ideas"], recorded["variants"], recorded["top"])
+            # given: they replace the recorded ones
+            assert (c.budgets.budget_usd, c.budgets.max_variants) == (5.0, 9)
+            assert prepared.placement.isolation == "basic" and prepared.placement.backend == "cpu"
             assert prepared.search(store, EventBus()).resuming
         finally:
             await prepared.evaluator.close()
@@ -181,10 +190,10 @@ async def test_what_cannot_be_resumed(tmp_path: Path, status: str, message: str,
     try:
         sid = await _session(store, status)
         with pytest.raises(UsageError) as caught:
-            await prepare_resume(ResumeRequest(sid), store)
+            await prepare_resume(ResumeRequest.of(sid), store)
         assert str(caught.value) == message.format(sid=sid, pid=os.getpid())
         with pytest.raises(UsageError) as caught:
-            await prepare_resume(ResumeRequest(sid + 1), store)
+            await prepare_resume(ResumeRequest.of(sid + 1), store)
         assert str(caught.value) == f"no session {sid + 1} in {tmp_path / 'k.db'}"
     finally:
         await store.close()
@@ -198,15 +207,15 @@ def test_the_cli_flags_become_the_same_requests():
         "--fixes", "2", "--backend", "cpu", "--isolation", "basic", "--strategy", "sequential",
         "--reasoning", "high", "--llm-timeout", "30", "--llm-concurrency", "3", "--compile-workers", "2",
         "--gpus", "0,1", "--base-url", "http://x/v1"])
-    assert run_request(args) == RunRequest(
+    assert run_request(args) == RunRequest.of(
         problem="softmax", provider="scripted", models=("a", "openai:b"), rounds=3, ideas=4, variants=1,
         top=1, budget_usd=2.5, budget_tokens=900, max_variants=7, time_limit=60.0, atol=0.1, rtol=0.2,
         seed=5, fixes=2, backend="cpu", isolation="basic", strategy="sequential", reasoning="high",
         llm_timeout=30.0, llm_concurrency=3, compile_workers=2, gpus=(0, 1), base_url="http://x/v1")
-    assert run_request(build_parser().parse_args(["run", "softmax"])) == RunRequest("softmax")
+    assert run_request(build_parser().parse_args(["run", "softmax"])) == RunRequest.of("softmax")
     args = build_parser().parse_args(["run", "--resume", "4", "--budget-usd", "1", "--time-limit", "9",
                                       "--executor", "ray", "--ray-workers", "2"])
-    assert resume_request(args) == ResumeRequest(4, budget_usd=1.0, time_limit=9.0, executor="ray",
+    assert resume_request(args) == ResumeRequest.of(4, budget_usd=1.0, time_limit=9.0, executor="ray",
                                                  ray_workers=2)
 
 
@@ -216,22 +225,22 @@ FORM = {"problem": "softmax", "path": "", "provider": "auto", "models": "", "str
 
 
 def test_the_new_search_form_becomes_a_run_request():
-    assert form_request(FORM) == RunRequest("softmax")
+    assert form_request(FORM) == RunRequest.of("softmax")
     assert form_request({**FORM, "path": " /x/p.py ", "models": "openai:o3, gemini:g ,", "provider": "openai",
                          "strategy": "best-of-n", "backend": "cpu", "rounds": " 1", "ideas": "5",
                          "variants": "4", "top": "3", "budget_usd": "0.75", "budget_tokens": "1000"}) == \
-        RunRequest("/x/p.py", provider="openai", models=("openai:o3", "gemini:g"), strategy="best-of-n",
+        RunRequest.of("/x/p.py", provider="openai", models=("openai:o3", "gemini:g"), strategy="best-of-n",
                    backend="cpu", rounds=1, ideas=5, variants=4, top=3, budget_usd=0.75, budget_tokens=1000)
 
 
 @pytest.mark.parametrize(("field", "text", "message"), [
-    ("rounds", "0", "rounds: a whole number of at least 1"),
-    ("ideas", "many", "ideas: a whole number of at least 1"),
-    ("top", "", "top: a whole number of at least 1"),
-    ("budget_usd", "lots", "budget usd: not a number: 'lots'"),
-    ("budget_tokens", "1.5", "budget tokens: not a number: '1.5'"),
-    ("budget_usd", "-1", "budget usd: must be positive"),
-    ("budget_tokens", "0", "budget tokens: must be positive"),
+    ("rounds", "0", "rounds: 0 must be at least 1"),
+    ("ideas", "many", "ideas: 'many' is not a whole number"),
+    ("top", "", "top: '' is not a whole number"),
+    ("budget_usd", "lots", "budget USD: 'lots' is not a number of dollars"),
+    ("budget_tokens", "1.5", "budget tokens: '1.5' is not a whole number"),
+    ("budget_usd", "-1", "budget USD: -1 must be more than 0"),
+    ("budget_tokens", "0", "budget tokens: 0 must be at least 1"),
 ])
 def test_bad_form_fields_say_which(field: str, text: str, message: str):
     with pytest.raises(ValueError) as caught:

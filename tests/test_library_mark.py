@@ -210,9 +210,9 @@ def test_the_flag_is_parsed_checked_and_recorded(capsys: pytest.CaptureFixture) 
     from engine.problems import load_problem
 
     parser = build_parser()
-    assert run_request(parser.parse_args(["run", "softmax"])).library_ops == "allow"
+    assert run_request(parser.parse_args(["run", "softmax"])).checks.library_ops == "allow"
     args = parser.parse_args(["run", "softmax", "--library-ops", "exclude"])
-    assert run_request(args).library_ops == "exclude"
+    assert run_request(args).checks.library_ops == "exclude"
     assert parser.parse_args(["suite", "level1", "--library-ops", "exclude"]).library_ops == "exclude"
     for command in (["run", "softmax"], ["suite", "level1"]):
         with pytest.raises(SystemExit) as exit:
@@ -221,10 +221,11 @@ def test_the_flag_is_parsed_checked_and_recorded(capsys: pytest.CaptureFixture) 
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--library-ops: invalid choice: 'maybe'" in err[0], err
     with pytest.raises(UsageError, match="--library-ops: invalid choice: 'maybe'"):
-        _check_choices(RunRequest("softmax", library_ops="maybe"))
+        _check_choices(RunRequest.of("softmax", library_ops="maybe"))
     problem = load_problem("softmax")
-    assert _search_config(RunRequest("softmax", library_ops="exclude"), problem).library_ops == "exclude"
-    assert _search_config(RunRequest("softmax"), problem).library_ops == "allow"
+    excluding = _search_config(RunRequest.of("softmax", library_ops="exclude"), problem)
+    assert excluding.checks.library_ops == "exclude"
+    assert _search_config(RunRequest.of("softmax"), problem).checks.library_ops == "allow"
 
 
 class LibraryEvaluator:
@@ -275,7 +276,7 @@ async def test_a_search_that_excludes_library_ops_never_grows_from_one_nor_names
     try:
         search = Search(store, EventBus(), [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
                         LibraryEvaluator(), load_problem("softmax"),
-                        SearchConfig(rounds=2, ideas=2, variants=1, top=1, library_ops=library_ops))
+                        SearchConfig.of(rounds=2, ideas=2, variants=1, top=1, library_ops=library_ops))
         summary = await search.run()
         sid = search.session_id
         assert sid is not None
@@ -283,9 +284,9 @@ async def test_a_search_that_excludes_library_ops_never_grows_from_one_nor_names
         assert session is not None and session["config"]["library_ops"] == library_ops
         # A resume reads it back (the session is made resumable by hand: it finished).
         await store.update_session(sid, status="interrupted")
-        prepared = await prepare_resume(ResumeRequest(sid, isolation="basic"), store)
+        prepared = await prepare_resume(ResumeRequest.of(sid, isolation="basic"), store)
         await prepared.evaluator.close()
-        assert prepared.config.library_ops == library_ops
+        assert prepared.config.checks.library_ops == library_ops
     finally:
         await store.close()
     [(marked, library)] = query(db, "SELECT id, library FROM nodes WHERE library != ''")

@@ -326,7 +326,7 @@ async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: 
     try:
         search = Search(store, EventBus(), [(ScriptedProvider("layernorm", "cuda", seed=0), "scripted")],
                         SanitizingEvaluator(), load_problem("layernorm"),
-                        SearchConfig(rounds=1, ideas=4, variants=2, top=1))
+                        SearchConfig.of(rounds=1, ideas=4, variants=2, top=1))
         await search.run()
     finally:
         await store.close()

@@ -79,8 +79,8 @@ async def _search(db: Path, evaluator: CountingEvaluator, hook=None, resume: int
     bus = EventBus()
     bus.subscribe(receive)
     search = Search(store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")], evaluator,
-                    load_problem("softmax"), SearchConfig(**{"rounds": 2, "ideas": 4, "variants": 4, "top": 2,
-                                                             **shape}), resume=resume)
+                    load_problem("softmax"), SearchConfig.of(**{"rounds": 2, "ideas": 4, "variants": 4,
+                                                                "top": 2, **shape}), resume=resume)
     try:
         return await search.run(), events
     finally:

@@ -159,7 +159,7 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
 
     bus.subscribe(kill_on_checking)
     # Many trials: the check lasts seconds, so the kill lands while it runs.
-    config = SearchConfig(rounds=1, ideas=1, variants=2, trials=100, fixes=0)
+    config = SearchConfig.of(rounds=1, ideas=1, variants=2, trials=100, fixes=0)
     provider = ScriptedProvider("softmax", "cpu", seed=0, latency_s=0.0)
     search = Search(store, bus, [(provider, "scripted")], evaluator, load_problem("softmax"), config)
     try:

@@ -29,7 +29,7 @@ async def run(db: Path, resume: int | None = None) -> tuple[dict, list[Event], f
     evaluator = LocalEvaluator("cpu")
     # matmul's scripted CPU library builds in seconds (no torch headers)
     search = Search(store, bus, [(ScriptedProvider("matmul", "cpu", seed=0, latency_s=0.5), "scripted")],
-                    evaluator, load_problem("matmul"), SearchConfig(rounds=1, ideas=1, variants=1),
+                    evaluator, load_problem("matmul"), SearchConfig.of(rounds=1, ideas=1, variants=1),
                     resume=resume)
     t0 = time.time()
     try:

@@ -85,7 +85,7 @@ async def test_a_search_records_the_settings_it_ran_under(tmp_path: Path, monkey
     try:
         search = Search(store, EventBus(), [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
                         InstantEvaluator(True), load_problem("softmax"),
-                        SearchConfig(rounds=1, ideas=1, variants=1, fixes=0))
+                        SearchConfig.of(rounds=1, ideas=1, variants=1, fixes=0))
         await asyncio.wait_for(search.run(), timeout=60)
     finally:
         await store.close()

@@ -66,7 +66,7 @@ class Steered:
         bus.subscribe(self._receive)
         evaluator = LocalEvaluator("cpu")
         self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
-                             evaluator, problem, SearchConfig(**self.shape), resume=self.resume)
+                             evaluator, problem, SearchConfig.of(**self.shape), resume=self.resume)
         try:
             return await asyncio.wait_for(self.search.run(), timeout=400)
         finally:

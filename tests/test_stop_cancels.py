@@ -53,7 +53,7 @@ async def test_a_fix_queued_when_the_user_stops_is_recorded_as_cancelled(tmp_pat
     evaluator = LocalEvaluator("cpu")
     provider = BrokenThenSlowFix("matmul", "cpu", seed=0)
     search = Search(store, bus, [(provider, "scripted")], evaluator, load_problem("matmul"),
-                    SearchConfig(rounds=1, ideas=1, variants=1, fixes=1))
+                    SearchConfig.of(rounds=1, ideas=1, variants=1, fixes=1))
     try:
         summary = await asyncio.wait_for(search.run(), timeout=300)
     finally:

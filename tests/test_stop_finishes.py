@@ -72,7 +72,7 @@ async def test_stop_lets_the_variants_being_built_and_timed_finish(tmp_path: Pat
 
     bus.subscribe(on_event)
     search = Search(store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")], SlowEvaluator(),
-                    load_problem("softmax"), SearchConfig(rounds=2, ideas=1, variants=3, top=1, fixes=0))
+                    load_problem("softmax"), SearchConfig.of(rounds=2, ideas=1, variants=3, top=1, fixes=0))
     try:
         summary = await asyncio.wait_for(search.run(), timeout=60)
     finally:

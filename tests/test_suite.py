@@ -194,11 +194,11 @@ def test_precision_sets_the_tolerance_and_is_recorded() -> None:
     from engine.problems import load_problem
 
     problem = load_problem("softmax")
-    config = _search_config(RunRequest("softmax", precision="bf16"), problem)
-    assert (config.precision, config.atol, config.rtol) == ("bf16", 1e-2, 1e-2)
-    assert _search_config(RunRequest("softmax", precision="fp16", atol=0.5), problem).atol == 0.5
+    config = _search_config(RunRequest.of("softmax", precision="bf16"), problem)
+    assert (config.checks.precision, config.checks.atol, config.checks.rtol) == ("bf16", 1e-2, 1e-2)
+    assert _search_config(RunRequest.of("softmax", precision="fp16", atol=0.5), problem).checks.atol == 0.5
     with pytest.raises(UsageError):
-        _search_config(RunRequest("softmax", precision="fp8"), problem)
+        _search_config(RunRequest.of("softmax", precision="fp8"), problem)
 
 
 async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp_path: Path) -> None:

@@ -322,7 +322,7 @@ def test_the_screens_mark_triton_variants_and_highlight_them_as_python():
 def test_a_recorded_config_keeps_its_languages():
     from engine.search.config import SearchConfig
 
-    config = SearchConfig(languages=("cuda", "triton"))
+    config = SearchConfig.of(languages=("cuda", "triton"))
     recorded = json.loads(json.dumps(config.__dict__))  # as sessions.config holds it
-    assert SearchConfig.from_dict(recorded).languages == ("cuda", "triton")
-    assert SearchConfig().languages == ("cuda",)
+    assert SearchConfig.from_dict(recorded).shape.languages == ("cuda", "triton")
+    assert SearchConfig().shape.languages == ("cuda",)

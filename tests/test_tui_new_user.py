@@ -73,7 +73,7 @@ async def test_no_ideas_returned_is_said_and_the_ended_sessions_bar_is_full(tmp_
     store = await Store.open(tmp_path / "k.db")
     evaluator = LocalEvaluator("cpu")
     search = Search(store, EventBus(), [(NoIdeasProvider("softmax", "cpu", seed=0), "scripted")], evaluator,
-                    load_problem("softmax"), SearchConfig(rounds=1, ideas=2, variants=2))
+                    load_problem("softmax"), SearchConfig.of(rounds=1, ideas=2, variants=2))
     try:
         summary = await asyncio.wait_for(search.run(), timeout=120)
         # the model answered, with nothing usable: the run failed, and says it was not the call

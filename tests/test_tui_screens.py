@@ -124,10 +124,10 @@ async def test_new_search_form_shows_the_estimate_and_checks_fields(tmp_path: Pa
         assert "LLM calls: 3 idea + 18 implement" in estimate and "scripted" in estimate
         form.query_one("#rounds").value = "0"
         await pilot.pause()
-        assert "rounds: a whole number of at least 1" in str(form.query_one("#estimate", Static).content)
+        assert "rounds: 0 must be at least 1" in str(form.query_one("#estimate", Static).content)
         await pilot.press("ctrl+r")
         await pilot.pause()
-        assert "rounds: a whole number" in str(form.query_one("#form-error", Static).content)
+        assert "rounds: 0 must be at least 1" in str(form.query_one("#form-error", Static).content)
         assert isinstance(app.screen, NewSearchScreen)
         form.query_one("#rounds").value = "1"
         form.query_one("#path").value = str(tmp_path / "missing.py")

@@ -54,7 +54,7 @@ class InstantEvaluator:
 async def _search(db: Path, correct: bool, **shape) -> dict:
     store = await Store.open(db)
     search = Search(store, EventBus(), [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
-                    InstantEvaluator(correct), load_problem("softmax"), SearchConfig(**shape))
+                    InstantEvaluator(correct), load_problem("softmax"), SearchConfig.of(**shape))
     try:
         return await asyncio.wait_for(search.run(), timeout=60)
     finally:

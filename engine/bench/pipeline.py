@@ -134,6 +134,9 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         elif isinstance(event, SessionDone):
             ended.setdefault(event.session_id, time.perf_counter())
 
+    # before the store opens: an error after it would leave its thread keeping the process alive
+    config = SearchConfig.of(rounds=rounds, ideas=ideas, variants=variants, top=top,
+                             llm_concurrency=llm_concurrency, languages=(language,))
     with tempfile.TemporaryDirectory(prefix="ktree-bench-") as tmp:
         store = await Store.open(Path(tmp) / "bench.db")
         bus = EventBus()
@@ -142,8 +145,6 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         if evaluator is None:
             evaluator = LocalEvaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
                                   devices=devices, **cache)
-        config = SearchConfig(rounds=rounds, ideas=ideas, variants=variants, top=top,
-                              llm_concurrency=llm_concurrency, languages=(language,))
 
         def provider_for(p: Any) -> Any:
             inner = ScriptedProvider(p.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,

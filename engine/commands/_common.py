@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.commands._output import note
 from engine.launch import RunRequest, UsageError, checked_problem, resolve_isolation
 
@@ -43,19 +44,10 @@ def isolation_note(requested: str) -> str:
 
 
 def run_request(args: argparse.Namespace) -> RunRequest:
-    """`ktree run PROBLEM ...`'s flags as a request (`ktree suite` has the same flags)."""
-    return RunRequest(
-        problem=args.problem, strategy=args.strategy, provider=args.provider, models=tuple(args.model),
-        base_url=args.base_url, reasoning=args.reasoning, llm_timeout=args.llm_timeout,
-        llm_concurrency=args.llm_concurrency, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
-        max_variants=args.max_variants, time_limit=args.time_limit, fixes=args.fixes, rounds=args.rounds,
-        ideas=args.ideas, variants=args.variants, top=args.top, atol=args.atol, rtol=args.rtol,
-        precision=args.precision,
-        seed=args.seed, backend=args.backend, language=args.language, compile_workers=args.compile_workers,
-        gpus=None if args.gpus is None else tuple(args.gpus), isolation=args.isolation,
-        executor=args.executor, ray_address=args.ray_address, ray_workers=args.ray_workers,
-        profile=args.profile, library_ops=args.library_ops, eval_timeout=args.eval_timeout,
-    )
+    """`ktree run PROBLEM ...`'s flags as a request (`ktree suite` has the same flags): each part
+    of the configuration built from its own flags (engine.options)."""
+    parts = {name: options.from_args(part, args) for name, part in options.PARTS.items()}
+    return RunRequest(args.problem, **parts)
 
 
 def reasoning_history(db: Path) -> dict[str, list[int]] | None:

@@ -20,14 +20,14 @@ from engine.launch import (
     check_scripted,
     checked_problem,
     estimate_run,
-    isolation_level,
     make_evaluator,
-    parse_languages,
     resolve_backend,
+    resolved_placement,
 )
 
 if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
+    from engine.options import Placement
     from engine.search.suite import Suite, SuiteEntry
     from engine.store import Store
 
@@ -69,12 +69,13 @@ class PreparedSuite:
     record: dict[str, Any]
     cap_usd: float | None = None
     resume: int | None = None
+    placement: Placement | None = None  # the evaluator's, as resolved (each session records it)
 
     def suite(self, store: Store, bus_for: Any = None) -> Suite:
         from engine.search.suite import Suite
 
         return Suite(store, self.entries, self.evaluator, name=self.name, record=self.record,
-                     cap_usd=self.cap_usd, resume=self.resume, bus_for=bus_for)
+                     cap_usd=self.cap_usd, resume=self.resume, bus_for=bus_for, placement=self.placement)
 
 
 def suite_files(specs: Sequence[str]) -> list[str]:
@@ -114,7 +115,7 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
     """The suite's estimate: each problem's (engine.estimate) summed; problems that cannot be
     estimated (they do not load) are listed with their reason."""
 
-    backend, _ = resolve_backend(request.run.backend)
+    backend, _ = resolve_backend(request.run.placement.backend)
     per: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     for spec in suite_files(request.problems):
@@ -145,50 +146,50 @@ def _suite_entries(files: list[str], run: RunRequest, backend: str) -> list[Suit
     from engine.search.suite import SuiteEntry
 
     entries = []
-    scripted = run.provider == "scripted" or any(m.startswith("scripted") for m in run.models)
+    llm = run.llm
+    scripted = llm.provider == "scripted" or any(m.startswith("scripted") for m in llm.models)
     for spec in files:
         name = Path(spec).stem
         try:
             problem = checked_problem(spec)
             if scripted:
-                check_scripted(problem.name, backend, parse_languages(run.language))
+                check_scripted(problem.name, backend, run.shape.languages)
             request = replace(run, problem=spec)
             config = _search_config(request, problem)
         except UsageError as exc:
             entries.append(SuiteEntry(spec, name, error=str(exc)))
             continue
-        models = _build_models(list(run.models), run.provider, problem, backend, seed=run.seed,
-                               base_url=run.base_url, timeout_s=run.llm_timeout)
+        models = _build_models(list(llm.models), llm.provider, problem, backend, seed=run.checks.seed,
+                               base_url=llm.base_url, timeout_s=llm.llm_timeout)
         entries.append(SuiteEntry(spec, problem.name, problem, models, config))
     return entries
-
-
-def _with_isolation(entries: list[SuiteEntry], evaluator: Any) -> list[SuiteEntry]:
-    """Each problem's config records the isolation its shared evaluator runs code under."""
-    level = isolation_level(evaluator)
-    return [replace(e, config=replace(e.config, isolation=level)) if e.config is not None else e
-            for e in entries]
 
 
 def prepare_suite(request: SuiteRequest) -> PreparedSuite:
     """A new suite: the problem files found, the evaluator built once for all of them, each
     problem checked (one that fails is kept with its reason)."""
-    from dataclasses import asdict
-
     run = request.run
     _check_choices(run)
     if request.suite_budget_usd is not None and request.suite_budget_usd <= 0:
         raise UsageError("--suite-budget-usd: must be more than 0")
     files = suite_files(request.problems)
-    check_languages(parse_languages(run.language))
-    backend, evaluator = make_evaluator(
-        run.backend, executor=run.executor, gpus=run.gpus, compile_workers=run.compile_workers,
-        isolation=run.isolation, ray_address=run.ray_address, ray_workers=run.ray_workers,
-        eval_timeout=run.eval_timeout)
-    entries = _with_isolation(_suite_entries(files, run, backend), evaluator)
-    record = {"run": {**asdict(run), "backend": backend, "gpus": evaluator.gpus},
+    check_languages(run.shape.languages)
+    evaluator, placement = _evaluator(run)
+    entries = _suite_entries(files, run, placement.backend)
+    record = {"run": {**run.record(), "backend": placement.backend, "gpus": evaluator.gpus},
               "suite_budget_usd": request.suite_budget_usd, "specs": list(request.problems)}
-    return PreparedSuite(entries, evaluator, " ".join(request.problems), record, request.suite_budget_usd)
+    return PreparedSuite(entries, evaluator, " ".join(request.problems), record, request.suite_budget_usd,
+                         placement=placement)
+
+
+def _evaluator(run: RunRequest, recorded_gpus: Sequence[int] | None = None) -> tuple[Evaluator, Placement]:
+    """The suite's one evaluator, and its placement as resolved (each problem's session records it)."""
+    place = run.placement
+    backend, evaluator = make_evaluator(
+        place.backend, executor=place.executor, gpus=place.gpus, recorded_gpus=recorded_gpus,
+        compile_workers=place.compile_workers, isolation=place.isolation, ray_address=place.ray_address,
+        ray_workers=place.ray_workers, eval_timeout=run.checks.eval_timeout)
+    return evaluator, resolved_placement(place, evaluator)
 
 
 async def prepare_suite_resume(request: SuiteResumeRequest, store: Store) -> PreparedSuite:
@@ -208,18 +209,15 @@ async def prepare_suite_resume(request: SuiteResumeRequest, store: Store) -> Pre
     overrides = {k: v for k, v in (("gpus", request.gpus), ("compile_workers", request.compile_workers),
                                    ("executor", request.executor), ("ray_address", request.ray_address),
                                    ("ray_workers", request.ray_workers)) if v is not None}
-    known = RunRequest.__dataclass_fields__
-    run = RunRequest(**{k: v for k, v in {**recorded, **overrides}.items() if k in known})
+    run = RunRequest.from_record({**recorded, **overrides, "gpus": request.gpus})
     cap = request.suite_budget_usd
     if cap is None:
         cap = suite["config"].get("suite_budget_usd")
 
     def assemble() -> PreparedSuite:
-        backend, evaluator = make_evaluator(
-            run.backend, executor=run.executor, gpus=request.gpus, recorded_gpus=recorded.get("gpus"),
-            compile_workers=run.compile_workers, isolation=run.isolation, ray_address=run.ray_address,
-            ray_workers=run.ray_workers, eval_timeout=run.eval_timeout)
-        entries = _suite_entries(list(suite["problems"]), run, backend)
-        return PreparedSuite(entries, evaluator, suite["name"], suite["config"], cap, resume=request.suite)
+        evaluator, placement = _evaluator(run, recorded_gpus=recorded.get("gpus"))
+        entries = _suite_entries(list(suite["problems"]), run, placement.backend)
+        return PreparedSuite(entries, evaluator, suite["name"], suite["config"], cap, resume=request.suite,
+                             placement=placement)
 
-    return assemble() if run.executor == "ray" else await asyncio.to_thread(assemble)
+    return assemble() if run.placement.executor == "ray" else await asyncio.to_thread(assemble)

@@ -8,6 +8,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+from engine import options
 from engine.commands._common import (
     USAGE_ERROR,
     db_path,
@@ -37,25 +38,23 @@ def check_run_args(args: argparse.Namespace) -> None:
             raise UsageError("--resume continues a recorded session: give no PROBLEM with it")
         if args.estimate:
             raise UsageError("--estimate is for a new search, not with --resume")
+        if kept := options.kept_on_resume(args):
+            raise UsageError(f"{', '.join(kept)}: a resumed session keeps its own (a resume may give budgets,"
+                             " where to run, --base-url, --llm-timeout and --seed)")
     elif args.problem is None:
         raise UsageError("ktree run needs a PROBLEM (or --resume SESSION)")
 
 
 def resume_request(args: argparse.Namespace) -> ResumeRequest:
-    """`ktree run --resume SESSION ...`'s flags as a request (the shape flags are the session's)."""
-    return ResumeRequest(
-        session=args.resume, budget_usd=args.budget_usd, budget_tokens=args.budget_tokens,
-        max_variants=args.max_variants, time_limit=args.time_limit,
-        gpus=None if args.gpus is None else tuple(args.gpus), compile_workers=args.compile_workers,
-        isolation=args.isolation, executor=args.executor, ray_address=args.ray_address,
-        ray_workers=args.ray_workers, base_url=args.base_url, llm_timeout=args.llm_timeout, seed=args.seed,
-        profile=args.profile,
-    )
+    """`ktree run --resume SESSION ...`'s flags as a request (of each part, the fields declared
+    `resume` count; the shape is the session's)."""
+    return ResumeRequest(args.resume, **{name: options.from_args(options.PARTS[name], args)
+                                         for name in ("budgets", "llm", "checks", "placement")})
 
 
 def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared:
-    """`ktree run`'s flags as a prepared search (a resume reads the session from `db`)."""
-    check_run_args(args)
+    """`ktree run`'s flags, checked once by the caller (check_run_args), as a prepared search (a
+    resume reads the session from `db`)."""
     if args.resume is not None:
         return asyncio.run(_prepare_resume(resume_request(args), db or db_path(args)))
     return prepare_run(run_request(args))

@@ -1,48 +1,56 @@
-"""What a search is asked to do: its shape, strategy, budgets and evaluation settings.
+"""What a search is asked to do, in parts (engine.options): its shape, budgets, LLM settings and
+check settings. Where it runs (the placement) is the evaluator's, recorded beside it.
 
-Recorded whole in the session's row (`sessions.config`), so a resume runs the same search.
+Recorded in the session's row (`sessions.config`, flat: `record`), so a resume runs the same search.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from engine import options
+from engine.options import Budgets, CheckSettings, LLMSettings, Shape
+
+SEARCH_PARTS = ("shape", "budgets", "llm", "checks")
+DEFAULT_TOLERANCE = 1e-2  # atol and rtol where none is given
 
 
 @dataclass(frozen=True)
 class SearchConfig:
-    rounds: int = 2
-    ideas: int = 3
-    variants: int = 2
-    top: int = 2
-    max_output_tokens: int = 16000
-    reasoning: str | None = None
-    fixes: int = 1  # fix-prompt retries for a variant that fails to compile
-    budget_usd: float | None = None
-    budget_tokens: int | None = None
-    max_variants: int | None = None  # variants generated (LLM code or a human edit)
-    time_limit_s: float | None = None  # wall time of this run of the engine
-    atol: float = 1e-2
-    rtol: float = 1e-2
-    trials: int = 3
-    seed: int = 0
-    strategy: str = "tree"
-    llm_concurrency: int = 8  # concurrent calls per provider
-    precision: str | None = None  # fp32 | fp16 | bf16: inputs and weights cast (None: the problem's own)
-    languages: tuple[str, ...] = ("cuda",)  # kernel languages the variants are spread over
-    # allow | exclude: whether a `library`-marked variant (the reference's main op left to a library,
-    # still correct) may be a parent and the best (engine.domain.LIBRARY_OPS)
-    library_ops: str = "allow"
-    # seconds one evaluation may hold its device (--eval-timeout); None: from the problem's reference
-    # time (engine.evaluate.eval_limit; each verdict's timing["eval_limit"] says what it was)
-    eval_timeout: float | None = None
-    isolation: str = ""  # how generated code ran here: strict | basic ("" where each Ray node chose)
+    shape: Shape = field(default_factory=lambda: options.PARTS["shape"]())
+    budgets: Budgets = field(default_factory=lambda: options.PARTS["budgets"]())
+    llm: LLMSettings = field(default_factory=lambda: options.PARTS["llm"]())
+    checks: CheckSettings = field(default_factory=lambda: options.PARTS["checks"]())
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "languages", tuple(self.languages))  # a recorded config holds a list
+        # A search judges against concrete tolerances: one not given (None: "the problem's own",
+        # resolved by engine.launch) is the method's default here.
+        checks = self.checks
+        if checks.atol is None or checks.rtol is None:
+            object.__setattr__(self, "checks", replace(
+                checks, atol=DEFAULT_TOLERANCE if checks.atol is None else checks.atol,
+                rtol=DEFAULT_TOLERANCE if checks.rtol is None else checks.rtol))
+
+    def record(self) -> dict[str, Any]:
+        """The config as the session records it: every part's fields, flat."""
+        return options.record(self.shape, self.budgets, self.llm, self.checks)
+
+    @classmethod
+    def of(cls, **flat: Any) -> SearchConfig:
+        """A config from fields named flat (rounds=1, atol=0.1, ...); a name no part has: TypeError."""
+        return cls._built(options.split(flat, _parts(), strict=True))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchConfig:
-        """A recorded config; keys this version does not know are dropped."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """A recorded config (flat, as `record` wrote it, or as older versions did); keys no part
+        declares are dropped."""
+        return cls._built(options.split(data, _parts()))
+
+    @classmethod
+    def _built(cls, given: dict[str, dict[str, Any]]) -> SearchConfig:
+        return cls(**{name: options.PARTS[name](**given[name]) for name in SEARCH_PARTS})
+
+
+def _parts() -> dict[str, type]:
+    return {name: options.PARTS[name] for name in SEARCH_PARTS}

@@ -14,6 +14,5 @@ def variant_job(evaluator: Evaluator, problem_path: str | Path, source: str, siz
                 config: SearchConfig, flops: float | None, bytes: float | None) -> EvalJob:
     """A variant's evaluation job, as the search builds it (and a later profile rebuilds it)."""
     return evaluator.job(
-        str(problem_path), source, sizes, flops=flops or None, bytes=bytes or None, atol=config.atol,
-        rtol=config.rtol, trials=config.trials, seed=config.seed,
-        **({"precision": config.precision} if config.precision else {}))
+        str(problem_path), source, sizes, flops=flops or None, bytes=bytes or None,
+        **config.checks.job_settings())

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
     from engine.evaluate.verdict import Verdict
     from engine.events import EventBus
+    from engine.options import Placement
     from engine.problems import Problem
     from engine.search.budget import Budget
     from engine.search.calls import LLMResult
@@ -41,6 +42,7 @@ class SessionLifecycle:
     evaluator: Evaluator
     problem: Problem
     config: SearchConfig
+    placement: Placement | None  # where it runs, as resolved (None: what the evaluator says)
     strategy: Strategy
     budget: Budget
     sched: Scheduler
@@ -94,19 +96,27 @@ class SessionLifecycle:
         await self.bus.publish(Progress(
             round=self.round, rounds=rounds, compile_queue=state[2], gpu_queue=state[3],
             llm_running=state[4], tokens=spent.spent_tokens, cost_usd=spent.spent_usd,
-            budget_usd=cfg.budget_usd, budget_tokens=cfg.budget_tokens,
+            budget_usd=cfg.budgets.budget_usd, budget_tokens=cfg.budgets.budget_tokens,
             elapsed_s=round(self.elapsed_s(), 2), paused=self.sched.paused, devices=devices,
         ))
 
+
+    def placement_record(self) -> dict[str, Any]:
+        """Where the search runs, as the session records it (engine.options.Placement's fields)."""
+        if self.placement is not None:
+            return asdict(self.placement)
+        gpus = self.evaluator.gpus
+        return {"backend": self.backend, "gpus": list(gpus) if gpus else None}
 
     async def _create(self) -> None:
         cfg = self.config
         self.session_id = await self.store.create_session(
             problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
-            strategy=cfg.strategy, provider=self.provider_names, models=self.model_names,
-            config={**asdict(cfg), "flops": self.cost.flops, "bytes": self.cost.bytes,
+            strategy=cfg.shape.strategy, provider=self.provider_names, models=self.model_names,
+            config={**cfg.record(), "flops": self.cost.flops, "bytes": self.cost.bytes,
                     "cost_estimated": self.cost.estimated,
-                    "gpus": self.evaluator.gpus,  # a resume uses them again
+                    # where it ran, as resolved (engine.options.Placement): a resume uses its GPUs again
+                    "placement": self.placement_record(),
                     # KTREE_* settings that can change a time or a verdict (engine.evaluate.settings)
                     "environment": settings.recorded(),
                     # The reference's output does not depend on its inputs (engine.problems).
@@ -155,7 +165,8 @@ class SessionLifecycle:
             self.evaluator.session = {"id": self._sid, "db": str(path) if path else None}
         await self.bus.publish(SessionStarted(
             self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
-            dict(self.sizes), {**asdict(self.config), "degenerate": self.problem.degenerate},
+            dict(self.sizes), {**self.config.record(), "placement": self.placement_record(),
+             "degenerate": self.problem.degenerate},
             self.cost.describe(), resumed=self.resuming,
             elapsed_s=round(self.run_before_s, 2),
         ))
@@ -177,8 +188,8 @@ class SessionLifecycle:
             "provider": self.provider_names,
             "models": self.model_names,
             "scripted": self.scripted,
-            "strategy": self.config.strategy,
-            "library_ops": self.config.library_ops,
+            "strategy": self.config.shape.strategy,
+            "library_ops": self.config.checks.library_ops,
             "resumed": self.resuming,
             "status": status,
             "stop_reason": self.stop_reason,

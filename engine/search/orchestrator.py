@@ -38,6 +38,7 @@ from engine.events import (
     VerdictReady,
 )
 from engine.llm.base import Provider
+from engine.options import Placement
 from engine.problems import Problem
 from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
@@ -83,18 +84,22 @@ class Search(SessionLifecycle):
         config: SearchConfig,
         resume: int | None = None,
         suite: SuiteShare | None = None,
+        placement: Placement | None = None,
     ):
         self.models = Models(models)
+        self.placement = placement
         self.suite = suite
-        self.strategy = strategy_for(config.strategy, rounds=config.rounds, ideas=config.ideas,
-                                     variants=config.variants, top=config.top, library_ops=config.library_ops)
+        shape = config.shape
+        self.strategy = strategy_for(shape.strategy, rounds=shape.rounds, ideas=shape.ideas,
+                                     variants=shape.variants, top=shape.top,
+                                     library_ops=config.checks.library_ops)
         self.store = store
         self.bus = bus
         self.scripted = self.models.scripted
-        self.budget = Budget(usd=config.budget_usd, tokens=config.budget_tokens,
-                             variants=config.max_variants, time_limit_s=config.time_limit_s,
+        self.budget = Budget(usd=config.budgets.budget_usd, tokens=config.budgets.budget_tokens,
+                             variants=config.budgets.max_variants, time_limit_s=config.budgets.time_limit_s,
                              pool=suite.pool if suite else None)
-        self.call_settings = CallSettings(config.max_output_tokens, config.reasoning)
+        self.call_settings = CallSettings(config.llm.max_output_tokens, config.llm.reasoning)
         self.stop_reason: str | None = None
         self.evaluator = evaluator
         self.problem = problem
@@ -112,7 +117,7 @@ class Search(SessionLifecycle):
         self.run_before_s = 0.0  # seconds the session ran before this start (a resume's earlier runs)
         self.round = 0
         self.parents: list[int] = []  # this round's parents
-        self.sched = Scheduler(config.llm_concurrency, suite.llm_limits if suite else None)
+        self.sched = Scheduler(config.llm.llm_concurrency, suite.llm_limits if suite else None)
         self._last_progress: tuple | None = None
         self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
@@ -171,7 +176,7 @@ class Search(SessionLifecycle):
                 last = True
             parents = self.strategy.next_parents(self.nodes, self.round, self.parents)
             intervals = {i: v.speedup_interval for i, v in self.verdicts.items() if v.speedup_interval}
-            ties = ties_within_noise(parents, self.nodes, self.round, intervals, self.config.library_ops)
+            ties = ties_within_noise(parents, self.nodes, self.round, intervals, self.config.checks.library_ops)
             ends = last or not parents or self._over_budget()
             if ends:  # the search ends: its best is read
                 await self._profile_best()
@@ -309,7 +314,8 @@ class Search(SessionLifecycle):
             await self._maybe_fix(self.nodes[node.id])
 
     async def _maybe_fix(self, failed: Node) -> None:
-        if self._fix_depth(failed) >= self.config.fixes or excluded(failed, self.nodes) or self._over_budget():
+        if (self._fix_depth(failed) >= self.config.shape.fixes or excluded(failed, self.nodes)
+                or self._over_budget()):
             return
         if not self.budget.reserve_variants(1):  # a fix is a variant: within the cap
             self._cap_hit = self._cap_hit or self.budget.variant_limit()
@@ -322,7 +328,7 @@ class Search(SessionLifecycle):
     def languages_for(self, m: int) -> list[str]:
         """The kernel languages of one idea's m variants: the search's languages in turn, each
         idea starting one further along (so that with one variant per idea, ideas alternate)."""
-        langs = self.config.languages or ("cuda",)
+        langs = self.config.shape.languages or ("cuda",)
         start = self._spread
         self._spread += 1
         return [langs[(start + i) % len(langs)] for i in range(m)]
@@ -339,13 +345,13 @@ class Search(SessionLifecycle):
         if node.origin == "fix":
             verdict = self.verdicts.get(parent.id)
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
-                                      verdict.log if verdict else "", self.backend, self.config.rtol,
+                                      verdict.log if verdict else "", self.backend, self.config.checks.rtol,
                                       sanitizer=verdict.sanitizer if verdict else "",
                                       language=node.language or "cuda")
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
-                                        self.config.rtol, language=node.language or "cuda")
+                                        self.config.checks.rtol, language=node.language or "cuda")
 
     async def _evaluate(self, node: Node) -> Verdict:
         verdict = self.verdicts.get(node.id)
@@ -516,7 +522,7 @@ class Search(SessionLifecycle):
         await self.bus.publish(NodeAdded(node))
 
     def best(self) -> Node | None:
-        return best_variant(self.nodes, self.config.library_ops)
+        return best_variant(self.nodes, self.config.checks.library_ops)
 
     def best_speedup(self) -> float | None:
         best = self.best()

@@ -29,6 +29,7 @@ from engine.domain import session_library_ops
 from engine.evaluate.base import Evaluator
 from engine.events import EventBus
 from engine.llm.base import Provider
+from engine.options import Placement
 from engine.problems import Problem
 from engine.search.budget import Pool
 from engine.search.config import SearchConfig
@@ -55,7 +56,7 @@ class SuiteEntry:
 def unanswered(entry: SuiteEntry) -> str | None:
     """Why no model of the entry can answer its problem (the scripted provider on a problem its
     library has no kernels for, in the search's languages); None when they can."""
-    languages = entry.config.languages if entry.config is not None else ("cuda",)
+    languages = entry.config.shape.languages if entry.config is not None else ("cuda",)
     for provider, _ in entry.models or []:
         check = getattr(provider, "unanswered", None)
         if check is not None and (reason := check(languages)) is not None:
@@ -66,10 +67,11 @@ def unanswered(entry: SuiteEntry) -> str | None:
 class Suite:
     def __init__(self, store: Store, entries: Sequence[SuiteEntry], evaluator: Evaluator, *, name: str,
                  record: dict[str, Any], cap_usd: float | None = None, resume: int | None = None,
-                 bus_for: Callable[[SuiteEntry], EventBus] | None = None):
+                 bus_for: Callable[[SuiteEntry], EventBus] | None = None, placement: Placement | None = None):
         """`record`: the request as the suites row keeps it (for a resume); `bus_for`: the event
         bus each problem's search publishes on (by default a bus of its own nobody hears)."""
         self.store = store
+        self.placement = placement  # the evaluator's, as resolved: each problem's session records it
         self.entries = list(entries)
         self.evaluator = evaluator
         self.name = name
@@ -104,7 +106,8 @@ class Suite:
                 continue
             assert entry.models is not None and entry.config is not None
             search = Search(self.store, self.bus_for(entry), entry.models, self.evaluator, entry.problem,
-                            entry.config, resume=session["id"] if session else None, suite=share)
+                            entry.config, resume=session["id"] if session else None, suite=share,
+                            placement=self.placement)
             searches.append((entry, search))
             self.searches[entry.spec] = search
         start_workers = getattr(self.evaluator, "start_workers", None)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Header, Input, Label, Select, Static
 
-from engine.domain import BACKEND_CHOICES, PROVIDER_CHOICES, STRATEGIES
+from engine import options
 from engine.launch import RunRequest
 from tui import warm
 from tui.screens.ahead import StyledAhead
@@ -23,47 +23,13 @@ from tui.widgets.footer import SteadyFooter
 if TYPE_CHECKING:
     from engine.problems import Problem
 
-SHAPE = [("rounds", 2), ("ideas", 3), ("variants", 2), ("top", 2)]
-# The form's widgets by id: its choices, and what is typed (parsed by form_request).
-SELECTS = ("problem", "provider", "strategy", "backend", "language")
-LANGUAGE_CHOICES = ("cuda", "triton", "cuda,triton")  # --language's values
-INPUTS = ("path", "models", *(name for name, _ in SHAPE), "budget_usd", "budget_tokens")
-Number = TypeVar("Number", int, float)
-
 
 def form_request(fields: Mapping[str, str]) -> RunRequest:
-    """The form's fields (by widget id, as typed) as a run request; ValueError, one line naming
-    the field, on one that is not a usable number. Everything else is launch's to check."""
-    shape = {}
-    for name, _ in SHAPE:
-        text = fields[name].strip()
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{name}: a whole number of at least 1")
-        shape[name] = int(text)
-    budget_usd = _budget(fields, "budget_usd", float)
-    budget_tokens = _budget(fields, "budget_tokens", int)
-    return RunRequest(
-        problem=fields["path"].strip() or fields["problem"], provider=fields["provider"],
-        backend=fields["backend"], strategy=fields["strategy"], language=fields.get("language", "cuda"),
-        models=tuple(m.strip() for m in fields["models"].split(",") if m.strip()),
-        rounds=shape["rounds"], ideas=shape["ideas"], variants=shape["variants"], top=shape["top"],
-        budget_usd=budget_usd, budget_tokens=budget_tokens,
-    )
-
-
-def _budget(fields: Mapping[str, str], name: str, parse: Callable[[str], Number]) -> Number | None:
-    """An optional budget field: empty means none, else a positive number."""
-    text = fields[name].strip()
-    if not text:
-        return None
-    label = name.replace("_", " ")
-    try:
-        value = parse(text)
-    except ValueError:
-        raise ValueError(f"{label}: not a number: {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"{label}: must be positive")
-    return value
+    """The form's fields (by widget id, as typed) as a run request: each part of the configuration
+    from the fields its declarations put on the form (engine.options); ValueError, one line naming
+    the field, on one that cannot be read. Everything else is launch's to check."""
+    parts = options.parts_from_form(fields)
+    return RunRequest(fields["path"].strip() or fields["problem"], **parts)
 
 
 class NewSearchScreen(StyledAhead, Screen):
@@ -85,36 +51,15 @@ class NewSearchScreen(StyledAhead, Screen):
             with Horizontal():
                 yield Label("or a path")
                 yield Input(placeholder="path/to/problem.py (overrides the list)", id="path", compact=True)
-            with Horizontal():
-                yield Label("provider")
-                yield Select([(p, p) for p in PROVIDER_CHOICES], value="auto", id="provider", allow_blank=False,
-                             compact=True)
-            with Horizontal():
-                yield Label("models")
-                yield Input(placeholder="comma-separated [provider:]model, e.g. openai:o3", id="models",
-                            compact=True)
-            for name, default in SHAPE:
+            for ff in options.form_fields():  # declared by the configuration's parts
                 with Horizontal():
-                    yield Label(name)
-                    yield Input(str(default), type="integer", id=name, compact=True)
-            with Horizontal():
-                yield Label("strategy")
-                yield Select([(x, x) for x in STRATEGIES], value="tree", id="strategy",
-                             allow_blank=False, compact=True)
-            with Horizontal():
-                yield Label("backend")
-                yield Select([(b, b) for b in BACKEND_CHOICES], value="auto", id="backend",
-                             allow_blank=False, compact=True)
-            with Horizontal():
-                yield Label("language")
-                yield Select([(x, x) for x in LANGUAGE_CHOICES], value="cuda", id="language",
-                             allow_blank=False, compact=True)
-            with Horizontal():
-                yield Label("budget USD")
-                yield Input(placeholder="none", type="number", id="budget_usd", compact=True)
-            with Horizontal():
-                yield Label("budget tokens")
-                yield Input(placeholder="none", type="integer", id="budget_tokens", compact=True)
+                    yield Label(ff.label)
+                    if ff.choices is not None:
+                        yield Select([(c, c) for c in ff.choices], value=ff.default, id=ff.name,
+                                     allow_blank=False, compact=True)
+                    else:
+                        yield Input(ff.default, placeholder=ff.hint, type=ff.kind, id=ff.name,  # type: ignore[arg-type]
+                                    compact=True)
             yield Static("", id="estimate")
             yield Static("", id="form-error", classes="error")
             yield Button("Start", id="start", variant="success")
@@ -143,8 +88,11 @@ class NewSearchScreen(StyledAhead, Screen):
 
     def _request(self) -> RunRequest:
         """The form as a run request; ValueError (one line) on a bad field."""
-        values = {name: str(self.query_one(f"#{name}", Select).value) for name in SELECTS}
-        values.update({name: self.query_one(f"#{name}", Input).value for name in INPUTS})
+        values = {"problem": str(self.query_one("#problem", Select).value),
+                  "path": self.query_one("#path", Input).value}
+        for ff in options.form_fields():
+            widget = self.query_one(f"#{ff.name}")
+            values[ff.name] = str(widget.value) if isinstance(widget, Select) else widget.value  # type: ignore[attr-defined]
         return form_request(values)
 
     def _update_estimate(self) -> None:
@@ -163,7 +111,8 @@ class NewSearchScreen(StyledAhead, Screen):
                 box.update(f"estimate: loading {request.problem}…")
                 self.run_worker(partial(self._load_problem, request.problem), group="problem", exclusive=True)
                 return
-            backend = request.backend if request.backend != "auto" else self.auto_backend
+            chosen = request.placement.backend
+            backend = chosen if chosen != "auto" else self.auto_backend
             result = estimate_run(request, backend, problem=problem)
         except (ValueError, UsageError) as exc:
             box.update(f"estimate: — ({exc})")

@@ -152,7 +152,8 @@ class SearchScreen(SteeringMixin, Screen):
         self._layout(self.app.size.width, self.app.size.height)
         if self.model.session_id is not None and not self.model.live:
             await self._read(first=True)
-            recorded = (self.model.info.get("config") or {}).get("isolation")
+            config = self.model.info.get("config") or {}  # its placement (older records: the config's)
+            recorded = (config.get("placement") or {}).get("isolation") or config.get("isolation")
             if recorded and not self.isolation:  # a followed or past session: as it was recorded
                 self.isolation = isolation_words(recorded)
                 self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"

@@ -212,8 +212,8 @@ def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp
     shutil.copytree(shipped.parent, root)
     hide = HIDDEN_ENGINE.format(allowed=NODE_SUBPACKAGES, log=str(root / "hidden.log"))
     code = hide + IMPORT_ALL
-    names = ["engine.executors.ray_executor", "engine.evaluate.evaluator", "engine.evaluate.child",
-             "engine.evaluate.worker_process"]
+    names = ["engine.executors.ray_executor", "engine.evaluate.evaluator", "engine.evaluate.child.evaluation",
+             "engine.evaluate.child.worker_process"]
     proc = run_in(root, code, json.dumps(names))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate.child import compare
+from engine.evaluate.child.evaluation import compare
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key, runtime_dir
 

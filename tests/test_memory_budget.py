@@ -159,8 +159,8 @@ def test_ktrees_own_out_of_memory_is_told_apart():
     job = type("Job", (), {"problem_path": "/p/problem.py"})()
     traceback_of = textwrap.dedent("""
         Traceback (most recent call last):
-          File "/repo/engine/evaluate/child_time.py", line 120, in time_candidate
-          File "/repo/engine/evaluate/child_check.py", line 88, in <lambda>
+          File "/repo/engine/evaluate/child/measure.py", line 120, in time_candidate
+          File "/repo/engine/evaluate/child/check.py", line 88, in <lambda>
           File "/p/problem.py", line 14, in forward
         torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB
     """)
@@ -183,7 +183,7 @@ def test_ktrees_own_out_of_memory_raised_while_checking_is_a_crashed_verdict_not
     """KtreeOutOfMemory from the check trials' fp64 answers (neither the GPU nor this process's host
     share can hold them: measured with the 4 GiB-input MSE loss on an H100) comes back from
     run_evaluate as `crashed` with ktree's own line first, never as an exception that ends the worker."""
-    from engine.evaluate import child
+    from engine.evaluate.child import evaluation as child
 
     def out_of_memory(job, on_phase=None):
         raise expected_cache.KtreeOutOfMemory("computing the fp64 answers (neither on the GPU nor within this"

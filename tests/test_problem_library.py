@@ -17,7 +17,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from engine.evaluate.child import compare
+from engine.evaluate.child.evaluation import compare
 from engine.evaluate.loading import load_module_from_path
 from engine.problems import BUILTIN_DIR, Problem, builtin_problems, eval_formula, load_problem
 

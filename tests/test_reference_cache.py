@@ -1,5 +1,5 @@
 """The reference's timings once per host (engine.evaluate.reference_times: reference_start/finish,
-engine.evaluate.child_reference, engine.evaluate.gate): keyed by the problem's source, sizes,
+engine.evaluate.child.reference, engine.evaluate.gate): keyed by the problem's source, sizes,
 precision, GPU model (not its CUDA_VISIBLE_DEVICES index) and torch version; shared by evaluator
 instances and processes through the cache dir, timed by one of them; the timing process set up
 before the device's lock and let time only once it is held."""
@@ -151,7 +151,7 @@ def test_the_gate_waits_for_go_and_gives_up_instead_of_hanging(tmp_path, monkeyp
 def test_the_timing_child_sets_up_before_its_gate_and_reports_the_noise(tmp_path, monkeypatch):
     import torch
 
-    from engine.evaluate import child_reference
+    from engine.evaluate.child import reference as child_reference
     from engine.evaluate.jobs import make_job
 
     monkeypatch.setattr(torch, "compile", lambda model: model)  # (no compiler wanted here)

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from engine.evaluate import noise, tamper, timing
-from engine.evaluate.child_load import build_key
-from engine.evaluate.child_time import judge_reference
+from engine.evaluate.child.load import build_key
+from engine.evaluate.child.measure import judge_reference
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.jobs import make_job
 from engine.evaluate.rotation import Rotation, plan

@@ -86,7 +86,7 @@ def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
 def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
     """torch's builder leaves its lock file behind when killed (a compile timeout); the next
     evaluation of that source must not wait on it."""
-    from engine.evaluate.child import build_key
+    from engine.evaluate.child.evaluation import build_key
 
     async def go():
         evaluator = LocalEvaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)

@@ -83,7 +83,7 @@ async def compile_job(job: Any, timeout_s: float, env: dict[str, str],
     `compiled` before (its result, with `cached` set and the look-up's own seconds)."""
     import time
 
-    from engine.evaluate.child_load import build_key
+    from engine.evaluate.child.load import build_key
     from engine.evaluate.runner import run_child
     from engine.evaluate.sandbox import scrubbed_env
 

@@ -1,6 +1,6 @@
 """The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden,
 each a subprocess) feeding the devices — one per GPU, each evaluating one variant at a time in its
-own long-lived worker process (engine.evaluate.worker_process, driven by the engine-side handle
+own long-lived worker process (engine.evaluate.child.worker_process, driven by the engine-side handle
 engine.evaluate.worker.Worker) that sees only that GPU — through one shared queue: a compiled variant
 goes to whichever device is free first. Each stage has its own timeout.
 

@@ -33,7 +33,7 @@ of the cached tensors is taken when they are made and compared after every evalu
 candidate that wrote into them is flagged and the set is dropped.
 
 ktree's own out-of-memory (while preparing the reference) raises `KtreeOutOfMemory`, told apart
-from the candidate's (engine.evaluate.child: `describe_oom`).
+from the candidate's (engine.evaluate.child.evaluation: `describe_oom`).
 
 Imports only torch and the standard library.
 """

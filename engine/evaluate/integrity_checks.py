@@ -1,7 +1,7 @@
 """The registry of integrity checks: ways a candidate can pass the numeric check without doing the
 work, each a named unit (what it catches, when it runs, the evidence it leaves on the verdict).
 
-The evaluation child (engine.evaluate.child, child_check, child_time) gathers what the checks read
+The evaluation child (engine.evaluate.child: evaluation, check, measure) gathers what the checks read
 into a `Watch` and runs the checks of each phase from here, in the order registered; any flag
 makes the verdict `flagged`. docs/verdicts.md lists every check by name (tests/test_integrity_checks.py
 holds the two to each other). Phases, in the order the child reaches them:
@@ -61,7 +61,7 @@ class Watch:
     inputs: list[Any] = dataclasses.field(default_factory=list)
     outputs: list[Any] = dataclasses.field(default_factory=list)  # the trial's, flattened
     same_out: bool = True  # the same outputs on every trial so far
-    varies: dict[str, bool] = dataclasses.field(default_factory=dict)  # the reference's (child_check)
+    varies: dict[str, bool] = dataclasses.field(default_factory=dict)  # the reference's (child.check)
     forward_s: list[float] = dataclasses.field(default_factory=list)  # the forward's, trials after the first
     ref_ops: Any = None  # the reference forward's OpProfile
     errs: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -72,7 +72,7 @@ class Watch:
     stats: Any = None  # the kept pass's timing.PairStats
     rotation: Any = None
     recheck: tuple[bool, str, list[str]] = (True, "", [])  # the sampled timed outputs: passed, why not, flags
-    reference_slowed: str | None = None  # judged: a quiet GPU host (engine.evaluate.child_time)
+    reference_slowed: str | None = None  # judged: a quiet GPU host (engine.evaluate.child.measure)
     sol: Any = None  # the speed of light (timing.SpeedOfLight)
     # given back
     library: dict[str, Any] = dataclasses.field(default_factory=dict)

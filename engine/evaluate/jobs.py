@@ -35,7 +35,7 @@ class EvalJob:
     # The reference's eager time measured where no candidate ran (the cuda reference job, or on the
     # cpu the first evaluation of a fresh worker before its candidate was imported), cached per
     # problem: {"median", "p10", "p90", "lo", "hi"} in ms. The evaluation flags an in-process
-    # reference time far above it (engine.evaluate.child_time). None: unknown.
+    # reference time far above it (engine.evaluate.child.measure). None: unknown.
     ref_eager_clean: dict[str, float] | None = None
     # "fp32" | "fp16" | "bf16": floating inputs and both models' weights cast to it, as KernelBench
     # does; None: the problem's own dtypes

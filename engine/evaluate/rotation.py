@@ -15,7 +15,7 @@ The timer (engine.evaluate.timing) calls the reference and the candidate with ar
   reps is drawn with `secrets` (the candidate cannot predict it). The candidate's output of a
   sampled rep is cloned right after that rep, outside the timed window (a candidate may reuse its
   output buffer), with whether it left its inputs as they were. After timing, the caller compares
-  each clone with the fp64 reference computed then, on that rep's set (engine.evaluate.child_time).
+  each clone with the fp64 reference computed then, on that rep's set (engine.evaluate.child.measure).
 
 Memory is bounded by a byte budget (`KTREE_TIMING_ROTATION_MB`; default 256 MiB on the cpu; on
 cuda an eighth of the GPU's memory, at least 2 GiB, and never over half of what is free when the

@@ -52,13 +52,13 @@ async def run_child(
         cache_ro, writable = evaluation_binds(job.cache_dir)
         read_only += cache_ro
     elif job.mode == "compile":  # runs the candidate's module code too: its own build dir only
-        from engine.evaluate.child import build_key
+        from engine.evaluate.child.evaluation import build_key
 
         env = sandbox.env(extra_env, workdir=workdir)
         own = os.path.join(job.cache_dir, build_key(job, env))
         read_only, writable = [*read_only, job.cache_dir], [own, os.path.join(job.cache_dir, "pch")]
     argv = sandbox.command(
-        [sys.executable, "-m", "engine.evaluate.child", str(job_path), str(result_path)],
+        [sys.executable, "-m", "engine.evaluate.child.evaluation", str(job_path), str(result_path)],
         workdir=workdir, read_only=read_only, writable=writable, timeout_s=timeout_s,
     )
     try:

@@ -62,7 +62,7 @@ def sanitize(job: EvalJob) -> dict[str, Any]:
     """One forward of the candidate (under compute-sanitizer: the subprocess side)."""
     import torch
 
-    from engine.evaluate.child_load import model_and_inputs
+    from engine.evaluate.child.load import model_and_inputs
 
     model, inputs, _ = model_and_inputs(job)
     with torch.no_grad():

@@ -124,7 +124,7 @@ def time_pair(
 def time_one(fn: Callable[..., object], device: str, budget_s: float = 2.0, max_reps: int = 100,
              feed: Any = None, name: str = "ref") -> Stats:
     """One callee timed alone, as time_pair times each of its two (the reference in a process
-    where no candidate ran: engine.evaluate.child_time.clean_reference)."""
+    where no candidate ran: engine.evaluate.child.measure.clean_reference)."""
     samples, _ = _time(device, [(name, fn)], budget_s, max_reps, feed)
     return Stats.of(samples[name])
 

@@ -1,8 +1,8 @@
 """The engine's handle on a long-lived evaluation worker: `Worker`, one per device.
 
 Two modules, two sides: this one runs in the engine and is what the evaluator holds (hence the
-plain name, `worker.Worker`); the process it drives is `engine.evaluate.worker_process`
-(`python -m engine.evaluate.worker_process`), named for what it is, next to `child` (the one-shot
+plain name, `worker.Worker`); the process it drives is `engine.evaluate.child.worker_process`
+(`python -m engine.evaluate.child.worker_process`), named for what it is, next to `child` (the one-shot
 evaluation process). The line protocol between them is described there.
 
 One `Worker` per device. It starts the process on first use, sends it one job at a time, turns
@@ -93,7 +93,7 @@ class Worker:
         stderr_path = self._dir / "worker-stderr.txt"
         cache_ro, cache_rw = evaluation_binds(self.cache_dir)
         argv = self.sandbox.command(
-            [sys.executable, "-m", "engine.evaluate.worker_process"], workdir=self._dir,
+            [sys.executable, "-m", "engine.evaluate.child.worker_process"], workdir=self._dir,
             read_only=[*problems, *cache_ro], writable=cache_rw)
         with open(stderr_path, "wb") as err:
             self.proc = await asyncio.create_subprocess_exec(

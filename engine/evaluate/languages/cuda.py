@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine.evaluate.child_common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
+from engine.evaluate.child.common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_source

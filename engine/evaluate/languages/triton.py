@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.evaluate import clocks
-from engine.evaluate.child_common import (
+from engine.evaluate.child.common import (
     EvalFailure,
     WarmupTimeout,
     build_dir_lock,

@@ -35,7 +35,7 @@ def cpu_peaks(nbytes: float | None = None) -> dict[str, Any]:
     import torch
 
     from engine.evaluate import timing
-    from engine.evaluate.child import pin_cores
+    from engine.evaluate.child.evaluation import pin_cores
 
     pin_cores()  # KTREE_CPU_CORES: the pinned timer's cores, where the kernel was timed
     threads = timing.fix_threads()

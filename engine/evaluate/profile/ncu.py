@@ -162,7 +162,7 @@ def under_ncu(job: EvalJob) -> dict[str, Any]:
     import torch
 
     from engine.evaluate import gate, timing
-    from engine.evaluate.child_load import model_and_inputs
+    from engine.evaluate.child.load import model_and_inputs
 
     model, inputs, _ = model_and_inputs(job)
     peaks = timing.device_peaks(job.cache_dir) if _peaks_cached(job.cache_dir) else None

@@ -44,7 +44,7 @@ def torch_profile(job: EvalJob, calls: int = 3) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     from engine.evaluate import timing
-    from engine.evaluate.child_load import model_and_inputs
+    from engine.evaluate.child.load import model_and_inputs
 
     model, inputs, _ = model_and_inputs(job)
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The long-lived evaluation worker process: `python -m engine.evaluate.worker_process`, one per GPU.
+"""The long-lived evaluation worker process: `python -m engine.evaluate.child.worker_process`, one per GPU.
 
 This is the process; the engine drives it through `engine.evaluate.worker.Worker` (the handle the
 evaluator holds). "_process" in the name keeps the two apart, as `child` is the one-shot process.
@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Any
 
-from engine.evaluate import child
+from engine.evaluate.child import evaluation as child
 from engine.evaluate.jobs import EvalJob
 
 

@@ -1,4 +1,4 @@
-"""The evaluation subprocess: `python -m engine.evaluate.child JOB.json RESULT.json`.
+"""The evaluation subprocess: `python -m engine.evaluate.child.evaluation JOB.json RESULT.json`.
 
 Runs untrusted generated code, so it lives in its own process (started by `runner`, or the
 long-lived `worker_process`), imports only torch and the standard library, and reports through a
@@ -10,9 +10,8 @@ JSON file. Two modes:
   inputs for several trials, then time candidate and reference interleaved.
 
 This module is the entry and the evaluation's order of steps; each step lives with its job:
-`child_load` (build and import the solution, make models and inputs), `child_check` (the check
-trials against the fp64 answers, with the integrity checks), `child_time` (timing, the
-reference's own timings).
+`load` (build and import the solution, make models and inputs), `check` (the check trials against
+the fp64 answers, with the integrity checks), `measure` (timing, the reference's own timings).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.evaluate import clocks, expected_cache, integrity_checks, settings
-from engine.evaluate.child_check import (
+from engine.evaluate.child.check import (
     DEGENERATE_NOTE,
     caller,
     check_trials,
@@ -36,7 +35,7 @@ from engine.evaluate.child_check import (
     reference_ops,
     reference_varies,
 )
-from engine.evaluate.child_load import (
+from engine.evaluate.child.load import (
     EvalFailure,
     build_key,
     format_exc,
@@ -46,7 +45,7 @@ from engine.evaluate.child_load import (
     retarget_note,
     sync_state,
 )
-from engine.evaluate.child_time import (
+from engine.evaluate.child.measure import (
     Phases,
     before_candidate,
     run_agreement,
@@ -304,8 +303,8 @@ def main(argv: list[str]) -> int:
             os.unlink(job_path)  # the job (its input seed) is not left for the candidate to read
     if job.mode == "compile":
         result: dict[str, Any] = run_compile(job)
-    elif job.mode == "reference":  # set up before the GPU's lock, timed after (child_reference)
-        from engine.evaluate import child_reference
+    elif job.mode == "reference":  # set up before the GPU's lock, timed after (child.reference)
+        from engine.evaluate.child import reference as child_reference
 
         result = child_reference.run(job)
     elif job.mode == "warm":

@@ -3,7 +3,7 @@ against noise (engine.evaluate.timing, engine.evaluate.noise), and rechecked on 
 the reference alone (eager and torch.compile) and the timer's agreement with itself; the
 evaluation's phases and the least device time a verdict needs.
 
-Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
+Runs untrusted code in the child's process (engine.evaluate.child.evaluation); torch and the standard
 library only.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluate import clocks, integrity_checks
-from engine.evaluate.child_check import caller, compare
-from engine.evaluate.child_load import format_exc, make_inputs, reference_on_inputs, to_device
+from engine.evaluate.child.check import caller, compare
+from engine.evaluate.child.load import format_exc, make_inputs, reference_on_inputs, to_device
 from engine.evaluate.jobs import EvalJob
 
 
@@ -46,7 +46,7 @@ def timing_floor_s(stats: Any, trials: int) -> float:
 
 def run_warm(job: EvalJob) -> dict[str, Any]:
     """Mode "warm": compile the reference under torch.compile and stop. Many warm-ups run at once
-    in the compile pool; each timing (engine.evaluate.child_reference) then finds torch.compile's
+    in the compile pool; each timing (engine.evaluate.child.reference) then finds torch.compile's
     caches (FX graph, Triton) filled."""
     import torch
 
@@ -69,7 +69,7 @@ def reference_rotation(job: EvalJob, device: str, inputs: Any) -> Any:
     """The reference's timed input sets, rotated as an evaluation rotates a candidate's
     (engine.evaluate.rotation): the reference alone is timed on the same kind of feed."""
     from engine.evaluate import rotation as rotation_module
-    from engine.evaluate.child_load import precision_dtype
+    from engine.evaluate.child.load import precision_dtype
     from engine.evaluate.loading import load_module_from_path
 
     problem = load_module_from_path(job.problem_path, job.sizes)

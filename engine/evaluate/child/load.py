@@ -2,7 +2,7 @@
 kernel language (engine.evaluate.languages: CUDA C++ through load_inline, Triton, ...), and make
 the problem's models and inputs on the device, cast to the job's precision.
 
-Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
+Runs untrusted code in the child's process (engine.evaluate.child.evaluation); torch and the standard
 library only.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluate import languages
-from engine.evaluate.child_common import (  # noqa: F401  (the child's modules import them from here)
+from engine.evaluate.child.common import (  # noqa: F401  (the child's modules import them from here)
     EvalFailure,
     build_key,
     format_exc,

@@ -2,7 +2,7 @@
 on every trial's inputs (engine.evaluate.expected_cache caches them), allclose and relative L2 error,
 with the integrity checks of engine.evaluate.integrity_checks watching each call.
 
-Runs untrusted code in the child's process (engine.evaluate.child); torch and the standard
+Runs untrusted code in the child's process (engine.evaluate.child.evaluation); torch and the standard
 library only.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.evaluate import clocks, expected_cache, integrity_checks
-from engine.evaluate.child_load import EvalFailure, format_exc, make_inputs
+from engine.evaluate.child.load import EvalFailure, format_exc, make_inputs
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 

@@ -1,5 +1,5 @@
 """The reference's own timings (eager and torch.compile), with their noise, taken so that the GPU
-is held only while timing: `python -m engine.evaluate.child JOB RESULT` in mode "reference".
+is held only while timing: `python -m engine.evaluate.child.evaluation JOB RESULT` in mode "reference".
 
 Before the gate (engine.evaluate.gate; the engine has not taken the GPU's lock yet): torch, the
 CUDA context, the model and its inputs, torch.compile's compile and autotuning and one call of
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluate import clocks
-from engine.evaluate.child_load import format_exc, reference_on_inputs
-from engine.evaluate.child_time import reference_rotation
+from engine.evaluate.child.load import format_exc, reference_on_inputs
+from engine.evaluate.child.measure import reference_rotation
 from engine.evaluate.jobs import EvalJob
 
 

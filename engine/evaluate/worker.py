@@ -10,6 +10,13 @@ whatever happens (result, crash, hang) into an outcome like `runner.run_child` d
 the process when it may no longer be trusted: after a timeout (killed), a death, any verdict other
 than correct/incorrect (a CUDA error poisons the context; a crash or a flag may leave patched
 modules, threads or streams behind), and every `max_jobs` evaluations.
+
+A planned retirement costs the device no wait: with `standby` (a GPU's worker), the next process
+is started while the last job of the one in use runs, prepared but for its CUDA context (Python,
+torch, the modules an evaluation imports: the seconds of a start), and only activated — the
+context made, under a second — when the old one is gone. A start for any other reason (a death, a
+timeout, a new problem file the standby cannot see) uses the standby where it can, else starts
+afresh as before.
 """
 
 from __future__ import annotations
@@ -63,6 +70,11 @@ def _dead(pid: int) -> bool:
         return False
 
 
+async def _drop(proc: asyncio.subprocess.Process) -> None:
+    kill_tree(proc.pid)
+    await proc.wait()
+
+
 class Worker:
     """The process runs in the evaluator's sandbox (same isolation and limits as a one-shot
     child); under strict isolation it sees the problem files of the jobs it was started for, so
@@ -71,12 +83,18 @@ class Worker:
     not one per change of problem)."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
-                 cache_dir: str = "", max_jobs: int = 32):
+                 cache_dir: str = "", max_jobs: int = 32, standby: bool = False):
         self.extra_env = dict(extra_env or {})
         self.sandbox = sandbox or Sandbox()
         self.cache_dir = cache_dir
         self.max_jobs = max_jobs
         self.proc: asyncio.subprocess.Process | None = None
+        self.standby = standby  # start the next process ahead of a planned retirement
+        self._standby: asyncio.Task[tuple[asyncio.subprocess.Process, tuple[str, ...]] | None] | None = None
+        self.standby_used = 0  # starts that activated a standby
+        self._standby_proc: asyncio.subprocess.Process | None = None  # the standby, once spawned
+        self._spawned = 0
+        self._stderr: dict[int, Path] = {}  # each process's stderr file, by pid
         self._problems: tuple[str, ...] = ()  # the problem files this process can read
         self.jobs_done = 0  # by the current process
         self.starts = 0
@@ -88,23 +106,42 @@ class Worker:
         self._starting = asyncio.Lock()  # one start at a time (an early start and a job's)
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
-    async def _start(self, problems: tuple[str, ...]) -> str | None:
-        """Start the process; None when ready, else why it could not start."""
-        stderr_path = self._dir / "worker-stderr.txt"
+    async def _spawn(self, problems: tuple[str, ...], standby: bool = False) -> asyncio.subprocess.Process:
         cache_ro, cache_rw = evaluation_binds(self.cache_dir)
         argv = self.sandbox.command(
-            [sys.executable, "-m", "engine.evaluate.child.worker_process"], workdir=self._dir,
-            read_only=[*problems, *cache_ro], writable=cache_rw)
+            [sys.executable, "-m", "engine.evaluate.child.worker_process", *(["--standby"] if standby else [])],
+            workdir=self._dir, read_only=[*problems, *cache_ro], writable=cache_rw)
+        self._spawned += 1
+        stderr_path = self._dir / f"worker-{self._spawned}-stderr.txt"
         with open(stderr_path, "wb") as err:
-            self.proc = await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=self._dir, env=self.sandbox.env(self._env(), workdir=self._dir),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                 start_new_session=True,
             )
+        self._stderr[proc.pid] = stderr_path
+        for pid in list(self._stderr)[:-2]:  # the one in use and its standby are kept
+            with contextlib.suppress(OSError):
+                self._stderr.pop(pid).unlink()
+        return proc
+
+    async def _start(self, problems: tuple[str, ...]) -> str | None:
+        """Start the process (a standby that sees these problem files activated, else a new
+        one); None when ready, else why it could not start."""
+        t0 = time.monotonic()
+        waiting = await self._take_standby(problems)
+        if waiting is not None:
+            self.proc = waiting
+            self.standby_used += 1
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError, AssertionError):
+                assert waiting.stdin is not None
+                waiting.stdin.write(b'{"activate": 1}\n')
+                await waiting.stdin.drain()
+        else:
+            self.proc = await self._spawn(problems)
         self._problems = problems
         self.starts += 1
         self.jobs_done = 0
-        t0 = time.monotonic()
         try:
             line = await asyncio.wait_for(self._readline(), START_TIMEOUT_S)
         except TimeoutError:
@@ -112,8 +149,44 @@ class Worker:
         self.last_start_s = time.monotonic() - t0
         self.started_ok = line is not None and "ready" in line
         if not self.started_ok:
+            stderr_path = self._stderr.get(self.proc.pid if self.proc else -1, self._dir / "none")
             await self.stop()
             return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
+        return None
+
+    def _begin_standby(self) -> None:
+        """Start the next process now, as a standby (see the module's docstring)."""
+        if not self.standby or self._standby is not None:
+            return
+        self._standby = asyncio.ensure_future(self._prepare_standby(self._problems))
+
+    async def _prepare_standby(self, problems: tuple[str, ...]
+                               ) -> tuple[asyncio.subprocess.Process, tuple[str, ...]] | None:
+        proc = self._standby_proc = await self._spawn(problems, standby=True)
+        try:
+            line = await asyncio.wait_for(self._readline(proc), START_TIMEOUT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            line = None
+        if line is None or "standby" not in line:
+            kill_tree(proc.pid)
+            await proc.wait()
+            return None
+        return proc, problems
+
+    async def _take_standby(self, problems: tuple[str, ...]) -> asyncio.subprocess.Process | None:
+        """The standby, if there is one that started and sees every one of these files; any other
+        is dropped."""
+        task, self._standby = self._standby, None
+        if task is None:
+            return None
+        ready = await task
+        self._standby_proc = None
+        if ready is None:
+            return None
+        proc, sees = ready
+        if proc.returncode is None and not _dead(proc.pid) and set(problems) <= set(sees):
+            return proc
+        await _drop(proc)
         return None
 
     def _env(self) -> dict[str, str]:
@@ -184,10 +257,11 @@ class Worker:
             self.busy_s += time.monotonic() - t0
             shutil.rmtree(work, ignore_errors=True)
 
-    async def _readline(self) -> dict[str, Any] | None:
-        assert self.proc is not None and self.proc.stdout is not None
+    async def _readline(self, proc: asyncio.subprocess.Process | None = None) -> dict[str, Any] | None:
+        proc = proc or self.proc
+        assert proc is not None and proc.stdout is not None
         while True:
-            raw = await self.proc.stdout.readline()
+            raw = await proc.stdout.readline()
             if not raw:
                 return None
             with contextlib.suppress(ValueError):
@@ -206,6 +280,14 @@ class Worker:
 
     async def close(self) -> None:
         await self.stop()
+        task, self._standby = self._standby, None
+        proc, self._standby_proc = self._standby_proc, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if proc is not None and proc.returncode is None:
+            await _drop(proc)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     async def run(
@@ -286,6 +368,8 @@ class Worker:
         log = _read_tail(paths["log"])
         shutil.rmtree(work, ignore_errors=True)
         self.jobs_done += 1
+        if self.jobs_done == self.max_jobs - 1 and result.get("status") in KEEP_AFTER:
+            self._begin_standby()  # its start overlaps the last job of this process
         if result.get("status") not in KEEP_AFTER:
             await self.stop(f"after {result.get('status')}")
         elif self.jobs_done >= self.max_jobs:

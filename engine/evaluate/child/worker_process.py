@@ -12,6 +12,10 @@ that is not the job's doing: the engine sends it again to a new worker), any num
 A request with `"warm": "1"` comes before the engine takes the GPU's lock: a Triton solution's
 kernels are compiled, not run (engine.evaluate.languages.triton.triton_prewarm); its result is that
 report, and the process stays.
+Started with `--standby` (the engine starts the next process of a device ahead, before the one in
+use retires), it prepares all but the CUDA context, says `{"standby": pid}` and waits for a line
+`{"activate": 1}`; then it makes the context and says `{"ready": pid}` as any other. A standby
+holds no GPU memory and runs nothing on the GPU while another process times there.
 The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
 never into the protocol.
 
@@ -42,9 +46,8 @@ def _reset_extension_versions() -> None:
 
 def _prepare() -> None:
     """What every evaluation needs, done at start: torch and the modules an evaluation imports
-    (the extension loader, the integrity checks, the timer, the NVML probe), and on a GPU the
-    CUDA context (an allocation: no kernel runs, so a timing elsewhere on the GPU is not
-    disturbed)."""
+    (the extension loader, the integrity checks, the timer, the NVML probe). The CUDA context
+    comes after (`_cuda_context`)."""
     import torch
     import torch.utils.cpp_extension  # noqa: F401
 
@@ -54,6 +57,13 @@ def _prepare() -> None:
     # phase of every new worker on the H100 box took 4.5-6.2 s against 0.03-0.16 s after): pay it
     # here, on a CPU op (no GPU kernel runs before the lock is held).
     integrity.torch_compute_ops(lambda: torch.ones(2) + 1)
+
+
+def _cuda_context() -> None:
+    """On a GPU, the CUDA context (an allocation: no kernel runs, so a timing elsewhere on the GPU
+    is not disturbed)."""
+    import torch
+
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):
             torch.empty(1, device="cuda")
@@ -114,7 +124,7 @@ def _prewarm(job: EvalJob) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
-def serve(request_fd: int, protocol_fd: int) -> None:
+def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
     out = os.fdopen(protocol_fd, "w", buffering=1)
     requests = os.fdopen(request_fd, "r")
 
@@ -123,6 +133,11 @@ def serve(request_fd: int, protocol_fd: int) -> None:
         out.flush()
 
     _prepare()  # paid once, before the first request (and before the device's lock is taken)
+    if standby:  # ready but for the CUDA context, until the one in use retires
+        send({"standby": os.getpid()})
+        if not requests.readline().strip():
+            return  # dropped unused
+    _cuda_context()
     send({"ready": os.getpid()})
     for line in requests:
         if not line.strip():
@@ -159,7 +174,7 @@ def main() -> int:
     for fd in (0, 1):
         os.dup2(devnull, fd)
     os.close(devnull)
-    serve(request_fd, protocol_fd)
+    serve(request_fd, protocol_fd, standby="--standby" in sys.argv[1:])
     sys.stdout.flush()
     os._exit(0)  # skip teardown: a candidate's extension may crash in its destructors
 

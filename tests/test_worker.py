@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
@@ -106,28 +107,30 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
     assert not still_there
 
 
-def test_a_planned_retirement_activates_a_standby_started_during_the_last_job():
-    """A GPU's worker starts its successor while its last job runs (prepared but for the CUDA
-    context) and hands over at retirement: no fresh process is started then. Forced on here, on
-    the cpu, where the evaluator leaves it off (a start would take cores from the timing)."""
+def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
+    """A GPU's worker keeps its successor started (prepared but for the CUDA context) and hands
+    over when it is replaced, after a flag as after a planned retirement: no fresh process is
+    started then. Forced on here, on the cpu, where the evaluator leaves it off (a start would take
+    cores from the timing it overlaps)."""
 
-    async def go() -> tuple[list[str], int, int, int, list[str]]:
+    async def go() -> tuple[list[str], Any, list[str]]:
         evaluator = LocalEvaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=2)
         worker = evaluator.worker
         assert worker is not None and not worker.standby  # off on the cpu backend
         worker.standby = True
         statuses = []
+        flagged = PYTHON_ONLY.format(body="return torch.softmax(x, dim=1)")
         try:
-            for _ in range(3):
-                job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
+            for source in (HONEST, flagged, HONEST, HONEST, HONEST):
+                job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
                 statuses.append((await evaluator.evaluate(job)).status)
         finally:
             await evaluator.close()
-        return statuses, worker.starts, worker._spawned, worker.standby_used, worker.restarts
+        return statuses, (worker.starts, worker._spawned, worker.standby_used), worker.restarts
 
-    statuses, starts, spawned, used, restarts = asyncio.run(go())
-    assert statuses == ["correct"] * 3
-    # the first process; the standby spawned during the 2nd job and activated for the 3rd; the
-    # next standby, spawned after the 3rd (that process's last job but one), dropped by close()
-    assert (starts, spawned, used) == (2, 3, 1)
-    assert restarts == ["after 2 evaluations"]
+    statuses, counts, restarts = asyncio.run(go())
+    assert statuses == ["correct", "flagged", "correct", "correct", "correct"]
+    assert restarts == ["after flagged", "after 2 evaluations"]
+    # three processes used, the last two standbys; each start spawned the next standby (the last
+    # one, never used, dropped by close())
+    assert counts == (3, 4, 2)

@@ -167,9 +167,9 @@ class LocalEvaluator(ReferenceTimings):
         self._free: asyncio.Queue[Device] = asyncio.Queue()  # one queue: first free device first
         for (name, index, own), key in zip(slots, keys, strict=True):
             device_env = {**env, **own, "KTREE_DEVICE_INDEX": str(index)}
-            # A GPU's next worker is started ahead of a planned retirement (worker.Worker: the
-            # device waits only for its CUDA context). Not on the cpu: its start would take cores
-            # from the timing of the job it overlaps.
+            # A GPU's next worker is kept started ahead (worker.Worker: a replacement waits only
+            # for its CUDA context). Not on the cpu: its start would take cores from the timing
+            # of the job it overlaps.
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
                              standby=backend == "cuda") if worker else None)
             device = Device(name, index, device_env, runner, lock_key=key)

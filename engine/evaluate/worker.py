@@ -11,12 +11,12 @@ the process when it may no longer be trusted: after a timeout (killed), a death,
 than correct/incorrect (a CUDA error poisons the context; a crash or a flag may leave patched
 modules, threads or streams behind), and every `max_jobs` evaluations.
 
-A planned retirement costs the device no wait: with `standby` (a GPU's worker), the next process
-is started while the last job of the one in use runs, prepared but for its CUDA context (Python,
-torch, the modules an evaluation imports: the seconds of a start), and only activated — the
-context made, under a second — when the old one is gone. A start for any other reason (a death, a
-timeout, a new problem file the standby cannot see) uses the standby where it can, else starts
-afresh as before.
+A replacement costs the device next to no wait: with `standby` (a GPU's worker), the next process
+is started as soon as one is in use, prepared but for its CUDA context (Python, torch, the modules
+an evaluation imports: the seconds of a start), and only activated — the context made, under a
+second — when the one in use is gone: retired after `max_jobs`, or stopped after a verdict it may
+not be trusted after (a flag, a crash), a timeout or a death. A standby that cannot see a new
+problem file is dropped and a fresh process started, as before.
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ class Worker:
             stderr_path = self._stderr.get(self.proc.pid if self.proc else -1, self._dir / "none")
             await self.stop()
             return f"the evaluation worker did not start\n{_read_tail(stderr_path)}"
+        self._begin_standby()  # the next one, ready for whenever this one goes
         return None
 
     def _begin_standby(self) -> None:
@@ -368,8 +369,6 @@ class Worker:
         log = _read_tail(paths["log"])
         shutil.rmtree(work, ignore_errors=True)
         self.jobs_done += 1
-        if self.jobs_done == self.max_jobs - 1 and result.get("status") in KEEP_AFTER:
-            self._begin_standby()  # its start overlaps the last job of this process
         if result.get("status") not in KEEP_AFTER:
             await self.stop(f"after {result.get('status')}")
         elif self.jobs_done >= self.max_jobs:

@@ -167,7 +167,7 @@ async def test_the_progress_chart_plots_each_value_on_its_row(tmp_path: Path, po
 
 
 async def test_the_compare_chart_has_whole_rounds_and_a_legend_of_its_own(tmp_path: Path):
-    from tests.test_tui_screens import two_sessions
+    from tests.test_tui_search_screen import two_sessions
 
     db, a, b = await two_sessions(tmp_path / "k.db")
     app = KtreeApp(db_path=db)
@@ -191,7 +191,7 @@ async def test_the_compare_table_shows_both_sessions_whole_beside_the_chart(tmp_
                                                                             size: tuple[int, int]):
     """Both sessions' columns on screen, left of the chart, each of their cells whole or cut with
     "…" (at 80 and 120 columns the second one was cut off); SCRIPTED stays on the models."""
-    from tests.test_tui_screens import two_sessions
+    from tests.test_tui_search_screen import two_sessions
 
     db, a, b = await two_sessions(tmp_path / "k.db")
     app = KtreeApp(db_path=db)

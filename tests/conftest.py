@@ -1,23 +1,29 @@
-"""Shared fixtures: one build cache for the whole run (compiles are slow: ~25 s each on CPU),
-GPU tests skipped without CUDA, and a recorded scripted search reused by several tests.
+"""Shared fixtures: one build cache for the whole run, shared by its xdist workers (compiles are
+slow: ~25 s each on CPU), GPU tests skipped without CUDA, and a recorded scripted search reused by
+several tests.
 
 GPU markers (one scheme): `gpu` marks the default GPU set, which fits about 4 minutes on a
 16-core H100 box once `python3 scripts/gpu-prebuild` has built its CUDA sources into the shared
 build cache (KTREE_TEST_CACHE); `gpu_slow` marks what is slow by nature (the KernelBench-format
 sweeps, whose builds take ~40 s each alone and ~95 s each side by side). A `gpu_slow` test is
 never also marked `gpu`, so the two stages are
-    python3 -m pytest -m gpu tests/test_gpu*.py        (default)
-    python3 -m pytest -m gpu_slow tests/test_gpu*.py   (slow stage)
-and both kinds are skipped where no CUDA GPU is visible."""
+    python3 -m pytest -o addopts= -m gpu tests/test_gpu*.py        (default)
+    python3 -m pytest -o addopts= -m gpu_slow tests/test_gpu*.py   (slow stage)
+and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's xdist
+workers: on a GPU the tests run one at a time (they time kernels), with or without pytest-xdist."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +31,22 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# The files that take a minute or more on a 2-core machine, longest first (measured), after
+# test_dataset.py, the first to ask for the recorded search (its recording starts at once, and is
+# done by the time the other files that read it start). The suite runs in xdist workers that take
+# whole files in this order (pyproject.toml: --dist loadfile --no-loadscope-reorder): no long file
+# is left to start alone at the end of the run. An unlisted file runs after these, in name order.
+SLOW_FIRST = ("test_dataset.py", "test_realworld.py", "test_triton.py", "test_evaluate.py", "test_sandbox.py",
+              "test_cli.py", "test_ray.py", "test_steering.py", "test_bad_input.py", "test_search_options.py",
+              "test_scripted_cpu_verdicts.py", "test_scripted_cuda_emulated.py", "test_cli_messages.py",
+              "test_llm_search.py", "test_devices.py", "test_resume.py", "test_verdict_rules.py",
+              "test_profile.py", "test_build_memo.py", "test_worker.py", "test_tui_steering.py",
+              "test_suite.py", "test_build_levers.py", "test_problem_meta.py", "test_timing_hacks.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
     import torch
 
     if torch.cuda.is_available():
@@ -66,9 +87,13 @@ def _note_processes_left(request: pytest.FixtureRequest):
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Nothing a test started outlives the run: a process left behind (a worker of an evaluator a
-    failed test never closed, a daemon) would keep the run from ending. Named, then killed."""
+    failed test never closed, a daemon) would keep the run from ending. Named, then killed, by
+    the process that ran the tests (each xdist worker; not the controller, whose children are the
+    workers)."""
     from engine.evaluate.sandbox import descendants, kill_tree
 
+    if session.config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     left = descendants(os.getpid())
     if left:
         names = []
@@ -83,13 +108,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             kill_tree(pid)
 
 
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's temp root, shared by its xdist workers (each worker's basetemp is a `popen-gwN`
+    folder below it); without xdist, the basetemp itself."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def run_lock(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    """One holder at a time among the run's workers: what the first builds, the others find."""
+    with open(run_dir(tmp_path_factory) / f"{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every evaluation in the run shares one build cache (KTREE_CACHE_DIR, inherited by
-    subprocesses), so a source compiled once is a cache hit afterwards."""
-    cache = Path(os.environ.get("KTREE_TEST_CACHE") or tmp_path_factory.mktemp("build-cache"))
+    subprocesses), so a source compiled once is a cache hit afterwards, in every xdist worker
+    (concurrent builds of one source wait on its build dir's lock: child_common.build_dir_lock)."""
+    cache = Path(os.environ.get("KTREE_TEST_CACHE") or run_dir(tmp_path_factory) / "build-cache")
+    cache.mkdir(parents=True, exist_ok=True)
     os.environ["KTREE_CACHE_DIR"] = str(cache)
-    # The tests' device locks are their own: a ktree search on the same host does not hold them up.
+    # The tests' device locks are their own (one set per worker, as one host each): a ktree search
+    # on the same host does not hold them up, nor does a test that hangs a kernel in another worker.
     os.environ.setdefault("KTREE_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     return cache
 
@@ -124,12 +167,30 @@ def recorded_search(tmp_path_factory: pytest.TempPathFactory, build_cache: Path)
     """A real two-round scripted search on the cpu backend, recorded in a fresh DB. One parent
     kept per round (--top 1): the first round (3 ideas x 2 variants) already holds every outcome
     the library has (correct, incorrect, a compile error and its fix), and one second-round parent
-    is all the tests reading it need, at about two thirds of the evaluations of the default --top 2."""
+    is all the tests reading it need, at about two thirds of the evaluations of the default --top 2.
+    Recorded once per run (the first xdist worker to ask records it; the others wait for it) and
+    copied whole into each worker's own DB, which its tests may open as they like."""
+    shared = run_dir(tmp_path_factory) / "recorded"
+    with run_lock(tmp_path_factory, "recorded"):
+        if not shared.is_dir():
+            made = Path(tempfile.mkdtemp(dir=shared.parent, prefix="recording-"))
+            try:
+                proc = run_ktree("run", "softmax", "--provider", "scripted", "--backend", "cpu", "--headless",
+                                 "--json", "--rounds", "2", "--top", "1", "--db", str(made / "k.db"),
+                                 timeout=800)
+                recorded = {"summary": json.loads(proc.stdout) if proc.returncode == 0 else None,
+                            "log": proc.stderr, "error": "" if proc.returncode == 0 else proc.stderr[-3000:]}
+            except subprocess.TimeoutExpired as e:
+                recorded = {"summary": None, "log": "", "error": f"the recording took over {e.timeout} s"}
+            (made / "run.json").write_text(json.dumps(recorded))
+            made.rename(shared)  # whole or not at all: a worker that waited finds one DB, one session
+    recorded = json.loads((shared / "run.json").read_text())
+    error = recorded.pop("error")
+    assert not error, error  # a failed recording fails every worker's tests alike, as in one process
     db = tmp_path_factory.mktemp("recorded") / "k.db"
-    proc = run_ktree("run", "softmax", "--provider", "scripted", "--backend", "cpu",
-                     "--headless", "--json", "--rounds", "2", "--top", "1", "--db", str(db))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {"db": db, "summary": json.loads(proc.stdout), "log": proc.stderr}
+    with sqlite3.connect(shared / "k.db") as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
+    return {"db": db, **recorded}
 
 
 def query(db: Path, sql: str, *params: object) -> list[tuple]:

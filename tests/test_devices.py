@@ -181,16 +181,13 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
 
     from textual.widgets import Static, Tree
 
-    from engine.cli import build_parser
-    from engine.commands.run import prepare_search
     from tests.conftest import query
+    from tests.tui_helpers import scripted_search
     from tui.app import KtreeApp
     from tui.screens.search import SearchScreen
 
     db = tmp_path / "k.db"
-    args = build_parser().parse_args(["run", "softmax", "--backend", "cpu", "--provider", "scripted",
-                                      "--rounds", "1", "--ideas", "2", "--db", str(db)])
-    prepared = prepare_search(args)
+    prepared = scripted_search(db, "--rounds", "1", "--ideas", "2")
     await prepared.evaluator.close()
     prepared = dataclasses.replace(prepared, evaluator=LocalEvaluator("cpu", devices=2))
     app = KtreeApp(db_path=db, search_factory=prepared.search)

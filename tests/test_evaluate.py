@@ -153,17 +153,18 @@ def test_python_syntax_error_is_a_compile_error():
     assert "syntax error" in v.log
 
 
-def test_a_compiler_error_is_kept_and_reused_for_the_same_source(tmp_path: Path):
+def test_a_compiler_error_is_kept_and_reused_for_the_same_source():
     """A build the compiler rejects with a diagnostic fails the same way next time: the second
-    compile of that source reads the kept result instead of running the compiler again."""
-    source = HEADER + textwrap.dedent("""
+    compile of that source reads the kept result instead of running the compiler again. The run's
+    build cache (its precompiled header built once), a source no other evaluation has seen."""
+    source = HEADER + textwrap.dedent(f"""
     from torch.utils.cpp_extension import load_inline
-    ext = load_inline(name="broken_cc", cpp_sources="int twice(int x) { return 2 * x }",
-                      functions=["twice"])
+    ext = load_inline(name="broken_cc", functions=["twice"],
+                      cpp_sources="int twice(int x) {{ return 2 * x }}  // {os.urandom(8).hex()}")
     """) + model("return torch.softmax(x, dim=1)")
 
     async def go() -> list[Verdict]:
-        evaluator = LocalEvaluator("cpu", cache_dir=tmp_path)
+        evaluator = LocalEvaluator("cpu")
         try:
             job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
             return [await evaluator.evaluate(job) for _ in range(2)]

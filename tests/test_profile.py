@@ -199,16 +199,14 @@ def test_recorded_cpu_search_feeds_the_diagnosis_to_idea_prompts(recorded_search
 async def test_screen_shows_the_diagnosis_and_the_bound_column(recorded_search: dict):
     from textual.widgets import DataTable, Static
 
-    from tui.app import KtreeApp
+    from tests.tui_helpers import app_on
     from tui.screens.search import SearchScreen
 
     db = recorded_search["db"]
     [(node, verdict)] = query(db, "SELECT node_id, verdict FROM evaluations WHERE status = 'correct'"
                                   " AND node_id IN (SELECT node_id FROM profiles) ORDER BY node_id LIMIT 1")
     v = Verdict.from_dict(json.loads(verdict))
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 60)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 60)) as (app, pilot):
         await pilot.press("enter")
         await pilot.pause()
         screen = app.screen

@@ -1,8 +1,9 @@
+
 import pytest
 
 from engine import prompts
 from engine.evaluate.verdict import Verdict
-from engine.prompts import IdeaText, ReplyError, extract_code, parse_ideas
+from engine.prompts import IdeaText, NoIdeas, ReplyError, extract_code, parse_ideas
 
 
 def test_ideas_from_json_wrapped_in_prose_and_fences():
@@ -57,3 +58,19 @@ def test_implement_prompt_names_the_idea_and_contract():
                                     "cpu", 1e-2)
     assert f"{prompts.IMPLEMENT_HEADER}\nFuse\nOne pass." in text
     assert "cpp_sources" in text and "atol=rtol=0.01" in text
+
+
+def test_an_empty_json_list_is_no_ideas_not_unparseable():
+    for reply in ("[]", "```json\n[]\n```", "Nothing to add: []"):
+        try:
+            parse_ideas(reply)
+        except NoIdeas as exc:
+            assert "empty list of ideas" in str(exc)
+        else:
+            raise AssertionError(f"{reply!r} parsed")
+    try:
+        parse_ideas("I cannot help with that.")
+    except NoIdeas:
+        raise AssertionError("prose is unparseable, not an empty list") from None
+    except ReplyError:
+        pass

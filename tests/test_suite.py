@@ -207,7 +207,7 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
     from textual.widgets import DataTable
 
     from engine.store import Store
-    from tui.app import KtreeApp
+    from tests.tui_helpers import app_on
     from tui.screens.search import SearchScreen
     from tui.screens.sessions import SessionsScreen
 
@@ -229,9 +229,7 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
                                stop_reason="not searched: no answers")
     await store.close()
 
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 30)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 30)) as (app, pilot):
         screen = app.screen
         assert isinstance(screen, SessionsScreen)
         table = screen.query_one("#sessions", DataTable)

@@ -6,22 +6,23 @@ from pathlib import Path
 
 from textual.widgets import DataTable, RichLog, Static, Tree
 
-from engine.cli import build_parser
-from engine.commands.run import prepare_search
-from tests.tui_helpers import label_of, log_text, table_row, tree_labels, without_line_numbers
-from tui.app import KtreeApp
+from tests.tui_helpers import (
+    app_on,
+    label_of,
+    log_text,
+    scripted_search,
+    table_row,
+    tree_labels,
+    without_line_numbers,
+)
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 
 async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
     db = tmp_path / "k.db"
-    args = build_parser().parse_args(
-        ["run", "softmax", "--backend", "cpu", "--provider", "scripted", "--rounds", "1",
-         "--ideas", "2", "--db", str(db)])
-    app = KtreeApp(db_path=db, search_factory=prepare_search(args).search)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    search = scripted_search(db, "--rounds", "1", "--ideas", "2").search
+    async with app_on(db, size=(160, 50), search_factory=search) as (app, pilot):
         screen = app.screen
         assert isinstance(screen, SearchScreen) and screen.model.live
         await app.workers.wait_for_complete()
@@ -77,9 +78,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
 async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
     db = recorded_search["db"]
     summary = recorded_search["summary"]
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 50)) as (app, pilot):
         assert isinstance(app.screen, SessionsScreen)
         table = app.screen.query_one("#sessions", DataTable)
         assert table.row_count == 1

@@ -1,22 +1,24 @@
 """Every steering key on the search screen: the tree marks the action at once (pending), the DB
 holds the command, and the engine's confirmation clears the mark. A deterministic fake session
 stands in for a running one (status running, this process as its engine), so no compile runs here;
-test_tui_steering.py drives the same keys against a real scripted CPU search."""
+test_tui_steering.py drives the same keys against a real scripted CPU search. The dialogs the keys
+open wrap their question at any size."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, RichLog, TextArea, Tree
+from textual.app import App
+from textual.widgets import Input, Label, RichLog, Static, TextArea, Tree
 
 from engine import control
 from engine.events import CommandApplied
 from engine.store import Store
-from tests.tui_helpers import fake_db, label_of, log_text, wait_until
+from tests.tui_helpers import app_on, fake_db, label_of, log_text, running_db, shown_text, wait_until
+from tui import app as tui_app
 from tui.app import KtreeApp, keymap_from_config
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 from tui.screens.search import SearchScreen
@@ -30,10 +32,7 @@ def commands(db: Path) -> list[tuple[str, dict]]:
 
 @pytest.fixture
 async def running(tmp_path: Path) -> tuple[Path, int]:
-    db, sid = await fake_db(tmp_path / "k.db", 40, status="running")
-    with sqlite3.connect(db) as conn:  # its engine (this process) beats for the whole test, however slow
-        conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (time.time() + 3600, sid))
-    return db, sid
+    return await running_db(tmp_path / "k.db")
 
 
 async def open_search(app: KtreeApp, pilot) -> SearchScreen:  # noqa: ANN001
@@ -49,8 +48,7 @@ def a_variant(screen: SearchScreen, status: str = "correct") -> int:
 
 async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         tree = screen.query_one("#tree", Tree)
         vid = a_variant(screen)
@@ -78,8 +76,7 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
 
 async def test_expand_asks_how_many(running):
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         vid = a_variant(screen)
         screen.select_node(vid)
@@ -111,8 +108,7 @@ async def test_expand_asks_how_many(running):
 
 async def test_inject_idea_and_edit_variant(running):
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         vid = a_variant(screen)
         screen.select_node(vid)
@@ -139,8 +135,7 @@ async def test_inject_idea_and_edit_variant(running):
 
 async def test_pause_resume_stop(running):
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         await pilot.press("P")
         assert commands(db) == [("pause", {})]
@@ -165,8 +160,7 @@ async def test_pause_resume_stop(running):
 async def test_export_writes_a_solution_file(running, tmp_path, monkeypatch):
     db, sid = running
     monkeypatch.chdir(tmp_path)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         vid = a_variant(screen)
         screen.select_node(vid)
@@ -184,9 +178,7 @@ async def test_export_writes_a_solution_file(running, tmp_path, monkeypatch):
 
 async def test_steering_a_finished_session_says_so(tmp_path):
     db, sid = await fake_db(tmp_path / "k.db", 20)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = app.screen
         screen.select_node(a_variant(screen))
         await pilot.press("x", "p", "P")
@@ -198,9 +190,7 @@ async def test_steering_a_finished_session_says_so(tmp_path):
 
 async def test_diff_sort_best_and_details_keys(tmp_path):
     db, sid = await fake_db(tmp_path / "k.db", 40)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = app.screen
         # best: the fastest correct variant, selected and marked.
         await pilot.press("b")
@@ -241,8 +231,7 @@ async def test_bindings_rebound_from_config(running):
     assert keymap == {"prune": "z", "pin": "ctrl+t,T"}
     with pytest.raises(ValueError, match="bindings"):
         keymap_from_config({"bindings": {"prune": 3}})
-    app = KtreeApp(db_path=db, session_id=sid, keymap=keymap)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, keymap=keymap, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         vid = a_variant(screen)
         screen.select_node(vid)
@@ -255,8 +244,7 @@ async def test_bindings_rebound_from_config(running):
 
 async def test_command_palette_offers_steering(running):
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         titles = [c.title for c in app.get_system_commands(screen)]
         for title in ("Prune node", "Expand node", "Pin / unpin node", "Inject idea", "Edit variant",
@@ -292,11 +280,9 @@ async def test_profile_key_asks_the_engine_and_the_profile_shows_once_taken(runn
     re-reads that verdict and the verdict pane shows it."""
     from dataclasses import replace
 
-    from textual.widgets import Static
 
     db, sid = running
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
         screen = await open_search(app, pilot)
         screen.select_node(a_variant(screen, "incorrect"))
         await pilot.press("f")
@@ -322,3 +308,32 @@ async def test_profile_key_asks_the_engine_and_the_profile_shows_once_taken(runn
         pane = str(screen.query_one("#verdict", Static).render())
         assert "profile (cpu): memory-bound" in pane and "achieved bandwidth 71% of peak" in pane
         await pilot.press("q")
+
+
+class Bare(App):
+    CSS_PATH = str(Path(tui_app.__file__).with_name("app.tcss"))  # the app's one stylesheet
+
+
+LONG_IDEA = "Use warp-level shuffles to reduce the row max and the row sum without shared memory"
+
+
+DIALOGS = [
+    lambda: AskNumber(f"More variants of “{LONG_IDEA}”: how many?"),
+    lambda: Confirm("Delete session 12 (level2_conv_relu_maxpool_with_a_long_name, 44 variants) and"
+                    " everything recorded under it?"),
+    lambda: AskText(f"Your idea for #12 (implemented like any other), under “{LONG_IDEA}”:"),
+]
+
+
+async def test_dialogs_wrap_their_question():
+    for size in ((80, 24), (160, 48)):
+        for make in DIALOGS:
+            app = Bare()
+            async with app.run_test(size=size) as pilot:
+                dialog = make()
+                await app.push_screen(dialog)
+                await pilot.pause()
+                label = dialog.query_one(Label)
+                question = " ".join(str(label.content).split())
+                assert shown_text(app, label) == question, (size, shown_text(app, label))
+                assert dialog.query_one(".dialog").content_region.contains_region(label.region)

@@ -1,17 +1,21 @@
 """The search screen's model without a Textual app: every engine event, a past session's rows, a
-followed session's polls, and the ★ that follows engine.domain.best_variant and nothing else."""
+followed session's polls, the ★ that follows engine.domain.best_variant and nothing else, a round's
+bar, a search whose model gave no ideas, and the first cold build's precompiled-header note."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 from engine import control
 from engine.domain import Node, best_variant
+from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
     CommandApplied,
+    EventBus,
     LLMCallDone,
     NodeAdded,
     NodeUpdated,
@@ -21,10 +25,24 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
+from engine.llm.base import Completion, Message, Usage
+from engine.llm.scripted import ScriptedProvider
+from engine.problems import load_problem
+from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.fake_session import write_fake_session
-from tui.model import CommandRecorded, Note, ScreenModel, SessionRows, Steered, read_rows
-from tui.widgets.progress import progress_text
+from tui.model import (
+    PCH_DONE,
+    PCH_NOTE,
+    CommandRecorded,
+    Note,
+    ScreenModel,
+    SessionRows,
+    Steered,
+    pch_cold,
+    read_rows,
+)
+from tui.widgets.progress import progress_text, round_bar
 from tui.widgets.tree import node_label
 
 NOW = 1_000.0
@@ -322,3 +340,102 @@ def test_labels_show_the_compile_speedup_when_wide():
     assert "(2.40x compile)" in node_label(model.nodes[4], model, wide=True).plain
     assert "compile" not in node_label(model.nodes[4], model, wide=False).plain
     assert node_label(model.nodes[1], model).plain == "◆ reference softmax"
+
+
+class NoIdeasProvider(ScriptedProvider):
+    """Every idea call is answered with an empty JSON list."""
+
+    async def complete(self, messages: list[Message], model: str = "scripted", max_output_tokens: int = 0,
+                       reasoning: str | None = None) -> Completion:
+        return Completion("```json\n[]\n```", Usage(input=100, output=2), 0.0, 0.0, model)
+
+
+async def test_no_ideas_returned_is_said_and_the_ended_sessions_bar_is_full(tmp_path: Path):
+    store = await Store.open(tmp_path / "k.db")
+    evaluator = LocalEvaluator("cpu")
+    search = Search(store, EventBus(), [(NoIdeasProvider("softmax", "cpu", seed=0), "scripted")], evaluator,
+                    load_problem("softmax"), SearchConfig.of(rounds=1, ideas=2, variants=2))
+    try:
+        summary = await asyncio.wait_for(search.run(), timeout=120)
+        # the model answered, with nothing usable: the run failed, and says it was not the call
+        assert summary["status"] == "failed", summary
+        assert summary["stop_reason"].startswith("no LLM reply was usable"), summary
+        model = ScreenModel(session_id=search.session_id)
+        model.apply(await read_rows(store, search.session_id, model, first=True))  # type: ignore[arg-type]
+    finally:
+        await evaluator.close()
+        await store.close()
+    [idea] = [n for n in model.nodes.values() if n.kind == "idea"]
+    label = node_label(idea, model).plain
+    assert "no ideas returned" in label and "unparseable" not in label, label
+    assert "empty list of ideas" in idea.text
+    assert not any(n.kind == "variant" for n in model.nodes.values())
+    total, done = round_bar(model)
+    assert total == done > 0  # the last round made nothing, and is over
+
+
+def test_the_bar_of_a_running_round_counts_what_is_in_flight():
+    def node(id: int, kind: str, rnd: int, status: str) -> Node:
+        return Node(id, 1, id - 1 or None, kind, rnd, "", "", "", status, "llm", None, None)
+
+    model = ScreenModel(session_id=1)
+    model.info.update(status="running", config={"variants": 2})
+    nodes = [node(1, "root", 0, "reference"), node(2, "idea", 1, "ok"), node(3, "variant", 1, "correct"),
+             node(4, "variant", 1, "compiling")]
+    model.nodes = {n.id: n for n in nodes}
+    assert round_bar(model) == (2, 1)
+    model.info["status"] = "interrupted"  # resumes: the round is not over
+    assert round_bar(model) == (2, 1)
+    model.info["status"] = "stopped"
+    assert round_bar(model) == (2, 2)
+
+
+def _variant(status: str, nid: int = 2) -> Node:
+    return Node(nid, 1, 1, "variant", 1, "fuse", "", "class ModelNew: ...", status, "llm", None, None)
+
+
+def _started() -> SessionStarted:
+    return SessionStarted(session_id=1, problem="softmax", backend="cpu", provider="scripted", scripted=True,
+                          sizes={"dim": 4}, config={"rounds": 1, "ideas": 1, "variants": 2})
+
+
+def test_the_first_build_on_a_cold_cache_says_it_builds_the_precompiled_header():
+    model = ScreenModel(live=True, cold_cache=lambda: True)
+    model.apply(_started())
+    model.apply(NodeAdded(Node(1, 1, None, "root", 0, "", "", "ref", "reference", "llm", None, None)))
+    model.apply(NodeAdded(_variant("queued")))
+    model.apply(NodeAdded(_variant("queued", 3)))
+    changes = model.apply(NodeUpdated(_variant("compiling")))
+    assert "status" in changes.panes and model.status_line == PCH_NOTE
+    model.apply(NodeUpdated(_variant("compiling", 3)))
+    for nid in (2, 3):
+        label = node_label(model.nodes[nid], model).plain
+        assert "building the precompiled header (first build, ~1 min)" in label
+        assert "precompiled torch header" in (model.wait_reason(nid) or "")
+    changes = model.apply(NodeUpdated(_variant("waiting")))  # the first build is over
+    assert 3 in changes.relabel and "precompiled" not in node_label(model.nodes[3], model).plain
+    assert model.wait_reason(3) is None and model.status_line == PCH_DONE
+
+
+def test_a_warm_cache_or_a_past_session_says_nothing_of_it():
+    warm = ScreenModel(live=True, cold_cache=lambda: False)
+    past = ScreenModel(cold_cache=lambda: True)  # read from the DB, not running: no build runs
+    for model in (warm, past):
+        if model.live:
+            model.apply(_started())
+        model.apply(NodeAdded(_variant("queued")))
+        model.apply(NodeUpdated(_variant("compiling")))
+        assert "precompiled" not in node_label(model.nodes[2], model).plain
+        assert "precompiled" not in model.status_line
+
+
+def test_pch_cold_reads_the_build_cache(tmp_path: Path):
+    assert pch_cold(tmp_path)
+    gch = tmp_path / "pch" / "0123abcd" / "torch" / "extension.h.gch"
+    gch.parent.mkdir(parents=True)
+    assert pch_cold(tmp_path)  # the lock and the forward header come first: not built yet
+    gch.write_bytes(b"x")
+    assert not pch_cold(tmp_path)
+    gch.unlink()
+    (gch.parent.parent / "failed.txt").write_text("no PCH for this compiler")
+    assert not pch_cold(tmp_path)  # builds go on without one

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tui_helpers import fake_db
-from tui.app import KtreeApp
+from tests.tui_helpers import app_on, fake_db, two_sessions, whole_columns
 
 # (width, height): the tree's rows and the code's lines at least this many (border and scrollbars
 # not counted); 80x24 and 100x30 are compact (the tabs hidden), 110x32 the smallest wide one.
@@ -20,9 +19,7 @@ SIZES = [((80, 24), 8), ((100, 30), 10), ((110, 32), 8), ((120, 35), 10), ((132,
 @pytest.mark.parametrize(("size", "lines"), SIZES, ids=[f"{w}x{h}" for (w, h), _ in SIZES])
 async def test_the_tree_and_the_code_stay_readable(tmp_path: Path, size: tuple[int, int], lines: int):
     db, sid = await fake_db(tmp_path / "k.db", 40)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+    async with app_on(db, session_id=sid, size=size) as (app, pilot):
         screen = app.screen
         screen.select_node(screen.model.best_id)
         await pilot.pause()
@@ -37,22 +34,9 @@ async def test_the_tree_and_the_code_stay_readable(tmp_path: Path, size: tuple[i
         await pilot.press("q")
 
 
-def whole_columns(table) -> list[str]:  # noqa: ANN001
-    """The columns drawn whole within the table's width, left to right."""
-    room, out = table.scrollable_content_region.width, []
-    for column in table.ordered_columns:
-        room -= column.get_render_width(table)
-        if room < 0:
-            break
-        out.append(str(column.key.value))
-    return out
-
-
 async def test_the_timings_at_80x24_show_the_speedup_and_five_rows(tmp_path: Path):
     db, sid = await fake_db(tmp_path / "k.db", 40)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+    async with app_on(db, session_id=sid, size=(80, 24)) as (app, pilot):
         await pilot.press("t")
         await pilot.pause()
         screen = app.screen
@@ -92,9 +76,7 @@ async def suite_of_two(path: Path) -> tuple[Path, int, float]:
 @pytest.mark.parametrize("width", [80, 100, 120, 160])
 async def test_the_sessions_headers_are_whole_at_any_width(tmp_path: Path, width: int):
     db, suite, _ = await suite_of_two(tmp_path / "k.db")
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(width, 24)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(width, 24)) as (app, pilot):
         table = app.screen.query_one("#sessions")
         shown = [str(c.key.value) for c in table.ordered_columns]
         assert whole_columns(table) == shown  # no header cut at the right edge
@@ -110,9 +92,7 @@ async def test_the_sessions_headers_are_whole_at_any_width(tmp_path: Path, width
 
 async def test_the_suite_row_has_its_duration_and_best(tmp_path: Path):
     db, suite, geo = await suite_of_two(tmp_path / "k.db")
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 24)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 24)) as (app, pilot):
         table = app.screen.query_one("#sessions")
         assert str(table.get_cell(f"suite-{suite}", "duration")) == "1h02m"
         assert str(table.get_cell(f"suite-{suite}", "best")) == f"geo {geo:.2f}x"
@@ -153,9 +133,7 @@ def check_axes(lines: list[str], points: list[tuple[int, float]]) -> None:
                          ids=["flat", "one-round", "three", "four", "flat-then-up"])
 async def test_the_progress_chart_plots_each_value_on_its_row(tmp_path: Path, points: list[tuple[int, float]]):
     db, sid = await fake_db(tmp_path / "k.db", 40)
-    app = KtreeApp(db_path=db, session_id=sid)
-    async with app.run_test(size=(140, 44)) as pilot:
-        await pilot.pause()
+    async with app_on(db, session_id=sid, size=(140, 44)) as (app, pilot):
         screen = app.screen
         plot = screen.query_one("#plot")
         assert plot.size.height - 3 == 4  # the 4-row axis of the issue
@@ -167,12 +145,8 @@ async def test_the_progress_chart_plots_each_value_on_its_row(tmp_path: Path, po
 
 
 async def test_the_compare_chart_has_whole_rounds_and_a_legend_of_its_own(tmp_path: Path):
-    from tests.test_tui_screens import two_sessions
-
     db, a, b = await two_sessions(tmp_path / "k.db")
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(120, 35)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(120, 35)) as (app, pilot):
         await pilot.press("m", "down", "m", "c")
         await pilot.pause()
         screen = app.screen
@@ -191,12 +165,8 @@ async def test_the_compare_table_shows_both_sessions_whole_beside_the_chart(tmp_
                                                                             size: tuple[int, int]):
     """Both sessions' columns on screen, left of the chart, each of their cells whole or cut with
     "…" (at 80 and 120 columns the second one was cut off); SCRIPTED stays on the models."""
-    from tests.test_tui_screens import two_sessions
-
     db, a, b = await two_sessions(tmp_path / "k.db")
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=size) as (app, pilot):
         await pilot.press("m", "down", "m", "c")
         await pilot.pause()
         screen = app.screen

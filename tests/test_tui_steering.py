@@ -10,22 +10,15 @@ from pathlib import Path
 
 from textual.widgets import Tree
 
-from engine.cli import build_parser
-from engine.commands.run import prepare_search
-from tests.tui_helpers import label_of, table_row, wait_until
-from tui.app import KtreeApp
+from tests.tui_helpers import app_on, label_of, scripted_search, table_row, wait_until
 from tui.screens.search import SearchScreen
 
 
 async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("KTREE_SCRIPTED_LATENCY", "0.4")  # slow enough to act on
     db = tmp_path / "k.db"
-    args = build_parser().parse_args(
-        ["run", "softmax", "--backend", "cpu", "--provider", "scripted", "--rounds", "2", "--ideas", "2",
-         "--variants", "1", "--db", str(db)])
-    app = KtreeApp(db_path=db, search_factory=prepare_search(args).search)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    search = scripted_search(db, "--rounds", "2", "--ideas", "2", "--variants", "1").search
+    async with app_on(db, size=(160, 50), search_factory=search) as (app, pilot):
         screen = app.screen
         assert isinstance(screen, SearchScreen)
         tree = screen.query_one("#tree", Tree)
@@ -96,9 +89,7 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
 
     monkeypatch.setenv("KTREE_SCRIPTED_LATENCY", "0.3")
     db = tmp_path / "k.db"
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 50)) as (app, pilot):
         await pilot.press("n")
         await pilot.pause()
         form = app.screen
@@ -117,9 +108,7 @@ async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypat
         await pilot.press("q", "y")  # quits mid-run (asked first): the session is recorded as interrupted
     sid = screen.model.session_id
 
-    app = KtreeApp(db_path=db)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
+    async with app_on(db, size=(160, 50)) as (app, pilot):
         sessions = app.screen
         assert isinstance(sessions, SessionsScreen)
         assert table_row(sessions.query_one("#sessions"), str(sid))["status"] == "interrupted"

@@ -1,5 +1,6 @@
-"""What a new user met on the command line (issue 30): `ktree eval`'s exit codes, the reference's
-own failure named as such, and labels that agree between run, show, export and the estimate."""
+"""What the command line says to a new user (issue 30): `ktree eval`'s exit codes, the
+reference's own failure named as such, labels that agree between run, show, export and the
+estimate (whose last sentence is whole), and the hints for a backend or tool that does not apply."""
 
 from __future__ import annotations
 
@@ -140,3 +141,10 @@ def test_a_cuda_example_on_the_cpu_backend_says_it_needs_the_cuda_backend(tmp_pa
     assert verdict["log"].startswith("a CUDA solution needs the cuda backend"), verdict["log"][:500]
     assert "engine/templates/examples/cpu" in verdict["log"].splitlines()[0]
     assert sorted(p.name for p in (examples / "cpu").glob("*.py")) == ["layernorm_cpp.py", "softmax_cpp.py"]
+
+
+def test_the_estimates_last_sentence_is_whole_in_the_cli(tmp_path: Path):
+    proc = run_ktree("run", "softmax", "--provider", "scripted", "--estimate", "--db", str(tmp_path / "k.db"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "beside" not in proc.stdout
+    assert "counted apart, as a range per model" in proc.stdout.strip().splitlines()[-1]

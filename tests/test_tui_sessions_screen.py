@@ -1,0 +1,128 @@
+"""The sessions screen: its columns at 160 and 80 columns (a suite with a long name), footers
+that fit, delete with confirmation, compare two sessions, resume only an interrupted one, marks.
+Fake sessions throughout: nothing compiles."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from textual.widgets import DataTable, Static
+
+from engine.domain import best_variant
+from tests.tui_helpers import app_on, fake_db, footer_fits, suite_db, table_row, two_sessions, whole_columns
+from tui.screens.compare import CompareScreen, best_per_round
+from tui.screens.dialogs import Confirm
+from tui.screens.sessions import SessionsScreen
+
+
+async def test_sessions_with_a_suite_at_160_columns(tmp_path: Path):
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    async with app_on(db, size=(160, 30)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SessionsScreen)
+        table = screen.query_one("#sessions", DataTable)
+        assert table.columns["problem"].content_width <= 24
+        assert whole_columns(table) == [str(c.key.value) for c in table.ordered_columns]  # none cut
+        row = [str(c) for c in table.get_row(f"suite-{suite}")]
+        assert row[1].startswith("suite level1") and row[1].endswith("…")
+        started = row[6]
+        assert len(started) == len("2026-01-01 12:00") and started[4] == "-"
+        assert " correct · fast_1 " in row[-1]  # its score, in short
+        assert "fast_1 " in str(screen.query_one("#banner").content)  # the whole line, on the suite
+        footer_fits(screen)
+        await pilot.press("q")
+
+
+async def test_sessions_at_80x24_keep_status_and_best(tmp_path: Path):
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    async with app_on(db, size=(80, 24)) as (app, pilot):
+        screen = app.screen
+        table = screen.query_one("#sessions", DataTable)
+        assert whole_columns(table)[:4] == ["id", "problem", "status", "best"]
+        assert str(table.get_cell(str(members[0]), "best")) == "1.50x"
+        footer_fits(screen)
+        shown = {b.binding.id for b in screen.active_bindings.values() if b.binding.show}
+        assert {"sessions.new", "sessions.resume", "help", "quit"} <= shown
+        await pilot.press("q")
+
+
+async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    async with app_on(db, size=(140, 30)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SessionsScreen)
+        table = screen.query_one("#sessions", DataTable)
+        assert table.get_row_at(0) == table.get_row(str(b))  # newest first
+        row = table_row(table, str(b))
+        assert {k: row[k] for k in ("problem", "strategy", "models", "variants", "status", "duration")} == {
+            "problem": "softmax", "strategy": "tree", "models": "SCRIPTED synthetic", "variants": "44",
+            "status": "finished", "duration": "11m00s"}
+        assert row["best"].endswith("x") and row["cost"].startswith("$")
+        await pilot.press("D")
+        assert isinstance(app.screen, Confirm)
+        await pilot.press("n")
+        await pilot.pause()
+        assert table.row_count == 2
+        await pilot.press("D", "y")
+        await pilot.pause()
+        assert table.row_count == 1 and str(b) not in table.rows
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM nodes WHERE session_id = ?", (b,)).fetchone() == (0,)
+            assert conn.execute("SELECT COUNT(*) FROM llm_calls WHERE session_id = ?", (b,)).fetchone() == (0,)
+            assert conn.execute("SELECT COUNT(*) FROM nodes WHERE session_id = ?", (a,)).fetchone()[0] > 0
+        await pilot.press("q")
+
+
+async def test_compare_two_sessions(tmp_path: Path):
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    with sqlite3.connect(db) as conn:  # b's fastest variant pruned: never its best (best_variant)
+        conn.execute("UPDATE nodes SET pruned = 1 WHERE id = (SELECT id FROM nodes WHERE session_id = ?"
+                     " AND status = 'correct' ORDER BY speedup DESC LIMIT 1)", (b,))
+    async with app_on(db, size=(140, 40)) as (app, pilot):
+        await pilot.press("c")  # nothing marked: refused
+        assert isinstance(app.screen, SessionsScreen)
+        await pilot.press("m", "down", "m", "c")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        store = app.store
+        for sid in (a, b):
+            nodes = await store.nodes(sid)
+            rounds = best_per_round(nodes)
+            assert list(rounds.values()) == sorted(rounds.values())  # best so far never drops
+            fastest = max((n for n in nodes if n.status == "correct"), key=lambda n: n.speedup)
+            assert rounds[max(rounds)] == fastest.speedup
+            best = best_variant(nodes)
+            assert best is not None and (best == fastest) == (sid == a)
+            shown = str(screen.query_one(f"#code-{sid}", Static).content)
+            assert f"node {best.id}, {best.speedup:.2f}x" in shown and "class ModelNew" in shown
+        table = screen.query_one("#compare-table", DataTable)
+        rows = {table.get_row_at(i)[0]: table.get_row_at(i)[1:] for i in range(table.row_count)}
+        assert "cost" in rows and "best after round 1" in rows
+        tokens = [int((await store.llm_totals(sid))["tokens"]) for sid in screen.ids]  # columns in marked order
+        assert rows["tokens"] == [str(t) for t in tokens]  # input + output + reasoning, the one total
+        await pilot.press("escape")
+        assert isinstance(app.screen, SessionsScreen)
+        await pilot.press("q")
+
+
+async def test_resume_only_an_interrupted_session(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    async with app_on(db, size=(140, 30)) as (app, pilot):
+        await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionsScreen)
+        assert any("only an interrupted one resumes" in n.message for n in app._notifications)
+        await pilot.press("q")
+
+
+async def test_a_marked_session_shows_its_id_too(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 12)
+    async with app_on(db, size=(120, 24)) as (app, pilot):
+        await pilot.press("m")
+        await pilot.pause()
+        table = app.screen.query_one("#sessions")
+        assert str(table.get_cell(str(sid), "id")) == f"▶ {sid}"
+        assert table.columns["id"].content_width >= len(f"▶ {sid}")  # not cut to the mark
+        await pilot.press("q")

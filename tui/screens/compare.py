@@ -8,13 +8,14 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from engine.domain import best_variant, library_excluded, session_library_ops
 from tui.widgets.chart import RoundsPlot, Series
-from tui.widgets.code import highlight_source
+from tui.widgets.code import highlighted_lines
+from tui.widgets.code_view import CodeView
 from tui.widgets.footer import SteadyFooter
 
 
@@ -64,6 +65,7 @@ class CompareScreen(Screen):
         super().__init__()
         self.ids = (a, b)
         self.data: dict[int, dict[str, Any]] = {}
+        self._filled_for = 0  # the width the table was cut for
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -75,8 +77,7 @@ class CompareScreen(Screen):
                 yield RoundsPlot(id="compare-plot")
         with Horizontal(id="compare-code"):
             for sid in self.ids:
-                with VerticalScroll(id=f"best-{sid}"):
-                    yield Static("", id=f"code-{sid}")
+                yield CodeView(id=f"code-{sid}")  # draws the lines on screen only
         yield SteadyFooter(compact=True)
 
     async def on_mount(self) -> None:
@@ -105,12 +106,16 @@ class CompareScreen(Screen):
             if best is None:
                 text = Text(f"session {sid}: no correct variant", style="dim")
             else:
-                head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
-            self.query_one(f"#code-{sid}", Static).update(text)
+                head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}", style="bold")
+                text = [head]
+                for line in highlighted_lines(best.source, dark=self.app.current_theme.dark):
+                    line = line.copy()  # on the heading's bold, as they always were (the line numbers show it)
+                    line.style = "bold"
+                    text.append(line)
+            self.query_one(f"#code-{sid}", CodeView).update(text)
 
     def on_resize(self) -> None:
-        if self.data:
+        if self.data and self._filled_for != self.app.size.width:
             self._fill_table()  # the sessions' columns cut to the new width
 
     def _fill_table(self) -> None:
@@ -141,6 +146,7 @@ class CompareScreen(Screen):
         cols = [[cut(heads[i], share), *(cut(row[i + 1], share) for row in rows)] for i in range(2)]
         widths = [label_w, *(max(cell_len(c) for c in col) for col in cols)]
         table = self.query_one("#compare-table", DataTable)
+        self._filled_for = width
         with self.app.batch_update():
             table.clear(columns=True)
             for label, w in zip(["", *(col[0] for col in cols)], widths, strict=True):

@@ -7,7 +7,7 @@ from textual.geometry import Size
 
 
 class KeepsLinesAtSize:
-    """Mixed in before a Textual DataTable or Tree: Textual sends a widget that is shown again a
+    """Mixed in before a Textual DataTable: Textual sends a widget that is shown again a
     Resize even where its size did not change (every pane, when `z` ends), and those widgets drop
     every line they drew on a Resize (~20 ms each to draw again). One at the size it last had is
     left as it is."""

@@ -26,6 +26,7 @@ from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 SearchFactory = Callable[[Store, EventBus], Any]
+SPARE = "search-ahead"  # the name the search screen built ahead is installed under
 
 
 class KtreeApp(App[int]):
@@ -50,6 +51,7 @@ class KtreeApp(App[int]):
         self._asking_quit = False
         self.warm_up: Worker[None] | None = None  # tui.warm's thread, once the first screen is drawn
         self.collector = IdleCollector()  # full garbage collections in idle time, not in a key press
+        self._spare: SearchScreen | None = None  # a search screen built ahead, for the next R or Enter
 
     async def on_mount(self) -> None:
         if self.initial_keymap:
@@ -89,6 +91,34 @@ class KtreeApp(App[int]):
             _, mounted = self._get_screen(form)
             await mounted
         self.collector.freeze()  # the imports and the form live on: no full pass walks them again
+        await self._build_spare()
+
+    def build_ahead(self, delay: float = 0.0) -> None:
+        """A search screen built (composed and mounted, no session yet) for the next R or Enter, in
+        `delay` seconds, where there is none: making one is ~0.1 s of the loop's time, spent while
+        a person reads the screen rather than after the key."""
+        if self._spare is None and not any(w.group == "ahead" and w.is_running for w in self.workers):
+            self.run_worker(self._build_spare(delay), name="search-ahead", group="ahead", exit_on_error=False)
+
+    async def _build_spare(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self._spare is not None or self.store is None:
+            return
+        screen = SearchScreen()
+        self.install_screen(screen, SPARE)  # closed with the app if it is never shown
+        _, mounted = self._get_screen(screen)
+        await mounted
+        self._spare = screen
+
+    async def _search_screen(self, session_id: int, follow: bool = False) -> SearchScreen:
+        """The screen of a past or followed session: the one built ahead where there is one."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return SearchScreen(session_id=session_id, follow=follow)
+        self.uninstall_screen(SPARE)  # an ordinary screen from now on: removed once closed
+        await spare.take(session_id, follow=follow)
+        return spare
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.InputEvent):
@@ -99,7 +129,7 @@ class KtreeApp(App[int]):
 
     async def open_session(self, session_id: int, follow: bool = False) -> None:
         """Show a session's search screen (followed from the DB where it is running)."""
-        await self.push_screen(SearchScreen(session_id=session_id, follow=follow))
+        await self.push_screen(await self._search_screen(session_id, follow=follow))
 
     def open_sessions(self) -> None:
         """Back to the sessions screen: the one below, or a new one where the search screen came
@@ -125,7 +155,7 @@ class KtreeApp(App[int]):
         """Resume an interrupted session: its recorded tree at once (read from the DB), and the
         search going on in the same screen once prepared (in a thread: the problem, the sandbox
         probe and the providers take a second or more)."""
-        screen = SearchScreen(session_id=session_id)
+        screen = await self._search_screen(session_id)
         await self.push_screen(screen)
         self.run_worker(self._resume(screen, session_id), name="resume", group="resume", exit_on_error=False)
 

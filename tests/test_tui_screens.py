@@ -84,7 +84,7 @@ async def test_compare_two_sessions(tmp_path: Path):
             assert rounds[max(rounds)] == fastest.speedup
             best = best_variant(nodes)
             assert best is not None and (best == fastest) == (sid == a)
-            shown = str(screen.query_one(f"#code-{sid}").content)
+            shown = str(screen.code_view(sid).content)
             assert f"node {best.id}, {best.speedup:.2f}x" in shown and "class ModelNew" in shown
         table = screen.query_one("#compare-table", DataTable)
         rows = {table.get_row_at(i)[0]: table.get_row_at(i)[1:] for i in range(table.row_count)}

@@ -163,6 +163,7 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
         self.model = ScreenModel(session_id=session_id, follow=follow)
         tree = self.query_one(SearchTree)
         tree.model = self.model
+        self._layout(self.app.size.width, self.app.size.height)  # the terminal may have changed since
         await self._open()
         first = tree.get_node_at_line(tree.cursor_line)  # the tree's cursor was on its first line, empty:
         if self.selected is None and first is not None and first.data is not None:  # no highlight came

@@ -357,11 +357,11 @@ class SessionsScreen(Screen):
                 table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
 
-    def action_compare(self) -> None:
+    async def action_compare(self) -> None:
         if len(self.marked) != 2:
             self.notify("mark two sessions with m first", severity="warning")
             return
-        self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
+        await self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
         row = self._current()

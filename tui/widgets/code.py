@@ -52,10 +52,14 @@ def highlight_source(source: str, line_numbers: bool = True, dark: bool = True) 
 
 
 @functools.lru_cache(maxsize=16)
-def highlighted_lines(source: str, dark: bool = True) -> tuple[Text, ...]:
-    """`highlight_source` (numbered) line by line, kept: the compare screen's views take lines. The
-    lines are shared: copy one before changing it."""
-    return tuple(_highlighted(source, True, dark).split("\n", allow_blank=True))
+def highlighted_lines(source: str, dark: bool = True, style: str = "") -> tuple[Text, ...]:
+    """`highlight_source` (numbered) line by line, on `style`, kept: the compare screen's views
+    take lines, and draw the same ones faster the next time (tui.widgets.code_view). The lines are
+    shared: copy one before changing it."""
+    lines = tuple(_highlighted(source, True, dark).split("\n", allow_blank=True))
+    for line in lines if style else ():
+        line.style = style
+    return lines
 
 
 @functools.lru_cache(maxsize=32)

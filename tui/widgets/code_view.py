@@ -17,6 +17,7 @@ from textual.content import Content
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.visual import Visual
 
 
@@ -100,8 +101,23 @@ class CodeView(ScrollView):
         index = bisect_right(self._starts, row) - 1
         strips = self._strips.get(index)
         if strips is None:
-            line = Content.from_rich_text(self._lines[index])
-            strips = Visual.to_strips(self, line, width, None, style, apply_selection=False)
-            self._strips[index] = strips
+            strips = self._strips[index] = self._draw(self._lines[index], width, style)
         part = row - self._starts[index]
         return strips[part] if part < len(strips) else Strip.blank(width, style.rich_style)
+
+    def _draw(self, line: Text, width: int, style: VisualStyle) -> list[Strip]:
+        """A line's rows, as drawn before where the same line (the same object: the highlighted
+        kernels are kept, tui.widgets.code) was drawn at this width and style."""
+        key = (id(line), width, style)
+        hit = _DRAWN.get(key)
+        if hit is not None and hit[0] is line:
+            return hit[1]
+        strips = Visual.to_strips(self, Content.from_rich_text(line), width, None, style, apply_selection=False)
+        if len(_DRAWN) >= DRAWN_LINES:
+            del _DRAWN[next(iter(_DRAWN))]
+        _DRAWN[key] = (line, strips)  # the line kept with its rows: its id stays its own
+        return strips
+
+
+DRAWN_LINES = 4000  # lines drawn, kept across views (a few kernels at a few widths)
+_DRAWN: dict[tuple[int, int, VisualStyle], tuple[Text, list[Strip]]] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from engine.domain import best_variant
 from tests.tui_helpers import app_on, fake_db, footer_fits, suite_db, table_row, two_sessions, whole_columns
@@ -95,7 +95,7 @@ async def test_compare_two_sessions(tmp_path: Path):
             assert rounds[max(rounds)] == fastest.speedup
             best = best_variant(nodes)
             assert best is not None and (best == fastest) == (sid == a)
-            shown = str(screen.query_one(f"#code-{sid}", Static).content)
+            shown = str(screen.code_view(sid).content)
             assert f"node {best.id}, {best.speedup:.2f}x" in shown and "class ModelNew" in shown
         table = screen.query_one("#compare-table", DataTable)
         rows = {table.get_row_at(i)[0]: table.get_row_at(i)[1:] for i in range(table.row_count)}

@@ -102,9 +102,16 @@ def test_edit_in_editor_under_tmux(tmp_path: Path):
         subprocess.run(["tmux", "send-keys", "-t", session, "C-o"], check=True)
         wait_for(session, "kBlockRows")  # the editor pane shows what $EDITOR wrote
         subprocess.run(["tmux", "send-keys", "-t", session, "C-s"], check=True)
-        wait_for(session, "⧗edit")
-        with sqlite3.connect(db) as conn:
-            kind, args = conn.execute("SELECT kind, args FROM commands").fetchone()
+        wait_for(session, "⧗edit")  # marked at once; the command is written just after
+        deadline = time.monotonic() + 30
+        while True:
+            with sqlite3.connect(db) as conn:
+                row = conn.execute("SELECT kind, args FROM commands").fetchone()
+            if row is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert row is not None, "no command recorded"
+        kind, args = row
         assert kind == "edit_variant" and "kBlockRows" in args and "kTile" not in args
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from textual import events
 from textual.app import App, SystemCommand
@@ -18,6 +18,7 @@ from engine.store import Store, StoreError, session_state
 from tui import warm
 from tui.collector import IdleCollector
 from tui.model import isolation_words
+from tui.screens.ahead import lay_out_ahead
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm
 from tui.screens.help import HelpScreen
@@ -26,6 +27,9 @@ from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 SearchFactory = Callable[[Store, EventBus], Any]
+SPARE = "search-ahead"  # the names the screens built ahead are installed under
+SPARE_COMPARE = "compare-ahead"
+ScreenT = TypeVar("ScreenT", bound=Screen)
 
 
 class KtreeApp(App[int]):
@@ -50,6 +54,9 @@ class KtreeApp(App[int]):
         self._asking_quit = False
         self.warm_up: Worker[None] | None = None  # tui.warm's thread, once the first screen is drawn
         self.collector = IdleCollector()  # full garbage collections in idle time, not in a key press
+        self._spare: SearchScreen | None = None  # a search screen built ahead, for the next R or Enter
+        self._spare_compare: CompareScreen | None = None  # ... and a compare screen, for the next `c`
+        self._building = asyncio.Lock()
 
     async def on_mount(self) -> None:
         if self.initial_keymap:
@@ -82,13 +89,50 @@ class KtreeApp(App[int]):
 
     async def _warm(self) -> None:
         """The slow imports and the form's problem in a thread (tui.warm), then the new-search form
-        built (composed and mounted, not shown): `n` only shows it."""
+        built (composed, mounted and laid out, not shown): `n` only shows it; then the screens
+        `R`, Enter and `c` fill (build_ahead)."""
         await asyncio.to_thread(warm.warm)
         form = self._new_search_form()
         if not form.is_running:
             _, mounted = self._get_screen(form)
             await mounted
+            lay_out_ahead(form, self.size)
         self.collector.freeze()  # the imports and the form live on: no full pass walks them again
+        await self._build_spare()
+
+    def build_ahead(self, delay: float = 0.0) -> None:
+        """A search screen and a compare screen built (composed, mounted and laid out, no session
+        yet) for the next R or Enter and the next `c`, in `delay` seconds, where there are none:
+        making them is ~0.1 s of the loop's time, spent while a person reads the screen rather
+        than after the key."""
+        if (self._spare is None or self._spare_compare is None) and not any(
+                w.group == "ahead" and w.is_running for w in self.workers):
+            self.run_worker(self._build_spare(delay), name="screens-ahead", group="ahead", exit_on_error=False)
+
+    async def _build_spare(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        async with self._building:  # the warm-up's and a screen's asks, one after the other
+            if self._spare is None and self.store is not None:
+                self._spare = await self._built_ahead(SearchScreen(), SPARE)
+            if self._spare_compare is None and self.store is not None:
+                self._spare_compare = await self._built_ahead(CompareScreen(), SPARE_COMPARE)
+
+    async def _built_ahead(self, screen: ScreenT, name: str) -> ScreenT:
+        self.install_screen(screen, name)  # closed with the app if it is never shown
+        _, mounted = self._get_screen(screen)
+        await mounted
+        lay_out_ahead(screen, self.size)
+        return screen
+
+    async def _search_screen(self, session_id: int, follow: bool = False) -> SearchScreen:
+        """The screen of a past or followed session: the one built ahead where there is one."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return SearchScreen(session_id=session_id, follow=follow)
+        self.uninstall_screen(SPARE)  # an ordinary screen from now on: removed once closed
+        await spare.take(session_id, follow=follow)
+        return spare
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.InputEvent):
@@ -99,7 +143,7 @@ class KtreeApp(App[int]):
 
     async def open_session(self, session_id: int, follow: bool = False) -> None:
         """Show a session's search screen (followed from the DB where it is running)."""
-        await self.push_screen(SearchScreen(session_id=session_id, follow=follow))
+        await self.push_screen(await self._search_screen(session_id, follow=follow))
 
     def open_sessions(self) -> None:
         """Back to the sessions screen: the one below, or a new one where the search screen came
@@ -118,14 +162,21 @@ class KtreeApp(App[int]):
             self.install_screen(NewSearchScreen(), "new-search")
         return self.get_screen("new-search", NewSearchScreen)
 
-    def open_compare(self, a: int, b: int) -> None:
-        self.push_screen(CompareScreen(a, b))
+    async def open_compare(self, a: int, b: int) -> None:
+        """Two sessions side by side: on the compare screen built ahead where there is one."""
+        spare, self._spare_compare = self._spare_compare, None
+        if spare is None:
+            await self.push_screen(CompareScreen(a, b))
+            return
+        self.uninstall_screen(SPARE_COMPARE)  # an ordinary screen from now on: removed once closed
+        await spare.take(a, b)
+        await self.push_screen(spare)
 
     async def resume_session(self, session_id: int) -> None:
         """Resume an interrupted session: its recorded tree at once (read from the DB), and the
         search going on in the same screen once prepared (in a thread: the problem, the sandbox
         probe and the providers take a second or more)."""
-        screen = SearchScreen(session_id=session_id)
+        screen = await self._search_screen(session_id)
         await self.push_screen(screen)
         self.run_worker(self._resume(screen, session_id), name="resume", group="resume", exit_on_error=False)
 

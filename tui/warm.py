@@ -13,6 +13,8 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tui.widgets.code import highlight_source
+
 if TYPE_CHECKING:
     from engine.problems import Problem
 
@@ -22,6 +24,7 @@ MODULES = ("torch", "rich._emoji_codes", "engine.estimate", "engine.config", "en
            "engine.llm.scripted", "engine.search", "engine.search.suite", "engine.control",
            "engine.evaluate.sandbox")
 DEFAULT_PROBLEM = "softmax"  # the form's first choice
+LEXER_SAMPLE = 'import torch\nsrc = """\n#include <torch/extension.h>\n__global__ void k(float* x) {}\n"""\n'
 
 _problems: dict[Path, tuple[float, Problem]] = {}
 _auto_backend: list[str] = []  # what `auto` resolves to here, once known
@@ -80,6 +83,7 @@ def warm() -> None:
     for name in MODULES:
         importlib.import_module(name)
     resolve_auto()
+    highlight_source(LEXER_SAMPLE)  # Pygments compiles a lexer's rules on its first use (~50 ms each)
     try:
         load_problem(DEFAULT_PROBLEM).degenerate  # noqa: B018 (runs the reference once, kept)
     except Exception:  # the form says why, when it is opened

@@ -1,10 +1,13 @@
-"""Screens built ahead of being shown (the new-search form): shown without restyling them."""
+"""Screens built ahead of being shown (the new-search form, a search and a compare screen): shown
+without restyling them, laid out before."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from textual import events
+from textual.geometry import Size
+from textual.screen import Screen
 
 
 class StyledAhead:
@@ -37,3 +40,12 @@ class StyledAhead:
 
     def _on_mount(self, event: Any) -> None:
         self._styled_for = self.app.theme  # type: ignore[attr-defined]
+
+
+def lay_out_ahead(screen: Screen, size: Size) -> None:
+    """Lay a screen built ahead out at the app's size, not shown: each widget gets its size (and
+    its Resize) now, so that its first showing finds the arrangement made (a first frame's layout
+    pass, ~half of a search screen's). Textual's own layout pass, which draws nothing for a screen
+    that is not on top."""
+    if screen.is_attached and not screen.is_current:
+        screen._refresh_layout(size)

@@ -8,13 +8,15 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from engine.domain import best_variant, library_excluded, session_library_ops
+from tui.screens.ahead import StyledAhead
 from tui.widgets.chart import RoundsPlot, Series
-from tui.widgets.code import highlight_source
+from tui.widgets.code import highlighted_lines
+from tui.widgets.code_view import CodeView
 from tui.widgets.footer import SteadyFooter
 
 
@@ -32,6 +34,7 @@ def best_per_round(nodes: list[Any], library_ops: str = "allow") -> dict[int, fl
     return out
 
 
+SIDES = ("a", "b")  # the code views' ids: code-a (the first session's), code-b
 # (marker, plotext colour, the legend's mark and colour) of the first and second session; the legend
 # is a line of its own above the plot (plotext's, inside it, is drawn over by the lines)
 SERIES = [("dot", "cyan", "•", "cyan"), ("x", "orange", "x", "dark_orange")]
@@ -57,29 +60,49 @@ def cut(text: str, width: int) -> str:
     return out + "…"
 
 
-class CompareScreen(Screen):
+class CompareScreen(StyledAhead, Screen):
     BINDINGS = [Binding("escape", "back", "Back", id="compare.back")]
 
-    def __init__(self, a: int, b: int):
+    def __init__(self, a: int | None = None, b: int | None = None):
+        """Sessions `a` and `b`; none: a screen built ahead, given its two by `take`."""
         super().__init__()
-        self.ids = (a, b)
+        self.ids: tuple[Any, Any] = (a, b)
         self.data: dict[int, dict[str, Any]] = {}
+        self._filled_for = 0  # the width the table was cut for
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Compare sessions {self.ids[0]} and {self.ids[1]}", id="banner")
+        yield Static(self._title(), id="banner")
         with Horizontal(id="compare-top"):
             yield DataTable(id="compare-table", cursor_type="none")
             with Vertical(id="compare-chart"):
                 yield Static("", id="compare-legend")
                 yield RoundsPlot(id="compare-plot")
         with Horizontal(id="compare-code"):
-            for sid in self.ids:
-                with VerticalScroll(id=f"best-{sid}"):
-                    yield Static("", id=f"code-{sid}")
+            for side in SIDES:  # draws the lines on screen only
+                yield CodeView(id=f"code-{side}")
         yield SteadyFooter(compact=True)
 
+    def code_view(self, session_id: int) -> CodeView:
+        """Where a session's best kernel shows (the left one: the first session's)."""
+        return self.query_one(f"#code-{SIDES[self.ids.index(session_id)]}", CodeView)
+
+    def _title(self) -> str:
+        return "" if None in self.ids else f"Compare sessions {self.ids[0]} and {self.ids[1]}"
+
     async def on_mount(self) -> None:
+        if None not in self.ids:
+            await self._load()
+
+    async def take(self, a: int, b: int) -> None:
+        """A screen built ahead with no sessions (KtreeApp.build_ahead) takes these two, before it
+        is shown: read from the DB and drawn into widgets already made and laid out."""
+        assert None in self.ids and not self.data
+        self.ids = (a, b)
+        self.query_one("#banner", Static).update(self._title())
+        await self._load()
+
+    async def _load(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
         for sid in self.ids:
             session = await store.session(sid)
@@ -105,12 +128,13 @@ class CompareScreen(Screen):
             if best is None:
                 text = Text(f"session {sid}: no correct variant", style="dim")
             else:
-                head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}\n", style="bold")
-                text = head + highlight_source(best.source, dark=self.app.current_theme.dark)
-            self.query_one(f"#code-{sid}", Static).update(text)
+                head = Text(f"#{sid} best: node {best.id}, {best.speedup:.2f}x — {best.title}", style="bold")
+                # on the heading's bold, as they always were (the line numbers show it)
+                text = [head, *highlighted_lines(best.source, dark=self.app.current_theme.dark, style="bold")]
+            self.code_view(sid).update(text)
 
     def on_resize(self) -> None:
-        if self.data:
+        if self.data and self._filled_for != self.app.size.width:
             self._fill_table()  # the sessions' columns cut to the new width
 
     def _fill_table(self) -> None:
@@ -141,6 +165,7 @@ class CompareScreen(Screen):
         cols = [[cut(heads[i], share), *(cut(row[i + 1], share) for row in rows)] for i in range(2)]
         widths = [label_w, *(max(cell_len(c) for c in col) for col in cols)]
         table = self.query_one("#compare-table", DataTable)
+        self._filled_for = width
         with self.app.batch_update():
             table.clear(columns=True)
             for label, w in zip(["", *(col[0] for col in cols)], widths, strict=True):

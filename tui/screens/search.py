@@ -17,6 +17,7 @@ from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
@@ -24,6 +25,7 @@ from engine.domain import Node
 from engine.events import Event
 from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, isolation_words, read_rows
+from tui.screens.ahead import StyledAhead
 from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
@@ -50,7 +52,7 @@ class EngineEvent(Message):
         self.event = event
 
 
-class SearchScreen(SteeringMixin, Screen):
+class SearchScreen(StyledAhead, SteeringMixin, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
         Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
@@ -150,17 +152,35 @@ class SearchScreen(SteeringMixin, Screen):
         if self.isolation:  # in the header, beside the database's name
             self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
         self._layout(self.app.size.width, self.app.size.height)
-        if self.model.session_id is not None and not self.model.live:
-            await self._read(first=True)
-            config = self.model.info.get("config") or {}  # its placement (older records: the config's)
-            recorded = (config.get("placement") or {}).get("isolation") or config.get("isolation")
-            if recorded and not self.isolation:  # a followed or past session: as it was recorded
-                self.isolation = isolation_words(recorded)
-                self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
-            if self.model.follow:
-                self.set_interval(POLL_S, self._poll)
+        await self._open()
         self.set_interval(TICK_S, self._tick)
         self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    async def take(self, session_id: int, follow: bool = False) -> None:
+        """A screen built ahead with no session (KtreeApp.build_ahead) takes this one, before it is
+        shown: read from the DB and drawn into widgets already made."""
+        assert self.model.session_id is None and not self.model.nodes and self.selected is None
+        self.model = ScreenModel(session_id=session_id, follow=follow)
+        tree = self.query_one(SearchTree)
+        tree.model = self.model
+        self._layout(self.app.size.width, self.app.size.height)  # the terminal may have changed since
+        await self._open()
+        first = tree.get_node_at_line(tree.cursor_line)  # the tree's cursor was on its first line, empty:
+        if self.selected is None and first is not None and first.data is not None:  # no highlight came
+            self._show(first.data)
+
+    async def _open(self) -> None:
+        """A followed or past session: its rows read (then polled where followed)."""
+        if self.model.session_id is None or self.model.live:
+            return
+        await self._read(first=True)
+        config = self.model.info.get("config") or {}  # its placement (older records: the config's)
+        recorded = (config.get("placement") or {}).get("isolation") or config.get("isolation")
+        if recorded and not self.isolation:  # a followed or past session: as it was recorded
+            self.isolation = isolation_words(recorded)
+            self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
+        if self.model.follow:
+            self.set_interval(POLL_S, self._poll)
 
     def go_live(self, isolation: str | None) -> None:
         """A resumed session, shown from the DB while its search was prepared: the search runs in
@@ -428,6 +448,13 @@ class SearchScreen(SteeringMixin, Screen):
         if pane is None or pane is self:
             pane = self.query_one(SearchTree)
         self.maximize(pane, container=False)  # type: ignore[arg-type]
+
+    def _watch_maximized(self, previously: Widget | None, maximized: Widget | None) -> None:
+        """Zoom as Textual does (only the zoomed pane and the footer are laid out), less its classes
+        on the screen and the pane: they restyle the screen, which redraws every widget of it from
+        scratch, and the pane, which a Tree takes as a reason to draw itself twice (~100 ms each `z`
+        and Esc), for rules (centred, hatched around, undocked) that change nothing here: every pane
+        that zooms fills the screen by its own."""
 
     # -- `/`: filter the timings, find in the tree, jump to a node ---------------------------
 

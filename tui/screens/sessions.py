@@ -31,6 +31,7 @@ COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "
            ("strategy", "strategy"), ("models", "models")]
 PROBLEM_WIDTH = 24
 MODELS_WIDTH = 28
+AHEAD_DELAY_S = 0.2  # back on this screen: a search screen is built ahead after this long (once drawn)
 STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "interrupted": "magenta",
                  "failed": "red"}
 
@@ -117,6 +118,7 @@ class SessionsScreen(Screen):
 
     async def on_screen_resume(self) -> None:
         await self.action_reload()
+        self.app.build_ahead(delay=AHEAD_DELAY_S)  # type: ignore[attr-defined]  # for the next R or Enter
 
     async def _refresh_running(self) -> None:
         if not any(r["status"] == "running" for r in [*self.rows.values(), *self.suites.values()]):
@@ -355,11 +357,11 @@ class SessionsScreen(Screen):
                 table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
 
-    def action_compare(self) -> None:
+    async def action_compare(self) -> None:
         if len(self.marked) != 2:
             self.notify("mark two sessions with m first", severity="warning")
             return
-        self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
+        await self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
         row = self._current()

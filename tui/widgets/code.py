@@ -5,6 +5,7 @@ diff against the parent."""
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from typing import Any
 
@@ -45,7 +46,24 @@ def embedded_cxx(source: str) -> list[tuple[int, int]]:
 
 
 def highlight_source(source: str, line_numbers: bool = True, dark: bool = True) -> Text:
-    """The variant's Python file, its embedded C++/CUDA strings highlighted as C++."""
+    """The variant's Python file, its embedded C++/CUDA strings highlighted as C++ (kept: the
+    compare screen shows the same best kernels again, the code pane a node again)."""
+    return _highlighted(source, line_numbers, dark).copy()
+
+
+@functools.lru_cache(maxsize=16)
+def highlighted_lines(source: str, dark: bool = True, style: str = "") -> tuple[Text, ...]:
+    """`highlight_source` (numbered) line by line, on `style`, kept: the compare screen's views
+    take lines, and draw the same ones faster the next time (tui.widgets.code_view). The lines are
+    shared: copy one before changing it."""
+    lines = tuple(_highlighted(source, True, dark).split("\n", allow_blank=True))
+    for line in lines if style else ():
+        line.style = style
+    return lines
+
+
+@functools.lru_cache(maxsize=32)
+def _highlighted(source: str, line_numbers: bool, dark: bool) -> Text:
     theme = THEME if dark else LIGHT_THEME
     out = Text()
     pos = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -81,6 +81,13 @@ class SearchTree(Tree[int]):
         self.model = model
         self.items: dict[int, TreeNode[int]] = {}  # the nodes that have an item so far
         self.wide = False
+
+    def _on_resize(self, event: events.Resize) -> None:
+        """Textual's Tree drops every line it drew on a resize and lays itself out again (a second
+        frame, ~20 ms, after each zoom and each screen shown); its lines are kept by width and its
+        layout does not depend on its size, so a resize only needs room for more lines."""
+        self._line_cache.grow(event.size.height)
+        event.prevent_default()
 
     def set_wide(self, wide: bool) -> None:
         """Wide terminals show the speedup vs torch.compile too."""

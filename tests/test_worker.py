@@ -117,7 +117,7 @@ def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
         evaluator = LocalEvaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=2)
         worker = evaluator.worker
         assert worker is not None and not worker.standby  # off on the cpu backend
-        worker.standby = True
+        worker.standby = "always"
         statuses = []
         flagged = PYTHON_ONLY.format(body="return torch.softmax(x, dim=1)")
         try:

@@ -171,7 +171,7 @@ class LocalEvaluator(ReferenceTimings):
             # for its CUDA context). Not on the cpu: its start would take cores from the timing
             # of the job it overlaps.
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
-                             standby=backend == "cuda") if worker else None)
+                             standby="always" if backend == "cuda" else False) if worker else None)
             device = Device(name, index, device_env, runner, lock_key=key)
             self.devices.append(device)
             self._free.put_nowait(device)

@@ -18,8 +18,10 @@ import pytest
 from engine import prompts
 from engine.evaluate.languages import kernel_language
 from engine.evaluate.verdict import Verdict
+from engine.launch import RunRequest
 from engine.llm.scripted import ScriptedProvider, has_scripted, load_ideas
 from engine.problems import load_problem
+from engine.search.config import SearchConfig
 from tests.conftest import kernel_flags, query, run_ktree
 
 SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
@@ -115,7 +117,7 @@ def test_variants_of_each_idea_are_spread_over_the_languages():
     from engine.search.orchestrator import Search
 
     class Fake:
-        config = type("C", (), {"languages": ("cuda", "triton")})()
+        config = SearchConfig.of(languages=("cuda", "triton"))
         _spread = 0
 
     fake = Fake()
@@ -295,11 +297,13 @@ def test_the_new_search_form_asks_for_the_languages():
     from tests.test_launch import FORM
     from tui.screens.new_search import form_request
 
-    request = form_request({**FORM, "provider": "scripted", "language": "cuda,triton"})
-    assert request.language == "cuda,triton"
+    request = form_request({**FORM, "provider": "scripted", "languages": "cuda,triton"})
+    assert request.shape.languages == ("cuda", "triton")
     assert estimate_run(request, backend="cpu")  # the scripted library has both for softmax
-    with pytest.raises(UsageError, match="--language: invalid choice"):
-        estimate_run(form_request({**FORM, "provider": "scripted", "language": "cute"}), backend="cpu")
+    with pytest.raises(ValueError, match="language: invalid choice: 'cute'"):  # said on the form
+        form_request({**FORM, "provider": "scripted", "languages": "cute"})
+    with pytest.raises(UsageError, match="--language: invalid choice"):  # a request built elsewhere
+        estimate_run(RunRequest.of("softmax", provider="scripted", languages=("cute",)), backend="cpu")
 
 
 def test_the_screens_mark_triton_variants_and_highlight_them_as_python():
@@ -323,6 +327,6 @@ def test_a_recorded_config_keeps_its_languages():
     from engine.search.config import SearchConfig
 
     config = SearchConfig.of(languages=("cuda", "triton"))
-    recorded = json.loads(json.dumps(config.__dict__))  # as sessions.config holds it
+    recorded = json.loads(json.dumps(config.record()))  # as sessions.config holds it
     assert SearchConfig.from_dict(recorded).shape.languages == ("cuda", "triton")
     assert SearchConfig().shape.languages == ("cuda",)

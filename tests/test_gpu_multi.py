@@ -53,7 +53,7 @@ def test_scripted_search_on_two_gpus(tmp_path: Path):
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT device, verdict FROM evaluations").fetchall()
         [config] = conn.execute("SELECT config FROM sessions").fetchone()
-    assert json.loads(config)["gpus"] == [0, 1]  # a resume uses them again
+    assert json.loads(config)["placement"]["gpus"] == [0, 1]  # a resume uses them again
     measured = [json.loads(v) for _, v in rows if json.loads(v).get("time_ms") is not None]
     by_gpu: dict[str, list[dict]] = defaultdict(list)
     for v in measured:

@@ -59,8 +59,8 @@ def test_the_flag_reaches_the_search_config_and_the_evaluator():
 
     args = build_parser().parse_args(["run", "softmax", "--eval-timeout", "45", "--backend", "cpu"])
     request = run_request(args)
-    assert _search_config(request, SOFTMAX).eval_timeout == 45.0  # recorded with the session
-    _, evaluator = make_evaluator("cpu", eval_timeout=request.eval_timeout)
+    assert _search_config(request, SOFTMAX).checks.eval_timeout == 45.0  # recorded with the session
+    _, evaluator = make_evaluator("cpu", eval_timeout=request.checks.eval_timeout)
     assert evaluator.run_timeout_s == 45.0
 
 

@@ -41,7 +41,7 @@ def test_the_order_of_the_evidence_within_each_phase() -> None:
     assert order == {
         "import": [], "load": ["harness-call"], "trial": ["host-threads", "inputs-modified"],
         "passed": ["outputs", "torch-ops", "host-threads"],
-        "check": ["torch-ops", "input-independent", "precision", "harness", "tamper"],
+        "check": ["torch-ops", "input-independent", "refilled-inputs", "precision", "harness", "tamper"],
         "timed": ["escaping-work"], "rechecked": ["inputs-modified", "reference-slowed", "recheck"],
         "after": ["harness", "forward-replaced", "tamper", "reference-cache", "speed-of-light"]}
     assert [c.name for c in integrity_checks.REGISTRY if c.capture and c.capture_at == "import"] == [
@@ -162,3 +162,46 @@ def test_a_candidate_that_empties_the_registry_is_still_checked(tmp_path: Path) 
         integrity_checks.REGISTRY[:] = registry
     assert verdict.status == "flagged", verdict.log
     assert any(f.startswith("inputs-modified") for f in verdict.flags), verdict.flags
+
+
+class _Trials:
+    """Two check trials' inputs and answers, as engine.evaluate.expected_cache.ReferenceChecks gives them."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.inputs = [[torch.randn(8, 16)], [torch.randn(8, 16)]]
+
+    def trial_inputs(self, trial: int, device: str) -> list:
+        return self.inputs[trial]
+
+    def trial_expected(self, trial: int, device: str) -> list:
+        return [self.inputs[trial][0] * 2]
+
+
+def _compare(out, expected):
+    import torch
+
+    ok = torch.allclose(out, expected[0])
+    return ok, {}, "" if ok else "max abs error exceeds allclose"
+
+
+def test_an_answer_kept_by_the_inputs_address_is_flagged_by_refilling_the_same_buffers() -> None:
+    """A memo keyed on the input's pointer answers every check trial right (each trial's inputs
+    live at their own address) and is caught when trial 1's buffers are refilled with trial 2's
+    values; the honest forward and a memo that also keys on the version counter are not flagged."""
+    from engine.evaluate import integrity
+
+    seen: dict = {}
+
+    def by_pointer(x):
+        return seen.setdefault(x.data_ptr(), x * 2)
+
+    def by_pointer_and_version(x):
+        return seen.setdefault((x.data_ptr(), x._version), x * 2)
+
+    flags = integrity.check_refilled_inputs(by_pointer, _Trials(), "cpu", _compare)
+    assert len(flags) == 1 and flags[0].startswith("refilled-inputs: trial 1's input buffers refilled"), flags
+    seen.clear()
+    assert integrity.check_refilled_inputs(by_pointer_and_version, _Trials(), "cpu", _compare) == []
+    assert integrity.check_refilled_inputs(lambda x: x * 2, _Trials(), "cpu", _compare) == []

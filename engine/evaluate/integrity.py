@@ -401,6 +401,39 @@ def snapshot(inputs: list[Any]) -> list[Any]:
     return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
+def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -> list[str]:
+    """The candidate on a copy of trial 1's inputs, then on the same tensors refilled in place with
+    trial 2's values (the same pointers, a new version counter): an answer kept by the inputs'
+    address returns trial 1's outputs the second time. Skipped (no flag) where a copy of one input
+    set would not fit the rotation's budget (engine.evaluate.rotation.lean; there the byte speed of
+    light speaks)."""
+    from engine.evaluate import rotation
+
+    first, second = expected.trial_inputs(0, device), expected.trial_inputs(1, device)
+    if len(first) != len(second) or any(
+            isinstance(a, torch.Tensor) and (not isinstance(b, torch.Tensor) or a.shape != b.shape)
+            for a, b in zip(first, second, strict=True)):
+        return []  # (trials whose inputs differ in shape: no buffer to refill)
+    if rotation.lean(rotation.tensor_bytes(first), rotation.budget_bytes(device)):
+        return []
+    buffers = snapshot(first)
+    try:
+        with torch.no_grad():
+            out = call(*buffers)
+            del out
+            for b, s in zip(buffers, second, strict=True):
+                if isinstance(b, torch.Tensor):
+                    b.copy_(s)
+            out = call(*buffers)
+            ok, _, reason = compare(out, expected.trial_expected(1, device))
+    except Exception as exc:  # the values trial 2 passed with, in trial 1's buffers
+        ok, reason = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if ok:
+        return []
+    return [f"refilled-inputs: trial 1's input buffers refilled in place with trial 2's values got a wrong"
+            f" answer ({reason}): an answer kept by the inputs' address"]
+
+
 def check_inputs_unchanged(before: list[Any], after: list[Any]) -> list[str]:
     reasons = []
     for i, (b, a) in enumerate(zip(before, after, strict=True)):

@@ -68,6 +68,8 @@ class Watch:
     native_errs: dict[str, float] = dataclasses.field(default_factory=dict)
     dtypes: list[Any] = dataclasses.field(default_factory=list)
     expected: Any = None  # the ReferenceChecks (engine.evaluate.expected_cache)
+    # the check trials' comparison of outputs with expected ones: (ok, errors, why not)
+    compare: Callable[[Any, Any], tuple[bool, dict[str, float], str]] | None = None
     # timing
     stats: Any = None  # the kept pass's timing.PairStats
     rotation: Any = None
@@ -249,6 +251,18 @@ def _input_independent(w: Watch) -> Finding:
 register(IntegrityCheck(
     "input-independent", "the same output for every input drawn while the reference's changes (a constant)",
     ("check",), "input-independent:", _input_independent))
+
+
+def _refilled_inputs(w: Watch) -> Finding:
+    if w.job.trials < 2 or w.expected is None or w.call_new is None or w.compare is None:
+        return Finding()
+    return Finding(_integrity().check_refilled_inputs(w.call_new, w.expected, w.device, w.compare))
+
+
+register(IntegrityCheck(
+    "refilled-inputs", "an answer kept by the input's address (its pointer): trial 1's input buffers refilled"
+    " in place with trial 2's values must get trial 2's answer", ("check",), "refilled-inputs:",
+    _refilled_inputs))
 
 
 def _precision(w: Watch) -> Finding:

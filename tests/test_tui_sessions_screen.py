@@ -74,6 +74,36 @@ async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
         await pilot.press("q")
 
 
+async def test_two_marked_sessions_are_drawn_ahead_and_c_shows_them_as_drawn(tmp_path: Path):
+    """The second `m` has the compare screen built ahead read and draw the pair (while a person
+    looks from `m` to `c`); `c` then shows that screen without reading them again. Marks changed
+    since: the new pair is read when `c` comes."""
+    db, a, b = await two_sessions(tmp_path / "k.db")
+    async with app_on(db, size=(140, 40)) as (app, pilot):
+        await pilot.press("m", "down", "m")
+        for _ in range(200):  # the preparation: after a short delay, in a worker
+            await pilot.pause(0.02)
+            spare = app._spare_compare
+            if spare is not None and spare.ids == tuple(app.screen.marked) and spare.data:
+                break
+        prepared = app._spare_compare
+        assert prepared is not None and prepared.ids == tuple(app.screen.marked) and not prepared.live()
+        takes: list[tuple[int, int]] = []
+        original = prepared.take
+
+        async def counted(x: int, y: int) -> None:
+            takes.append((x, y))
+            await original(x, y)
+
+        prepared.take = counted  # type: ignore[method-assign]
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.screen is prepared and takes == []  # shown as drawn ahead
+        assert all("class ModelNew" in str(prepared.code_view(s).content) for s in (a, b))
+        await pilot.press("escape")
+        await pilot.press("q")
+
+
 async def test_compare_two_sessions(tmp_path: Path):
     db, a, b = await two_sessions(tmp_path / "k.db")
     with sqlite3.connect(db) as conn:  # b's fastest variant pruned: never its best (best_variant)

@@ -29,6 +29,7 @@ from tui.screens.sessions import SessionsScreen
 SearchFactory = Callable[[Store, EventBus], Any]
 SPARE = "search-ahead"  # the names the screens built ahead are installed under
 SPARE_COMPARE = "compare-ahead"
+COMPARE_AHEAD_DELAY_S = 0.15  # two sessions marked: their comparison drawn ahead after this long
 ScreenT = TypeVar("ScreenT", bound=Screen)
 
 
@@ -163,14 +164,34 @@ class KtreeApp(App[int]):
         return self.get_screen("new-search", NewSearchScreen)
 
     async def open_compare(self, a: int, b: int) -> None:
-        """Two sessions side by side: on the compare screen built ahead where there is one."""
-        spare, self._spare_compare = self._spare_compare, None
+        """Two sessions side by side: on the compare screen built ahead where there is one, already
+        holding these two where they were marked a moment before (prepare_compare) and neither
+        was running then (a running one is read again)."""
+        async with self._building:  # (a preparation under way finishes first; one still to come is not needed)
+            self.workers.cancel_group(self, "compare-ahead")
+            spare, self._spare_compare = self._spare_compare, None
         if spare is None:
             await self.push_screen(CompareScreen(a, b))
             return
         self.uninstall_screen(SPARE_COMPARE)  # an ordinary screen from now on: removed once closed
-        await spare.take(a, b)
+        if spare.ids != (a, b) or spare.live():
+            await spare.take(a, b)
         await self.push_screen(spare)
+
+    def prepare_compare(self, a: int, b: int) -> None:
+        """Two sessions just marked: read and drawn into the compare screen built ahead (~0.2 s of
+        the loop's time on this host: the table, the chart, both best kernels highlighted) while a
+        person reads, so that `c` only shows it. Marks changed again soon after: the last pair."""
+        self.run_worker(self._prepare_compare(a, b), name="compare-ahead", group="compare-ahead",
+                        exclusive=True, exit_on_error=False)
+
+    async def _prepare_compare(self, a: int, b: int) -> None:
+        await asyncio.sleep(COMPARE_AHEAD_DELAY_S)
+        async with self._building:
+            if self._spare_compare is None and self.store is not None:
+                self._spare_compare = await self._built_ahead(CompareScreen(), SPARE_COMPARE)
+            if self._spare_compare is not None and self._spare_compare.ids != (a, b):
+                await self._spare_compare.take(a, b)
 
     async def resume_session(self, session_id: int) -> None:
         """Resume an interrupted session: its recorded tree at once (read from the DB), and the

@@ -95,10 +95,10 @@ class CompareScreen(StyledAhead, Screen):
             await self._load()
 
     async def take(self, a: int, b: int) -> None:
-        """A screen built ahead with no sessions (KtreeApp.build_ahead) takes these two, before it
-        is shown: read from the DB and drawn into widgets already made and laid out."""
-        assert None in self.ids and not self.data
-        self.ids = (a, b)
+        """A screen built ahead (KtreeApp.build_ahead) takes these two, before it is shown: read
+        from the DB and drawn into widgets already made and laid out (over the two it held, if
+        any: KtreeApp.prepare_compare)."""
+        self.ids, self.data = (a, b), {}
         self.query_one("#banner", Static).update(self._title())
         await self._load()
 
@@ -132,6 +132,10 @@ class CompareScreen(StyledAhead, Screen):
                 # on the heading's bold, as they always were (the line numbers show it)
                 text = [head, *highlighted_lines(best.source, dark=self.app.current_theme.dark, style="bold")]
             self.code_view(sid).update(text)
+
+    def live(self) -> bool:
+        """Whether a session shown here was running when it was read (its numbers move on)."""
+        return any(d["session"] is None or d["session"]["status"] == "running" for d in self.data.values())
 
     def on_resize(self) -> None:
         if self.data and self._filled_for != self.app.size.width:

@@ -356,6 +356,8 @@ class SessionsScreen(Screen):
             if str(sid) in table.rows:
                 table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
         self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
+        if len(self.marked) == 2:  # drawn ahead of `c`
+            self.app.prepare_compare(*self.marked)  # type: ignore[attr-defined]
 
     async def action_compare(self) -> None:
         if len(self.marked) != 2:

@@ -147,6 +147,24 @@ async def test_resume_only_an_interrupted_session(tmp_path: Path):
         await pilot.press("q")
 
 
+async def test_an_interrupted_session_under_the_cursor_is_drawn_ahead_and_shown_as_drawn(tmp_path: Path):
+    """The cursor resting on an interrupted session has the search screen built ahead read and
+    draw it (for R, or Enter); the key then shows that screen, its recorded tree already in it."""
+    db, sid = await fake_db(tmp_path / "k.db", 20, status="interrupted")
+    async with app_on(db, size=(140, 40)) as (app, pilot):
+        for _ in range(250):
+            await pilot.pause(0.02)
+            if app._prepared is not None and app._prepared.model.nodes:
+                break
+        prepared = app._prepared
+        assert prepared is not None and prepared.model.session_id == sid and len(prepared.tree_nodes) >= 2
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is prepared and app._prepared is None
+        assert prepared.selected is not None and prepared.code_text.plain.strip()
+        await pilot.press("q")
+
+
 async def test_a_marked_session_shows_its_id_too(tmp_path: Path):
     db, sid = await fake_db(tmp_path / "k.db", 12)
     async with app_on(db, size=(120, 24)) as (app, pilot):

@@ -18,7 +18,7 @@ from engine.store import Store, StoreError, session_state
 from tui import warm
 from tui.collector import IdleCollector
 from tui.model import isolation_words
-from tui.screens.ahead import lay_out_ahead
+from tui.screens.ahead import draw_ahead, lay_out_ahead
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm
 from tui.screens.help import HelpScreen
@@ -29,7 +29,9 @@ from tui.screens.sessions import SessionsScreen
 SearchFactory = Callable[[Store, EventBus], Any]
 SPARE = "search-ahead"  # the names the screens built ahead are installed under
 SPARE_COMPARE = "compare-ahead"
+PREPARED = "session-ahead"
 COMPARE_AHEAD_DELAY_S = 0.15  # two sessions marked: their comparison drawn ahead after this long
+SESSION_AHEAD_DELAY_S = 0.3  # the cursor on an interrupted session this long: its screen drawn ahead
 ScreenT = TypeVar("ScreenT", bound=Screen)
 
 
@@ -58,6 +60,9 @@ class KtreeApp(App[int]):
         self._spare: SearchScreen | None = None  # a search screen built ahead, for the next R or Enter
         self._spare_compare: CompareScreen | None = None  # ... and a compare screen, for the next `c`
         self._building = asyncio.Lock()
+        self._prepared: SearchScreen | None = None  # a spare given the session under the cursor
+        self._session_wanted: int | None = None  # the last session asked to be prepared
+        self._compare_wanted: tuple[int, int] | None = None  # ... and pair (prepare_compare)
 
     async def on_mount(self) -> None:
         if self.initial_keymap:
@@ -127,7 +132,16 @@ class KtreeApp(App[int]):
         return screen
 
     async def _search_screen(self, session_id: int, follow: bool = False) -> SearchScreen:
-        """The screen of a past or followed session: the one built ahead where there is one."""
+        """The screen of a past or followed session: the one prepared for it where there is one
+        (prepare_session), else the one built ahead where there is one."""
+        async with self._building:  # (a preparation under way finishes first; one still to come is not needed)
+            self._session_wanted = None
+            prepared, self._prepared = self._prepared, None
+            if prepared is not None:
+                self.uninstall_screen(PREPARED)
+                if prepared.model.session_id == session_id and not follow:
+                    return prepared
+                await prepared.remove()
         spare, self._spare = self._spare, None
         if spare is None:
             return SearchScreen(session_id=session_id, follow=follow)
@@ -168,7 +182,7 @@ class KtreeApp(App[int]):
         holding these two where they were marked a moment before (prepare_compare) and neither
         was running then (a running one is read again)."""
         async with self._building:  # (a preparation under way finishes first; one still to come is not needed)
-            self.workers.cancel_group(self, "compare-ahead")
+            self._compare_wanted = None
             spare, self._spare_compare = self._spare_compare, None
         if spare is None:
             await self.push_screen(CompareScreen(a, b))
@@ -181,17 +195,55 @@ class KtreeApp(App[int]):
     def prepare_compare(self, a: int, b: int) -> None:
         """Two sessions just marked: read and drawn into the compare screen built ahead (~0.2 s of
         the loop's time on this host: the table, the chart, both best kernels highlighted) while a
-        person reads, so that `c` only shows it. Marks changed again soon after: the last pair."""
+        person reads, so that `c` only shows it. Marks changed again soon after: the last pair
+        (a preparation is never cancelled halfway: one no longer wanted does nothing)."""
+        self._compare_wanted = (a, b)
         self.run_worker(self._prepare_compare(a, b), name="compare-ahead", group="compare-ahead",
-                        exclusive=True, exit_on_error=False)
+                        exit_on_error=False)
 
     async def _prepare_compare(self, a: int, b: int) -> None:
         await asyncio.sleep(COMPARE_AHEAD_DELAY_S)
         async with self._building:
+            if self._compare_wanted != (a, b):
+                return
             if self._spare_compare is None and self.store is not None:
                 self._spare_compare = await self._built_ahead(CompareScreen(), SPARE_COMPARE)
-            if self._spare_compare is not None and self._spare_compare.ids != (a, b):
-                await self._spare_compare.take(a, b)
+            spare = self._spare_compare
+            if spare is not None and spare.ids != (a, b):
+                await spare.take(a, b)
+                await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what the widgets posted (sizes, the table's) done
+                draw_ahead(spare, self.size)
+
+    def prepare_session(self, session_id: int) -> None:
+        """An interrupted session under the sessions screen's cursor a moment: its recorded tree
+        read and drawn into the search screen built ahead (~0.2 s of the loop's time on this host),
+        so that R (or Enter) only shows it. The cursor moved on soon after: the last one."""
+        self._session_wanted = session_id
+        self.run_worker(self._prepare_session(session_id), name="session-ahead", group="session-ahead",
+                        exit_on_error=False)
+
+    async def _prepare_session(self, session_id: int) -> None:
+        await asyncio.sleep(SESSION_AHEAD_DELAY_S)
+        async with self._building:
+            if self._session_wanted != session_id or self.store is None:
+                return
+            if self._prepared is not None:
+                if self._prepared.model.session_id == session_id:
+                    return
+                old, self._prepared = self._prepared, None
+                self.uninstall_screen(PREPARED)
+                await old.remove()
+            screen, self._spare = self._spare, None
+            if screen is None:
+                screen = await self._built_ahead(SearchScreen(), PREPARED)
+            else:
+                self.uninstall_screen(SPARE)
+                self.install_screen(screen, PREPARED)
+            self._prepared = screen
+            await screen.take(session_id)
+            await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what the widgets posted (sizes, the table's) done
+            draw_ahead(screen, self.size)
+        self.build_ahead()  # a spare again, for another session
 
     async def resume_session(self, session_id: int) -> None:
         """Resume an interrupted session: its recorded tree at once (read from the DB), and the

@@ -49,3 +49,14 @@ def lay_out_ahead(screen: Screen, size: Size) -> None:
     that is not on top."""
     if screen.is_attached and not screen.is_current:
         screen._refresh_layout(size)
+
+
+def draw_ahead(screen: Screen, size: Size) -> None:
+    """A screen built ahead and given what it shows, laid out again and every visible widget drawn
+    now, not shown: each widget keeps its lines (Textual's styles cache) until it changes, so the
+    first frame after the key composes lines drawn already instead of drawing them (the compare
+    screen's two kernels, table and chart: ~0.1 s on this host)."""
+    if screen.is_attached and not screen.is_current:
+        screen._refresh_layout(size)
+        for _ in screen._compositor._get_renders():
+            pass

@@ -115,10 +115,15 @@ class SessionsScreen(Screen):
         suite = self._current_suite()
         banner = self.BANNER if suite is None else f"suite {suite['id']} {suite['name']}: {suite['line']}"
         self.query_one("#banner", Static).update(banner)
+        row = self._current()
+        if row is not None and session_status(row) == "interrupted":  # drawn ahead of R
+            self.app.prepare_session(row["id"])  # type: ignore[attr-defined]
 
     async def on_screen_resume(self) -> None:
         await self.action_reload()
         self.app.build_ahead(delay=AHEAD_DELAY_S)  # type: ignore[attr-defined]  # for the next R or Enter
+        if len(self.marked) == 2:  # still marked: their comparison drawn ahead again, for the next `c`
+            self.app.prepare_compare(*self.marked)  # type: ignore[attr-defined]
 
     async def _refresh_running(self) -> None:
         if not any(r["status"] == "running" for r in [*self.rows.values(), *self.suites.values()]):

@@ -103,6 +103,8 @@ class KtreeApp(App[int]):
             _, mounted = self._get_screen(form)
             await mounted
             lay_out_ahead(form, self.size)
+            await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what its widgets posted done
+            draw_ahead(form, self.size)
         self.collector.freeze()  # the imports and the form live on: no full pass walks them again
         await self._build_spare()
 

@@ -201,7 +201,18 @@ def test_an_answer_kept_by_the_inputs_address_is_flagged_by_refilling_the_same_b
         return seen.setdefault((x.data_ptr(), x._version), x * 2)
 
     flags = integrity.check_refilled_inputs(by_pointer, _Trials(), "cpu", _compare)
-    assert len(flags) == 1 and flags[0].startswith("refilled-inputs: trial 1's input buffers refilled"), flags
+    assert len(flags) == 1 and flags[0].startswith("refilled-inputs: the same buffers refilled in place"), flags
     seen.clear()
+    # The copy where an earlier trial's inputs were (the allocator reused their block): the memo
+    # answers the first call with that trial's outputs.
+    trials = _Trials()
+    stale = trials.inputs[1][0] * 2  # trial 2's answer, kept for whatever address the copy gets
+    seen_any: dict = {}
+
+    def by_any_pointer(x):
+        return seen_any.setdefault(x.data_ptr(), stale)
+
+    flags = integrity.check_refilled_inputs(by_any_pointer, trials, "cpu", _compare)
+    assert len(flags) == 1 and flags[0].startswith("refilled-inputs: trial 1's values in new buffers"), flags
     assert integrity.check_refilled_inputs(by_pointer_and_version, _Trials(), "cpu", _compare) == []
     assert integrity.check_refilled_inputs(lambda x: x * 2, _Trials(), "cpu", _compare) == []

@@ -403,8 +403,9 @@ def snapshot(inputs: list[Any]) -> list[Any]:
 
 def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -> list[str]:
     """The candidate on a copy of trial 1's inputs, then on the same tensors refilled in place with
-    trial 2's values (the same pointers, a new version counter): an answer kept by the inputs'
-    address returns trial 1's outputs the second time. Skipped (no flag) where a copy of one input
+    trial 2's values (the same pointers, a new version counter), each answer compared: an answer
+    kept by the inputs' address is wrong on one of the two calls, wherever the allocator put the
+    copy. Skipped (no flag) where a copy of one input
     set would not fit the rotation's budget (engine.evaluate.rotation.lean; there the byte speed of
     light speaks)."""
     from engine.evaluate import rotation
@@ -417,21 +418,29 @@ def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -
     if rotation.lean(rotation.tensor_bytes(first), rotation.budget_bytes(device)):
         return []
     buffers = snapshot(first)
+    del first
+    # Both calls' answers are compared: the new buffers may sit where an earlier trial's inputs
+    # were (the caching allocator reuses freed blocks), and a memo keyed on that address answers
+    # the first call with that trial's outputs.
+    which, ok, reason = "", True, ""
     try:
         with torch.no_grad():
+            which = "trial 1's values in new buffers"
             out = call(*buffers)
+            ok, _, reason = compare(out, expected.trial_expected(0, device))
             del out
-            for b, s in zip(buffers, second, strict=True):
-                if isinstance(b, torch.Tensor):
-                    b.copy_(s)
-            out = call(*buffers)
-            ok, _, reason = compare(out, expected.trial_expected(1, device))
-    except Exception as exc:  # the values trial 2 passed with, in trial 1's buffers
+            if ok:
+                for b, s in zip(buffers, second, strict=True):
+                    if isinstance(b, torch.Tensor):
+                        b.copy_(s)
+                which = "the same buffers refilled in place with trial 2's values"
+                out = call(*buffers)
+                ok, _, reason = compare(out, expected.trial_expected(1, device))
+    except Exception as exc:  # values that passed their own trial
         ok, reason = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if ok:
         return []
-    return [f"refilled-inputs: trial 1's input buffers refilled in place with trial 2's values got a wrong"
-            f" answer ({reason}): an answer kept by the inputs' address"]
+    return [f"refilled-inputs: {which} got a wrong answer ({reason}): an answer kept by the inputs' address"]
 
 
 def check_inputs_unchanged(before: list[Any], after: list[Any]) -> list[str]:

@@ -64,9 +64,9 @@ async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
         await pilot.press("n")
         await pilot.pause()
         assert table.row_count == 2
-        await pilot.press("D", "y")
+        await pilot.press("m", "D", "y")  # marked for compare, then deleted: no longer marked
         await pilot.pause()
-        assert table.row_count == 1 and str(b) not in table.rows
+        assert table.row_count == 1 and str(b) not in table.rows and b not in screen.marked
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT COUNT(*) FROM nodes WHERE session_id = ?", (b,)).fetchone() == (0,)
             assert conn.execute("SELECT COUNT(*) FROM llm_calls WHERE session_id = ?", (b,)).fetchone() == (0,)

@@ -32,6 +32,7 @@ SPARE_COMPARE = "compare-ahead"
 PREPARED = "session-ahead"
 COMPARE_AHEAD_DELAY_S = 0.15  # two sessions marked: their comparison drawn ahead after this long
 SESSION_AHEAD_DELAY_S = 0.3  # the cursor on an interrupted session this long: its screen drawn ahead
+POSTED_S = 0.15  # a screen given what it shows: what its widgets posted (sizes, a table's) is done by then
 ScreenT = TypeVar("ScreenT", bound=Screen)
 
 
@@ -103,7 +104,7 @@ class KtreeApp(App[int]):
             _, mounted = self._get_screen(form)
             await mounted
             lay_out_ahead(form, self.size)
-            await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what its widgets posted done
+            await asyncio.sleep(POSTED_S)
             draw_ahead(form, self.size)
         self.collector.freeze()  # the imports and the form live on: no full pass walks them again
         await self._build_spare()
@@ -213,7 +214,7 @@ class KtreeApp(App[int]):
             spare = self._spare_compare
             if spare is not None and spare.ids != (a, b):
                 await spare.take(a, b)
-                await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what the widgets posted (sizes, the table's) done
+                await asyncio.sleep(POSTED_S)
                 draw_ahead(spare, self.size)
 
     def prepare_session(self, session_id: int) -> None:
@@ -243,7 +244,7 @@ class KtreeApp(App[int]):
                 self.install_screen(screen, PREPARED)
             self._prepared = screen
             await screen.take(session_id)
-            await asyncio.sleep(COMPARE_AHEAD_DELAY_S)  # what the widgets posted (sizes, the table's) done
+            await asyncio.sleep(POSTED_S)
             draw_ahead(screen, self.size)
         self.build_ahead()  # a spare again, for another session
 

@@ -381,6 +381,8 @@ class SessionsScreen(Screen):
         async def done(yes: bool | None) -> None:
             if yes:
                 await self.app.store.delete_session(row["id"])  # type: ignore[attr-defined]
+                if row["id"] in self.marked:  # (nothing left to compare it by)
+                    self.marked.remove(row["id"])
                 self.notify(f"deleted session {row['id']}")
                 await self.action_reload()
 

@@ -103,9 +103,7 @@ class KtreeApp(App[int]):
         if not form.is_running:
             _, mounted = self._get_screen(form)
             await mounted
-            lay_out_ahead(form, self.size)
-            await asyncio.sleep(POSTED_S)
-            draw_ahead(form, self.size)
+            await self._draw_ahead(form)
         self.collector.freeze()  # the imports and the form live on: no full pass walks them again
         await self._build_spare()
 
@@ -133,6 +131,11 @@ class KtreeApp(App[int]):
         await mounted
         lay_out_ahead(screen, self.size)
         return screen
+
+    async def _draw_ahead(self, screen: Screen) -> None:
+        """A screen built ahead and given what it shows, drawn once what its widgets posted is done."""
+        await asyncio.sleep(POSTED_S)
+        draw_ahead(screen, self.size)
 
     async def _search_screen(self, session_id: int, follow: bool = False) -> SearchScreen:
         """The screen of a past or followed session: the one prepared for it where there is one
@@ -214,8 +217,7 @@ class KtreeApp(App[int]):
             spare = self._spare_compare
             if spare is not None and spare.ids != (a, b):
                 await spare.take(a, b)
-                await asyncio.sleep(POSTED_S)
-                draw_ahead(spare, self.size)
+                await self._draw_ahead(spare)
 
     def prepare_session(self, session_id: int) -> None:
         """An interrupted session under the sessions screen's cursor a moment: its recorded tree
@@ -244,8 +246,7 @@ class KtreeApp(App[int]):
                 self.install_screen(screen, PREPARED)
             self._prepared = screen
             await screen.take(session_id)
-            await asyncio.sleep(POSTED_S)
-            draw_ahead(screen, self.size)
+            await self._draw_ahead(screen)
         self.build_ahead()  # a spare again, for another session
 
     async def resume_session(self, session_id: int) -> None:

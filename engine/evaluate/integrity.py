@@ -405,9 +405,8 @@ def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -
     """The candidate on a copy of trial 1's inputs, then on the same tensors refilled in place with
     trial 2's values (the same pointers, a new version counter), each answer compared: an answer
     kept by the inputs' address is wrong on one of the two calls, wherever the allocator put the
-    copy. Skipped (no flag) where a copy of one input
-    set would not fit the rotation's budget (engine.evaluate.rotation.lean; there the byte speed of
-    light speaks)."""
+    copy. Skipped (no flag) where a copy of one input set would not fit the rotation's budget
+    (engine.evaluate.rotation.lean; there the byte speed of light speaks)."""
     from engine.evaluate import rotation
 
     first, second = expected.trial_inputs(0, device), expected.trial_inputs(1, device)

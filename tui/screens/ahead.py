@@ -57,6 +57,6 @@ def draw_ahead(screen: Screen, size: Size) -> None:
     first frame after the key composes lines drawn already instead of drawing them (the compare
     screen's two kernels, table and chart: ~0.1 s on this host)."""
     if screen.is_attached and not screen.is_current:
-        screen._refresh_layout(size)
+        lay_out_ahead(screen, size)
         for _ in screen._compositor._get_renders():
             pass

@@ -10,6 +10,7 @@ one evaluator (one worker start, one fp64 reference) through the module's `softm
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -52,6 +53,11 @@ SMALL = {"softmax": load_problem("softmax").sizes_for("cpu")}
 Sizes = dict[str, int]
 
 
+COMPILE_BASELINE = os.environ.get("KTREE_COMPILE_BASELINE", "1") != "0"
+needs_compile_baseline = pytest.mark.skipif(
+    not COMPILE_BASELINE, reason="the torch.compile baseline is off (KTREE_COMPILE_BASELINE=0)")
+
+
 def evaluate_all(problem_name: str, sources: list[str], sizes: Sizes | list[Sizes] | None = None,
                  **options: Any) -> list[Verdict]:
     """Every source on one evaluator (one compile pool, one worker per GPU), at `sizes` (one for
@@ -62,9 +68,10 @@ def evaluate_all(problem_name: str, sources: list[str], sizes: Sizes | list[Size
 
     async def go() -> list[Verdict]:
         # The torch.compile baseline only where a test reads it (the honest softmax and layernorm
-        # kernels): it costs minutes cold on some problems (conv2d: 213 s on a fresh H100 box).
-        evaluator = LocalEvaluator("cuda", cuda_arch=gpu_arch(),
-                                   compile_baseline=problem_name in ("softmax", "layernorm"))
+        # kernels), and never under KTREE_COMPILE_BASELINE=0 (those tests skip): it costs minutes
+        # cold on some problems (conv2d: 213 s on a fresh H100 box).
+        baseline = COMPILE_BASELINE and problem_name in ("softmax", "layernorm")
+        evaluator = LocalEvaluator("cuda", cuda_arch=gpu_arch(), compile_baseline=baseline)
         jobs = []
         for s, at in zip(sources, per_source, strict=True):
             cost = problem.cost_at(at)  # as the search passes it: the speed-of-light floor
@@ -210,6 +217,7 @@ def check_honest(v: Verdict) -> None:
 
 
 @pytest.mark.gpu
+@needs_compile_baseline
 @pytest.mark.parametrize("example", [name for p, name in HONEST_EXAMPLES if p == "softmax"])
 def test_honest_fast_softmax_kernels_are_correct_with_speed_of_light_and_compile_baseline(
         softmax_batch: dict[str, Verdict], example: str):
@@ -217,6 +225,7 @@ def test_honest_fast_softmax_kernels_are_correct_with_speed_of_light_and_compile
 
 
 @pytest.mark.gpu
+@needs_compile_baseline
 def test_honest_fast_layernorm_kernel_is_correct_with_speed_of_light_and_compile_baseline():
     [v] = evaluate_all("layernorm", [(EXAMPLES / "layernorm_ctypes.py").read_text()])
     check_honest(v)

@@ -120,3 +120,32 @@ def test_the_prebuild_lists_its_sources_without_a_gpu():
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu-prebuild"), "--list"],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) >= 10, proc.stderr[-2000:]
+
+
+STAND_IN_CLI = '''
+import json, sys, time
+args = sys.argv[1:]
+db = args[args.index("--db") + 1]
+if "alone-slow" in db:
+    time.sleep(60)
+print(json.dumps({"status": "correct", "flags": [], "time_ms": 1.0}))
+'''
+
+
+def test_an_alone_run_cut_by_the_budget_is_not_run_not_a_difference(tmp_path):
+    """scripts/concurrent-eval with --budget: an alone run the budget cuts short is "not run" (not
+    compared), not a "no verdict (timeout)" counted as a status that differs (the default GPU
+    check's concurrent step failed that way on the H100 box). `ktree eval` is a stand-in here (an
+    engine.cli package in the working folder; the slow problem's alone run sleeps past the budget)."""
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (tmp_path / "engine" / "cli.py").write_text(STAND_IN_CLI)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "concurrent-eval"), "--timeout", "90",
+                           "--budget", "22", "--out", "out", "slow:a.py", "fast:b.py"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rows = {r["problem"]: r for r in report["rows"]}
+    assert rows["slow"]["status"] == "correct" and rows["slow"]["alone_status"] == "not run", rows
+    assert "budget of 22 s ran out" in proc.stderr, proc.stderr
+    assert report["status_differs"] == 0 and report["crashed"] == 0
+    assert proc.returncode == 0, proc.stdout + proc.stderr

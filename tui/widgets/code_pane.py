@@ -12,6 +12,7 @@ from engine.domain import Node
 from tui.model import ScreenModel
 from tui.widgets.banner import sizes_note
 from tui.widgets.code import diff_text, highlight_source
+from tui.widgets.resize import SteadyScrollBars
 
 CACHE_SIZE = 128  # highlighted sources kept (highlighting a kernel takes a few ms)
 
@@ -49,7 +50,7 @@ def code_text(node: Node, model: ScreenModel, diff: bool = False, dark: bool = T
     return highlight_source(node.source, dark=dark)
 
 
-class CodePane(RichLog):
+class CodePane(SteadyScrollBars, RichLog):
     """The source or diff of one node; highlighted sources are cached per (node, dark theme)."""
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -9,6 +9,7 @@ from textual import work
 from textual.widgets import RichLog
 
 from engine.domain import Node
+from tui.widgets.resize import SteadyScrollBars
 
 PROMPT_CHARS = 6000  # the head of each prompt shown; a cut is said where it is
 REPLY_CHARS = 8000
@@ -51,7 +52,7 @@ def llm_text(node_id: int, why: str, calls: list[dict[str, Any]]) -> Text:
     return out
 
 
-class LLMPane(RichLog):
+class LLMPane(SteadyScrollBars, RichLog):
     """Reads the calls from the store only when shown (its tab is open), once per selection."""
 
     def __init__(self, *, id: str | None = None) -> None:

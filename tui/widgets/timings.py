@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 from engine.domain import Node
 from engine.evaluate.verdict import Verdict, is_timing_flag
 from tui.widgets.code import fmt_num
-from tui.widgets.resize import KeepsLinesAtSize
+from tui.widgets.resize import KeepsLinesAtSize, SteadyScrollBars
 from tui.widgets.status import style
 
 # (key, label, width): fixed widths, so adding thousands of rows measures no cell. The speedup
@@ -80,7 +80,7 @@ def sort_key(reverse: bool) -> Callable[[Any], float]:
     return key
 
 
-class TimingsTable(KeepsLinesAtSize, DataTable):
+class TimingsTable(KeepsLinesAtSize, SteadyScrollBars, DataTable):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
 

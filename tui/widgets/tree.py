@@ -16,6 +16,7 @@ from textual.widgets.tree import TreeNode
 
 from engine.domain import Node, language_mark
 from tui.model import PCH_NOTE, ScreenModel
+from tui.widgets.resize import SteadyScrollBars
 from tui.widgets.status import glyph, style
 
 AUTO_EXPAND = 400  # trees up to this many nodes open fully; larger ones open level by level
@@ -70,7 +71,7 @@ def node_label(node: Node, model: ScreenModel, wide: bool = False) -> Text:
     return label
 
 
-class SearchTree(Tree[int]):
+class SearchTree(SteadyScrollBars, Tree[int]):
     """The tree of one session, drawn from a ScreenModel; an item's data is its node id."""
 
     BINDINGS = [Binding("j", "cursor_down", "Down", id="tree.down", show=False),

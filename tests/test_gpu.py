@@ -10,7 +10,6 @@ one evaluator (one worker start, one fp64 reference) through the module's `softm
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import textwrap
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from engine.evaluate import settings
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
@@ -53,7 +53,7 @@ SMALL = {"softmax": load_problem("softmax").sizes_for("cpu")}
 Sizes = dict[str, int]
 
 
-COMPILE_BASELINE = os.environ.get("KTREE_COMPILE_BASELINE", "1") != "0"
+COMPILE_BASELINE = settings.get("KTREE_COMPILE_BASELINE", "1") != "0"  # as the evaluator reads it
 needs_compile_baseline = pytest.mark.skipif(
     not COMPILE_BASELINE, reason="the torch.compile baseline is off (KTREE_COMPILE_BASELINE=0)")
 

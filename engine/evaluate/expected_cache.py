@@ -40,6 +40,7 @@ Imports only torch and the standard library.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import re
@@ -96,7 +97,13 @@ class ReferenceChecks:
     trial_bytes: int = 0  # one trial's inputs + fp64 answers
     gpu: str | None = None  # the ledger's key of the GPU it was made on
     seed: int = 0
-    live_fns: tuple[Any, ...] = ()  # (draw, ref64, flatten, device): a live set's way to its trials
+    live_fns: tuple[Any, ...] = ()  # (draw, answer, device): a live set's way to its trials
+    plan: Any = None  # engine.evaluate.memory.Plan: the answers' precision, the caches' room
+
+    @property
+    def answers(self) -> str:
+        """The answers' precision: fp64, or native (the reference's own, where fp64 does not fit)."""
+        return self.plan.answers if self.plan is not None else "fp64"
 
     @property
     def live(self) -> bool:
@@ -123,12 +130,12 @@ class ReferenceChecks:
         import torch
 
         if self.live:
-            draw, ref64, flatten, made_on = self.live_fns
+            draw, answer, _ = self.live_fns
             with torch.no_grad():
                 torch.manual_seed(self.seed + 1000 + trial)
                 drawn = list(draw())
                 try:
-                    return expected64(ref64, drawn, made_on, flatten)
+                    return answer(drawn)
                 finally:
                     del drawn
         return [t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
@@ -294,6 +301,8 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     started (trial 0 does not fit)."""
     import torch
 
+    from engine.evaluate import memory
+
     hit = _CACHE.get(key)
     if hit is not None:
         hit.uses += 1
@@ -306,26 +315,54 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     try:
         with torch.no_grad():
             torch.manual_seed(seed + 1000)
+            base = _allocated(device)
             drawn = list(draw())
-            native = flatten(ref(*[_clone(t) for t in drawn]))
-            exp = expected64(ref64, drawn, device, flatten)
+            clones = [_clone(t) for t in drawn]
+            _reset_peak(device)
+            native = [t.detach() for t in flatten(ref(*clones))]
+            # The reference's own peak on these inputs: its inputs, outputs and working set (the
+            # clone it ran on stands for the inputs; the drawn originals are ktree's).
+            reference_peak = max(0, _peak(device) - base - memory.tensor_bytes(drawn)) + weights(ref)
+            del clones
             dtypes = [t.dtype for t in native]
             out_bytes = [t.numel() * t.element_size() for t in native]
-            native_errs = errors(native, exp)
+            plan = memory.make_plan(memory.tensor_bytes(drawn), sum(out_bytes), memory.fp64_bytes(drawn),
+                                    memory.fp64_bytes(native), reference_peak, trials, _gpu_free(device),
+                                    fp64=settings.get("KTREE_CHECK_ANSWERS", "auto") != "native")
+            if settings.get("KTREE_CHECK_ANSWERS") == "fp64" and plan.answers != "fp64":
+                plan = dataclasses.replace(plan, answers="fp64")
+            if plan.answers == "fp64":
+                exp = expected64(ref64, drawn, device, flatten)
+                native_errs = errors(native, exp)
+            else:  # the reference's own answers: its error against fp64 is not measured
+                exp, native_errs = native, {}
             del native
     except Exception as exc:
         if is_oom(exc):
             _free_memory()
-            raise KtreeOutOfMemory("preparing the reference (trial 0's inputs and fp64 answers)", exc) from exc
+            raise KtreeOutOfMemory("preparing the reference (trial 0's inputs and answers)", exc) from exc
         raise
+
+    def answer(inputs: list[Any]) -> list[Any]:
+        """The answers on `inputs` in the plan's precision (the inputs themselves are not changed:
+        a reference that writes its inputs writes a copy)."""
+        if plan.answers == "fp64":
+            return expected64(ref64, inputs, device, flatten)
+        return [t.detach() for t in flatten(ref(*[_clone(t) for t in inputs]))]
+
+    def live_answer(inputs: list[Any]) -> list[Any]:  # (inputs drawn for this call alone)
+        if plan.answers == "fp64":
+            return expected64(ref64, inputs, device, flatten)
+        return [t.detach() for t in flatten(ref(*inputs))]
+
     trial_bytes = _nbytes(drawn) + _nbytes(exp)
     total = trial_bytes * trials
-    placement = _place(total, device, gpu, book)
+    placement = _place(total, device, gpu, book, plan)
     checks = ReferenceChecks(key=key, inputs=[], expected=[], dtypes=dtypes, out_bytes=out_bytes,
                              native_errs=native_errs, on_device=placement == "device" or (
                                  device == "cpu" and placement == "host"), nbytes=total,
                              build_s=0.0, placement=placement, trial_bytes=trial_bytes, gpu=gpu, seed=seed,
-                             live_fns=(draw, ref64, flatten, device))
+                             live_fns=(draw, live_answer, device), plan=plan)
     if placement == "live":
         del drawn, exp
         _free_memory()
@@ -341,7 +378,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
                 for trial in range(1, trials):
                     torch.manual_seed(seed + 1000 + trial)
                     more = list(draw())
-                    checks.expected.append(_put(expected64(ref64, more, device, flatten), placement))
+                    checks.expected.append(_put(answer(more), placement))
                     checks.inputs.append(_put(more, placement))
                     del more
         except Exception as exc:
@@ -361,18 +398,73 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     return checks
 
 
-def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger) -> str:
-    """device | host | live for a set of `total` bytes, with its claim made in the ledger."""
+def weights(model: Any) -> int:
+    """A model's parameters and buffers (bytes): part of the reference's own memory."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+def _allocated(device: str) -> int:
+    """Bytes held now: the GPU's allocator's, else the process's resident set."""
+    import torch
+
+    from engine.evaluate import memory
+
+    if device != "cpu":
+        return int(torch.cuda.memory_allocated())
+    return memory.host_rss()
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    from engine.evaluate import memory
+
+    if device != "cpu":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        memory.reset_host_peak()
+
+
+def _peak(device: str) -> int:
+    import torch
+
+    from engine.evaluate import memory
+
+    if device != "cpu":
+        return int(torch.cuda.max_memory_allocated())
+    return memory.Peaks.host_peak_now()
+
+
+def _gpu_free(device: str) -> int | None:
     import torch
 
     if device == "cpu":
-        return "host" if book.claim_host(total) else "live"
+        return None
+    try:
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:
+        return None
+
+
+def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger, plan: Any = None) -> str:
+    """device | host | live for a set of `total` bytes, with its claim made in the ledger; on the
+    device only where the memory plan leaves it room (engine.evaluate.memory.Plan.cache_bytes)."""
+    import torch
+
+    room = plan.cache_bytes if plan is not None else total
+    if device == "cpu":  # (the cpu backend's "device" is the host: the plan bounds it the same way)
+        return "host" if total <= room and book.claim_host(total) else "live"
     free = 0
     try:
         free, _ = torch.cuda.mem_get_info()
     except Exception:
         pass
-    if gpu is not None and total <= free * FREE_SHARE and book.claim_device(gpu, total, _gpu_total()):
+    if (gpu is not None and total <= room and total <= free * FREE_SHARE
+            and book.claim_device(gpu, total, _gpu_total())):
         return "device"
     if book.claim_host(total):
         return "host"

@@ -145,6 +145,12 @@ def _integrity() -> Any:
     return integrity
 
 
+def _memory() -> Any:
+    from engine.evaluate import memory
+
+    return memory
+
+
 def _harness_call(w: Watch) -> Finding:
     return Finding(_integrity().harness_overrides(w.model))
 
@@ -167,7 +173,11 @@ def _torch_ops(w: Watch) -> Finding:
     integrity = _integrity()
     if w.phase == "passed":  # trial 0: one more call, on a copy of its inputs, under the op recorder
         if w.trial == 0:
-            fresh = integrity.snapshot(w.captured["inputs-modified"])
+            kept = w.captured["inputs-modified"]
+            # a copy of the inputs as given: from the kept clones, or drawn again where they were
+            # too large to clone (engine.evaluate.memory.Kept keeps fingerprints of those)
+            fresh = (integrity.snapshot(kept.clones) if not kept.large
+                     else w.expected.trial_inputs(w.trial, w.device))
             w.captured["torch-ops"] = integrity.check_forward_ops(lambda: w.call_new(*fresh), w.device)
         return Finding()
     recorded = w.captured.get("torch-ops")
@@ -212,13 +222,14 @@ register(IntegrityCheck(
 def _inputs_modified(w: Watch) -> Finding:
     if w.phase == "rechecked":
         return Finding(list(w.recheck[2]))
-    return Finding(_integrity().check_inputs_unchanged(w.captured["inputs-modified"], w.inputs))
+    return Finding([f"inputs-modified: the candidate changed input {i}"
+                    for i in w.captured["inputs-modified"].changed(w.inputs)])
 
 
 register(IntegrityCheck(
     "inputs-modified", "a candidate that writes its inputs (in a check trial or a timed rep)",
     ("trial", "rechecked"), "inputs-modified:", _inputs_modified,
-    capture=lambda w: _integrity().snapshot(w.inputs), capture_at="trial"))
+    capture=lambda w: _memory().Kept(w.inputs), capture_at="trial"))
 
 
 def _reference_slowed(w: Watch) -> Finding:

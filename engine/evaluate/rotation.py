@@ -119,6 +119,9 @@ class Sample:
     set_index: int
     outputs: list[Any] | None
     inputs_unchanged: bool
+    # Per output, where a large output kept only a window (engine.evaluate.memory.WINDOW_BYTES): the
+    # window's first element in the flattened output, drawn with `secrets` after the rep; else None.
+    windows: list[int | None] | None = None
 
 
 @dataclass
@@ -160,13 +163,14 @@ class Rotation:
 
     @classmethod
     def draw(cls, first: list[Any], draw: Callable[[], list[Any]], device: str, out_bytes: int,
-             time_budget_s: float, samples: int | None = None) -> Rotation:
+             time_budget_s: float, samples: int | None = None, cap: int | None = None) -> Rotation:
         """A rotation of `first` (drawn already) and more sets from `draw()`, each seeded here from
-        `secrets`, as many as the byte budget and the draw-time budget allow."""
+        `secrets`, as many as the byte budget (at most `cap`: the memory plan's,
+        engine.evaluate.memory.Plan.rotation_bytes) and the draw-time budget allow."""
         import torch
 
         set_bytes = tensor_bytes(first)
-        budget = budget_bytes(device)
+        budget = budget_bytes(device) if cap is None else min(budget_bytes(device), cap)
         sets_wanted, per_pass = plan(set_bytes, out_bytes, budget)
         if lean(set_bytes, budget):  # drawn again from their seeds whenever they are needed
             seeds = [secrets.randbits(62) for _ in range(MIN_SETS)]
@@ -292,13 +296,13 @@ class Rotation:
         flat = _flatten(out)
         if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
             index, buffer = self._current[name]
-            outputs = None if flat is None else [t.detach().clone() for t in flat]
+            outputs, windows = (None, None) if flat is None else _kept_outputs(flat)
             if self.lean:
                 unchanged = _fingerprint(self.sets[index]) == self._sums[index]
             else:
                 unchanged = all(torch.equal(b, s) for b, s in zip(buffer, self.sets[index], strict=True)
                                 if isinstance(b, torch.Tensor))
-            self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged))
+            self.samples.append(Sample(self.passes, rep, len(self._plan), index, outputs, unchanged, windows))
         if flat is None:
             return
         _, buffer = self._current.get(name, (0, []))
@@ -333,6 +337,27 @@ class Rotation:
         self.sets = [] if self.lean else self.sets[:1]
         self._buffers = []
         self.samples = []
+
+
+def _kept_outputs(flat: list[Any]) -> tuple[list[Any], list[int | None]]:
+    """A sampled rep's outputs as kept for the recheck: clones, except that an output over
+    WINDOW_BYTES keeps a window of that size at an offset drawn now with `secrets` (the candidate
+    cannot know which part will be compared), so the samples stay within the memory plan."""
+    from engine.evaluate.memory import WINDOW_BYTES
+
+    outputs: list[Any] = []
+    windows: list[int | None] = []
+    for t in flat:
+        t = t.detach()
+        n = max(1, WINDOW_BYTES // max(t.element_size(), 1))
+        if t.numel() * t.element_size() > WINDOW_BYTES and t.is_contiguous():
+            start = secrets.randbelow(t.numel() - n + 1)
+            outputs.append(t.reshape(-1)[start:start + n].clone())
+            windows.append(start)
+        else:
+            outputs.append(t.clone())
+            windows.append(None)
+    return outputs, windows
 
 
 def _fingerprint(tensors: list[Any]) -> list[str]:

@@ -48,6 +48,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             " header may make a build fail over to the source as written"),
     Setting("KTREE_LANGUAGES", "verdict", "more kernel languages: module names or .py files, comma-separated,"
             " each defining LANGUAGE (engine/evaluate/languages)"),
+    Setting("KTREE_CHECK_ANSWERS", "verdict", "the check's expected answers: `auto` (fp64 where they fit the"
+            " problem's memory bound, else the reference's precision), `fp64` or `native`"),
     Setting("KTREE_CHECK_CACHE_DEVICE_MB", "place", "the check sets' GPU memory budget, per GPU"),
     Setting("KTREE_CHECK_CACHE_HOST_MB", "place", "the check sets' host memory budget"),
     Setting("KTREE_CHECK_CACHE_OFFLOAD", "place", "1: a check set over the GPU budget may be kept in"

@@ -98,6 +98,11 @@ class Verdict:
     # (time_ci_ms, ref_ci_ms), the CPU timer's wait for a core, what the GPU probe saw, the
     # intra-op thread count and the cores, and the build's arch retargeting where one happened.
     timing: dict[str, Any] = field(default_factory=dict)
+    # What the evaluation held (engine.evaluate.memory): peak_gpu_bytes (the allocator's peak in the
+    # evaluating process), host_peak_bytes (its resident peak), inputs_bytes, outputs_bytes,
+    # reference_peak_bytes (the reference's own forward), answers ("fp64" | "native"), bound_bytes
+    # and plan_bytes (the memory plan's bound and estimate). Empty where no evaluation ran.
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import clocks, expected_cache, integrity_checks
+from engine.evaluate import clocks, expected_cache, integrity_checks, memory
 from engine.evaluate.child.load import EvalFailure, format_exc, make_inputs
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
@@ -34,7 +34,6 @@ def compare(out: Any, expected: Any, atol: float, rtol: float,
     """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail;
     shapes must match, and dtypes too where `dtypes` (the reference's, in the problem's own
     precision) is given."""
-    import torch
 
     outs, refs = flatten(out), flatten(expected)
     if len(outs) != len(refs):
@@ -46,25 +45,18 @@ def compare(out: Any, expected: Any, atol: float, rtol: float,
             return False, errs, f"output {i} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
         if dtypes is not None and o.dtype != dtypes[i]:
             return False, errs, f"output {i} has dtype {o.dtype}, expected {dtypes[i]}"
-        o64 = o.detach().to(r.device, torch.float64)
-        r64 = r.detach().to(torch.float64)
-        if not bool(torch.isfinite(o64).all()):
-            bad = int((~torch.isfinite(o64)).sum())
-            return False, errs, f"output {i} has {bad} NaN/Inf values"
-        diff = (o64 - r64).abs()
-        max_abs = float(diff.max()) if diff.numel() else 0.0
-        # Elementwise |out - ref| / |ref| over every element whose reference is not zero (where it
-        # is, only max_abs_err speaks). Not only where |ref| > atol: an output whose reference is
-        # small everywhere would report 0 however wrong it is.
-        nonzero = r64 != 0
-        max_rel = float((diff[nonzero] / r64.abs()[nonzero]).max()) if bool(nonzero.any()) else 0.0
-        ref_norm = float(r64.norm())
-        rel_l2 = float((o64 - r64).norm()) / ref_norm if ref_norm > 0 else float((o64 - r64).norm())
-        errs["max_abs_err"] = max(errs["max_abs_err"], max_abs)
-        errs["max_rel_err"] = max(errs["max_rel_err"], max_rel)
+        e = memory.compare_tensors(o, r, atol, rtol)  # streamed: no full-size fp64 copy
+        if e.nonfinite:
+            return False, errs, f"output {i} has {e.nonfinite} NaN/Inf values"
+        # max_rel: elementwise |out - ref| / |ref| over every element whose reference is not zero
+        # (where it is, only max_abs_err speaks). Not only where |ref| > atol: an output whose
+        # reference is small everywhere would report 0 however wrong it is.
+        rel_l2 = e.rel_l2
+        errs["max_abs_err"] = max(errs["max_abs_err"], e.max_abs)
+        errs["max_rel_err"] = max(errs["max_rel_err"], e.max_rel)
         errs["rel_l2_err"] = max(errs["rel_l2_err"], rel_l2)
-        if not bool(torch.allclose(o64, r64, atol=atol, rtol=rtol)):
-            ok, reason = False, reason or f"output {i}: max abs error {max_abs:.3g} exceeds allclose"
+        if not e.allclose:
+            ok, reason = False, reason or f"output {i}: max abs error {e.max_abs:.3g} exceeds allclose"
         elif rel_l2 > rtol:
             ok, reason = False, reason or f"output {i}: relative L2 error {rel_l2:.3g} > {rtol:g}"
     return ok, errs, reason
@@ -174,7 +166,7 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
     call_new = watch.call_new
     assert call_new is not None
     found = integrity_checks.Finding()
-    first_out: list[Any] | None = None  # trial 0's outputs: the same on every trial is input-independent
+    first_out: memory.Kept | None = None  # trial 0's outputs: the same on every trial is input-independent
     watch.compare = lambda out, expected: compare(out, expected, job.atol, job.rtol, dtypes)
     with torch.no_grad():
         for trial in range(job.trials):
@@ -202,10 +194,10 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                     **errs, **base,
                 )
             watch.outputs = flatten(out)
-            if trial == 0:
-                first_out = [t.detach().clone() for t in watch.outputs]
+            if trial == 0:  # (a clone where small, else chunked fingerprints: engine.evaluate.memory)
+                first_out = memory.Kept(watch.outputs)
             else:
-                watch.same_out = watch.same_out and same_outputs(first_out or [], watch.outputs)
+                watch.same_out = watch.same_out and first_out is not None and first_out.same(watch.outputs)
             try:  # (trial 0: one more call, on a copy of its inputs, watched for torch compute ops)
                 found.add(integrity_checks.run("passed", watch))
             except Exception as exc:

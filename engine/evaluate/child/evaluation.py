@@ -63,6 +63,7 @@ __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_
            "run_compile", "run_evaluate", "run_warm"]
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is marked for a human to review
+PROBLEM_TOO_LARGE = "ktree cannot evaluate this problem here"
 
 
 def run_compile(job: EvalJob) -> dict[str, Any]:
@@ -79,6 +80,13 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
     from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.expected_cache.label_oom)."""
+    import dataclasses
+
+    from engine.evaluate import memory
+
+    device = "cuda" if job.backend == "cuda" else "cpu"
+    peaks = memory.Peaks(device) if device != "cuda" or _cuda_ready() else None
+    _PLAN.clear()
     try:
         verdict = _evaluate(job, on_phase)
     except Exception as exc:
@@ -89,7 +97,41 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         said = str(exc) if ours else "ktree out of memory while checking"
         verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
                           log=f"{said}\n{format_exc(exc)}")
+    record = dict(_PLAN.get("record") or {})
+    if peaks is not None:
+        record.update(peaks.record())
+    if record:
+        verdict = dataclasses.replace(verdict, memory={**record, **(verdict.memory or {})})
     return expected_cache.label_oom(verdict, job)
+
+
+# The memory plan of the evaluation under way (engine.evaluate.memory.Plan.record), for its verdict.
+_PLAN: dict[str, Any] = {}
+
+
+def _cuda_ready() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def too_large(problem: Any, ref: Any, device: str) -> str | None:
+    """Why the problem cannot be evaluated on this GPU at all (its inputs and parameters exceed
+    it), from the inputs' shapes drawn on the meta device: before any memory is taken. None where
+    it may fit, or where the shapes cannot be had that way (then the evaluation finds out)."""
+    import torch
+
+    from engine.evaluate import memory
+
+    if device != "cuda":
+        return None
+    try:
+        with torch.device("meta"):
+            inputs = problem.get_inputs()
+    except Exception:
+        return None
+    params = expected_cache.weights(ref)
+    return memory.fits_device(memory.tensor_bytes(list(inputs)) + params, 0, memory.gpu_total())
 
 
 def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
@@ -117,6 +159,9 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     cast = precision_dtype(job)
     torch.manual_seed(job.seed)
     ref = model_to(problem.Model(*init_inputs), device, cast).eval()
+    unfit = too_large(problem, ref, device)
+    if unfit:  # said before any input is drawn (engine.evaluate.memory)
+        return Verdict(status="runtime_error", log=f"{PROBLEM_TOO_LARGE}: {unfit}", **base)
     ref64 = copy.deepcopy(ref).double()
     clock.lap("load")
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
@@ -125,6 +170,10 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         checks = reference_checks(job, problem, ref, ref64, device, cast)
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
+    if checks.plan is not None:
+        _PLAN["record"] = checks.plan.record()
+    if checks.answers != "fp64":
+        ref64 = None  # answers in the reference's precision (the plan's): no fp64 copy is kept
     checks_cached = checks.uses > 0
     try:
         ref_ops = reference_ops(checks, ref, device)

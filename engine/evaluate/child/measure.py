@@ -141,7 +141,8 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
         first = make_inputs(problem, device, cast)
         out_bytes = sum(checks.out_bytes)
         rotation = rotation_module.Rotation.draw(list(first), lambda: make_inputs(problem, device, cast),
-                                                 device, out_bytes, job.time_budget_s)
+                                                 device, out_bytes, job.time_budget_s,
+                                                 cap=checks.plan.rotation_bytes if checks.plan else None)
         rotation.protect(ref)  # (its outputs are poisoned after each call: never its weights)
         clean = dict(job.ref_eager_clean) if job.ref_eager_clean else None
         if clean is None and not _candidate_imported:
@@ -196,33 +197,57 @@ def judge_reference(inproc: Any, clean: dict[str, Any] | None, cpu_wait: float |
     return None
 
 
-def check_samples(rotation: Any, ref64: Any, device: str, atol: float, rtol: float,
-                  dtypes: list[Any]) -> tuple[bool, str, list[str], int]:
-    """The sampled timed outputs against the fp64 reference on their sets, computed now (after the
-    candidate's outputs exist). (all passed, why not, flags, samples checked). A timed call that
+def check_samples(rotation: Any, ref: Any, ref64: Any, device: str, atol: float, rtol: float,
+                  dtypes: list[Any], answers: str = "fp64") -> tuple[bool, str, list[str], int]:
+    """The sampled timed outputs against the reference's answers on their sets (fp64, or the
+    reference's own precision where the memory plan says so: `answers`), computed now, after the
+    candidate's outputs exist, one set at a time. A sample that kept a window of a large output
+    is compared on that window. (all passed, why not, flags, samples checked). A timed call that
     changed its inputs is flagged (`inputs-modified`)."""
     import torch
 
-    expected: dict[int, Any] = {}
-    passed: dict[int, list[list[Any]]] = {}  # per set, outputs that passed (equal ones need no compare)
     flags: list[str] = []
     for sample in rotation.samples:
-        where = f"timed rep {sample.rep + 1} of {sample.reps} (pass {sample.timing_pass})"
         if not sample.inputs_unchanged:
+            where = f"timed rep {sample.rep + 1} of {sample.reps} (pass {sample.timing_pass})"
             flags.append(f"inputs-modified: the candidate changed its inputs in {where}")
-        if sample.outputs is None:
-            return False, f"timed outputs: {where} returned no tensor", flags, len(rotation.samples)
-        seen = passed.setdefault(sample.set_index, [])
-        if any(_identical(o, sample.outputs) for o in seen):
-            continue  # bit for bit an output of this set that passed
-        if sample.set_index not in expected:
-            inputs64 = to_device(rotation.sets[sample.set_index], device, torch.float64)
-            expected[sample.set_index] = caller(ref64)(*inputs64)
-        ok, _, reason = compare(sample.outputs, expected[sample.set_index], atol, rtol, dtypes)
-        if not ok:
-            return False, f"timed outputs: {where}: {reason}", flags, len(rotation.samples)
-        seen.append(sample.outputs)
+    by_set: dict[int, list[Any]] = {}
+    for sample in rotation.samples:
+        by_set.setdefault(sample.set_index, []).append(sample)
+    for index, samples in sorted(by_set.items()):
+        expected = None
+        passed: list[list[Any]] = []  # outputs that passed (equal ones need no compare)
+        for sample in samples:
+            where = f"timed rep {sample.rep + 1} of {sample.reps} (pass {sample.timing_pass})"
+            if sample.outputs is None:
+                return False, f"timed outputs: {where} returned no tensor", flags, len(rotation.samples)
+            if any(_identical(o, sample.outputs) for o in passed):
+                continue  # bit for bit an output of this set that passed
+            if expected is None:
+                if answers == "fp64":
+                    expected = caller(ref64)(*to_device(rotation.sets[index], device, torch.float64))
+                else:
+                    expected = caller(ref)(*[t.detach().clone() if isinstance(t, torch.Tensor) else t
+                                             for t in rotation.sets[index]])
+            ok, _, reason = compare(sample.outputs, _windowed(expected, sample), atol, rtol,
+                                    dtypes)
+            if not ok:
+                return False, f"timed outputs: {where}: {reason}", flags, len(rotation.samples)
+            passed.append(sample.outputs)
+        del expected
     return True, "", flags, len(rotation.samples)
+
+
+def _windowed(expected: Any, sample: Any) -> Any:
+    """The expected outputs cut as `sample` kept its outputs (a window of a large one)."""
+    from engine.evaluate.child.check import flatten
+
+    flat = flatten(expected)
+    if not sample.windows:
+        return flat
+    return [t if start is None or i >= len(sample.outputs)
+            else t.reshape(-1)[start:start + sample.outputs[i].numel()]
+            for i, (t, start) in enumerate(zip(flat, sample.windows, strict=False))]
 
 
 def _identical(a: list[Any], b: list[Any]) -> bool:
@@ -260,7 +285,8 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.W
     watch.rotation = rotation
     flags = integrity_checks.run("timed", watch).flags
     t0 = clocks.perf_counter()
-    ok, reason, sample_flags, checked = check_samples(rotation, ref64, device, job.atol, job.rtol, dtypes)
+    ok, reason, sample_flags, checked = check_samples(rotation, ref, ref64, device, job.atol, job.rtol, dtypes,
+                                                      watch.expected.answers if watch.expected else "fp64")
     watch.recheck = (ok, reason, sample_flags)
     record["rotation"] = {**rotation.cost(), "checked": checked, "check_s": round(clocks.since(t0), 4)}
     rotation.release()

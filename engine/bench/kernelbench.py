@@ -306,7 +306,9 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
         evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, run_timeout_s=timeout_s,
                                    compile_baseline=False)
     slots = asyncio.Semaphore(max(1, jobs))
-    loading = asyncio.Lock()  # one problem file imported at a time (in a thread: the loop goes on)
+    # One problem file imported and costed at a time, in a thread (the loop goes on): its flops and
+    # bytes are counted on meta tensors, seconds for a recurrent network.
+    loading = asyncio.Lock()
 
     def finish(row: dict[str, Any]) -> None:
         new[_key(row)] = row
@@ -321,23 +323,24 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
         if solutions is not None and candidate == "":
             finish(unjudged_row(problem, "", "skipped", f"no solution in {solutions}"))
             return
-        async with slots:
+        async with loading:  # ahead of its slot: the next problem loads while one is evaluated
             t0 = time.monotonic()
             try:
-                async with loading:
-                    loaded = await asyncio.to_thread(load_problem, str(problem.path))
+                loaded = await asyncio.to_thread(load_problem, str(problem.path))
+                sizes = loaded.sizes_for(backend)
+                flops, nbytes = await asyncio.to_thread(_cost, loaded, sizes)
             except Exception as exc:
                 status, why = load_failure(exc)
                 finish(unjudged_row(problem, candidate, status, why, time.monotonic() - t0))
                 return
+            load_s = time.monotonic() - t0
+        async with slots:
+            t0 = time.monotonic() - load_s
             try:
                 if solutions is None:
                     source = wrapped_reference(loaded.source)
                 else:
                     source = (solutions / candidate).read_text()
-                sizes = loaded.sizes_for(backend)
-                async with loading:
-                    flops, nbytes = await asyncio.to_thread(_cost, loaded, sizes)
                 atol, rtol = loaded.tolerance
                 job = evaluator.job(loaded.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes,
                                     time_budget_s=TIME_BUDGET_S)
@@ -346,7 +349,8 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
                 finish(unjudged_row(problem, candidate, "bench-error", f"{type(exc).__name__}: {exc}",
                                     time.monotonic() - t0))
                 return
-            finish(verdict_row(problem, candidate, verdict, time.monotonic() - t0))
+            row = verdict_row(problem, candidate, verdict, time.monotonic() - t0)
+            finish({**row, "load_s": round(load_s, 2)})
 
     try:
         await asyncio.gather(*(one(p) for p in todo))

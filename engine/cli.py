@@ -261,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bk.add_argument("--gpus", type=options.gpu_list, default=None, metavar="0,1,...",
                     help="the GPUs to evaluate on (default: every visible GPU)")
-    bk.add_argument("--timeout", type=options.seconds, default=None, metavar="S",
-                    help="each problem's evaluation limit in seconds (default: from the problem's size)")
+    bk.add_argument("--timeout", "--eval-timeout", dest="timeout", type=options.seconds, default=None,
+                    metavar="S", help="each problem's evaluation limit in seconds, as eval's --eval-timeout"
+                                      " (default: from the problem's size)")
     bk.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
     bk.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")

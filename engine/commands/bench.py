@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from engine.commands._common import db_path, open_store, problem_specs, source_hash
-from engine.commands._output import emit, emit_json
+from engine.commands._output import emit, emit_json, say
 from engine.launch import (
     UsageError,
     check_local_flags,
@@ -294,6 +294,8 @@ def kernelbench(args: argparse.Namespace) -> int:
                                            jobs=args.jobs, out=out, timeout_s=args.timeout, alone=alone))
     if out is not None:
         write_outputs(out, result)
+        say(f"ktree: rows in {out / 'kernelbench.jsonl'}, the table in {out / 'kernelbench.md'}, the whole"
+            f" result in {out / 'kernelbench.json'}")
     if args.json:
         emit_json(result)
     else:

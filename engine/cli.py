@@ -238,6 +238,34 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--corpus", metavar="DIR",
                     help="another corpus folder with a cases.toml (default: tests/realworld)")
     bv.add_argument("--json", action="store_true")
+    bk = bench_command("kernelbench", help="every problem of a KernelBench checkout evaluated (the reference's"
+                                           " own forward wrapped as ModelNew, or a folder's solutions):"
+                                           " verdict, peak GPU and host memory, held and wall seconds")
+    bk.add_argument("path", metavar="PATH",
+                    help="a KernelBench checkout, its KernelBench/ folder or one level folder (level1/)")
+    bk.add_argument("--levels", metavar="1,2", help="the levels to run (default 1, or the level PATH is)")
+    bk.add_argument("--problems", metavar="1-10,19,23",
+                    help="only these problem numbers: ranges and lists (default: all)")
+    bk.add_argument("--solutions", metavar="DIR",
+                    help="a folder of solutions named as the problems (DIR/level1/19_ReLU.py or"
+                         " DIR/19_ReLU.py); a problem without one is skipped (default: the reference's own"
+                         " forward wrapped as ModelNew, whose expected verdict is flagged)")
+    bk.add_argument("--jobs", type=options.positive, default=1, metavar="N",
+                    help="problems in flight at once through one evaluator, as a suite's (default 1)")
+    bk.add_argument("--out", metavar="DIR",
+                    help="write the table and JSON here, and each row to DIR/kernelbench.jsonl as it finishes;"
+                         " a rerun with the same DIR skips the problems that already have a verdict there")
+    bk.add_argument("--compare-with", metavar="FILE.jsonl",
+                    help="an earlier run's rows (its kernelbench.jsonl, or its --out folder): each status set"
+                         " beside this run's (the alone column); a differing one fails the bench")
+    bk.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bk.add_argument("--gpus", type=options.gpu_list, default=None, metavar="0,1,...",
+                    help="the GPUs to evaluate on (default: every visible GPU)")
+    bk.add_argument("--timeout", "--eval-timeout", dest="timeout", type=options.seconds, default=None,
+                    metavar="S", help="each problem's evaluation limit in seconds, as eval's --eval-timeout"
+                                      " (default: from the problem's size)")
+    bk.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
+    bk.add_argument("--json", action="store_true")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
     bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     bc.add_argument("--sources", type=options.positive, default=2, help="builds per configuration (default 2)")
@@ -275,6 +303,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench profile": bench_cmd.profile,
     "bench gpu-cost": bench_cmd.gpu_cost,
     "bench verdicts": bench_cmd.verdicts,
+    "bench kernelbench": bench_cmd.kernelbench,
     "bench dataset": dataset_cmd.bench,
 }
 

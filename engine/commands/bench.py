@@ -1,5 +1,5 @@
-"""`ktree bench pipeline|timing|compile|profile|gpu-cost|verdicts`: flags -> engine.bench.* -> a table or
-JSON; exit 1 when a measurement failed. (`ktree bench dataset` is the dataset command's.)"""
+"""`ktree bench pipeline|timing|compile|profile|gpu-cost|verdicts|kernelbench`: flags -> engine.bench.* ->
+a table or JSON; exit 1 when a measurement failed. (`ktree bench dataset` is the dataset command's.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from engine.commands._common import db_path, open_store, problem_specs, source_hash
-from engine.commands._output import emit, emit_json
+from engine.commands._output import emit, emit_json, say
 from engine.launch import (
     UsageError,
     check_local_flags,
@@ -258,4 +258,46 @@ def verdicts(args: argparse.Namespace) -> int:
         emit_json(result)
     else:
         emit(verdicts_table(result))
+    return 0 if result["summary"]["passed"] else 1
+
+
+def kernelbench(args: argparse.Namespace) -> int:
+    """Every selected problem of a KernelBench checkout evaluated with the wrapped reference (or a
+    folder's solutions): 0 when each that could be judged got a verdict other than crashed or
+    timeout, none is over the memory bound and none differs from --compare-with's."""
+    from pathlib import Path
+
+    from engine.bench.kernelbench import (
+        KernelBenchError,
+        find_problems,
+        kernelbench_bench,
+        kernelbench_table,
+        parse_levels,
+        parse_numbers,
+        read_rows,
+        write_outputs,
+    )
+
+    _cpu_timer(args)
+    solutions = Path(args.solutions) if args.solutions else None
+    if solutions is not None and not solutions.is_dir():
+        raise UsageError(f"--solutions {solutions}: no such folder")
+    try:
+        problems = find_problems(Path(args.path), parse_levels(args.levels), parse_numbers(args.problems))
+        alone = read_rows(args.compare_with) if args.compare_with else None
+    except KernelBenchError as exc:
+        raise UsageError(str(exc)) from None
+    backend, arch = resolve_backend(args.backend)
+    gpus = checked_gpus(backend, args.gpus)
+    out = Path(args.out) if args.out else None
+    result = asyncio.run(kernelbench_bench(problems, backend, arch, gpus=gpus, solutions=solutions,
+                                           jobs=args.jobs, out=out, timeout_s=args.timeout, alone=alone))
+    if out is not None:
+        write_outputs(out, result)
+        say(f"ktree: rows in {out / 'kernelbench.jsonl'}, the table in {out / 'kernelbench.md'}, the whole"
+            f" result in {out / 'kernelbench.json'}")
+    if args.json:
+        emit_json(result)
+    else:
+        emit(kernelbench_table(result))
     return 0 if result["summary"]["passed"] else 1

@@ -120,3 +120,16 @@ def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_eva
     # killed at 20 s; the honest one then runs (its worker was started while it waited): well
     # under the old 300 s even on a loaded 2-core host (~25 s idle)
     assert out["honest_s"] < 20 + 150, out["honest_s"]
+
+
+def test_a_large_problems_limit_grows_with_its_bytes_and_says_so():
+    """Drawing, answering and comparing gigabytes takes time of its own (issue 44 item 4)."""
+    from engine.evaluate.eval_limit import eval_limit, size_s
+
+    small = eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, nbytes=1e6)
+    large = eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, nbytes=12.9e9)
+    assert large.seconds == pytest.approx(small.seconds + size_s("cuda", 12.9e9), abs=0.2)
+    assert "for its 12.9 GB" in large.why and " GB" not in small.why
+    unknown = eval_limit("cuda", None, time_budget_s=1.0, trials=3, nbytes=12.9e9)
+    assert unknown.seconds > 300 and "12.9 GB" in unknown.why
+    assert eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, given_s=50, nbytes=12.9e9).seconds == 50

@@ -15,7 +15,11 @@ measured eager time, times a generous factor, within a floor and a cap.
   CUDA context, cuDNN/cuBLAS handles, the first calls' autotuning); a kernel language may set its
   own (engine.evaluate.languages: Triton's is 300 s, its JIT may run under the lock for up to
   240 s on a GPU, and its interpreter is slow on the cpu).
-- Never over CAP_S.
+- The problem's size on top of the floor (issue 44): drawing the trials' and the timed sets'
+  inputs, the answers, the streamed comparisons and fingerprints pass over its bytes (inputs and
+  outputs, `EvalJob.bytes`) about SIZE_PASSES times, at SIZE_RATE bytes per second (a GPU's
+  memory at a tenth of its speed, a cpu's at a few GB/s): a 13 GB ReLU gets 26 s more on a GPU.
+- Never over CAP_S (plus the size's share: a problem of gigabytes is not cut by the cap).
 - No reference time known yet (the first evaluation of a problem on a host): UNKNOWN_S, the old limit.
 
 `--eval-timeout SECONDS` (run, suite, eval) replaces it. The limit and where it came from are in
@@ -36,6 +40,8 @@ UNKNOWN_S = 300.0  # no reference time known yet
 FACTOR = 4.0
 SLOWER_X = 20.0  # a correct candidate this many times slower than the reference still finishes
 WARMUP_AND_LEAST_REPS = 3 + 5  # engine.evaluate.timing.WARMUP + MIN_REPS (timing imports torch)
+SIZE_PASSES = 200
+SIZE_RATE = {"cpu": 2e9, "cuda": 1e11}  # bytes per second a pass over the problem's memory takes at worst
 EXTRA_CALLS = 7 + 12  # the escaping-work check's calls, the sampled timed outputs' fp64 answers
 
 
@@ -65,19 +71,31 @@ def needed_s(ref_ms: float, time_budget_s: float, trials: int) -> float:
     return passes * per_pass + (trials + EXTRA_CALLS) * pair_s
 
 
+def size_s(backend: str, nbytes: float | None) -> float:
+    """The seconds a problem of `nbytes` (inputs and outputs) adds to the fixed work."""
+    return SIZE_PASSES * max(nbytes or 0.0, 0.0) / SIZE_RATE.get(backend, SIZE_RATE["cpu"])
+
+
 def eval_limit(backend: str, ref_ms: float | None, *, time_budget_s: float, trials: int,
-               floor_s: float | None = None, given_s: float | None = None) -> EvalLimit:
+               floor_s: float | None = None, given_s: float | None = None,
+               nbytes: float | None = None) -> EvalLimit:
     """The limit for one evaluation: `given_s` (the flag) when set, else from `ref_ms`, the
     reference's eager median (None: unknown). `floor_s`: the kernel language's own floor, where it
-    has one (engine.evaluate.languages: Triton's JIT and interpreter), else the backend's."""
+    has one (engine.evaluate.languages: Triton's JIT and interpreter), else the backend's; the
+    problem's size (`nbytes`, its inputs and outputs) adds to it."""
     if given_s:
         return EvalLimit(float(given_s), "flag", f"--eval-timeout {given_s:g}")
-    floor = floor_s or FLOOR_S.get(backend, 60.0)
+    size = round(size_s(backend, nbytes), 1)
+    said = f" + {size:g} s for its {nbytes / 1e9:.3g} GB" if nbytes and size >= 1 else ""
+    base = floor_s or FLOOR_S.get(backend, 60.0)
+    floor = base + (size if said else 0.0)
     if not ref_ms or ref_ms <= 0:
-        return EvalLimit(max(UNKNOWN_S, floor), "unknown",
-                         f"no reference time known yet: {max(UNKNOWN_S, floor):g} s; --eval-timeout sets it")
+        seconds = max(UNKNOWN_S, base) + (size if said else 0.0)
+        return EvalLimit(seconds, "unknown",
+                         f"no reference time known yet: {max(UNKNOWN_S, base):g} s{said}; --eval-timeout sets it")
     need = needed_s(ref_ms, time_budget_s, trials)
-    seconds = round(min(CAP_S, max(floor, FACTOR * need)), 1)
+    seconds = round(min(CAP_S + (size if said else 0.0), max(floor, FACTOR * need)), 1)
     return EvalLimit(seconds, "auto",
                      f"auto: {FACTOR:g}x the {need:.3g} s a correct candidate needs at the reference's"
-                     f" {ref_ms:.4g} ms, at least {floor:g} s, at most {CAP_S:g} s; --eval-timeout sets it")
+                     f" {ref_ms:.4g} ms, at least {base:g} s{said}, at most {CAP_S:g} s;"
+                     " --eval-timeout sets it")

@@ -310,6 +310,8 @@ class LocalEvaluator(ReferenceTimings):
                 if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
                     run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
                 limit = self._limit(run, device)
+                if " GB" in limit.why and limit.source != "flag":  # a large problem: its time said, not silent
+                    self._note(f"evaluating within {limit.seconds:g} s ({limit.why})")
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
@@ -363,7 +365,8 @@ class LocalEvaluator(ReferenceTimings):
         else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
-                          floor_s=for_source(job.solution_source).eval_floor_s, given_s=self.run_timeout_s)
+                          floor_s=for_source(job.solution_source).eval_floor_s, given_s=self.run_timeout_s,
+                          nbytes=job.bytes)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,
                      on_phase: PhaseCallback | None) -> Verdict:

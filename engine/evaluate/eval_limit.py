@@ -92,7 +92,8 @@ def eval_limit(backend: str, ref_ms: float | None, *, time_budget_s: float, tria
     if not ref_ms or ref_ms <= 0:
         seconds = max(UNKNOWN_S, base) + (size if said else 0.0)
         return EvalLimit(seconds, "unknown",
-                         f"no reference time known yet: {max(UNKNOWN_S, base):g} s{said}; --eval-timeout sets it")
+                         f"no reference time known yet: {max(UNKNOWN_S, base):g} s{said};"
+                         " --eval-timeout sets it")
     need = needed_s(ref_ms, time_budget_s, trials)
     seconds = round(min(CAP_S + (size if said else 0.0), max(floor, FACTOR * need)), 1)
     return EvalLimit(seconds, "auto",

@@ -98,34 +98,6 @@ def ctypes_source(name: str, *, init: str = "", forward: str = "", extra: str = 
                                forward=indent + forward if forward else indent + "pass")
 
 
-# The KernelBench form: pybind bindings made by load_inline (functions=[...]), built in __init__.
-PYBIND_INIT = f'''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-CPP = r"""
-torch::Tensor axpb(torch::Tensor x) {{
-    auto c = x.contiguous();
-    auto y = torch::empty_like(c);
-    const float* a = c.data_ptr<float>();
-    float* b = y.data_ptr<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) b[i] = a[i] * 2.0f + 1.0f;
-    return y;
-}}
-// {RUN}
-"""
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ext = load_inline(name="axpb_pybind_{RUN}", cpp_sources=CPP, functions=["axpb"])
-
-    def forward(self, x):
-        return self.ext.axpb(x)
-'''
-
 # `load` with source files the candidate writes itself, from __init__.
 LOAD_FILES = CTYPES_MODEL.replace("{init}", '''        folder = tempfile.mkdtemp()
         with open(os.path.join(folder, "axpb.cpp"), "w") as f:
@@ -139,7 +111,6 @@ UNREACHED = 'if x.device.type != "cpu":\n            raise ValueError("cpu tenso
             '        if self.lib is None:\n            self.lib = self._compile_kernel()'
 
 SOURCES = {
-    "init_pybind": PYBIND_INIT,
     "init_own_dir": ctypes_source("axpb_own_dir", init="self.lib = self._compile_kernel()",
                                   extra=', build_directory="./build"'),
     "load_files": LOAD_FILES,
@@ -180,7 +151,7 @@ def test_the_default_isolation_is_strict_here():
     assert sandbox.resolve("auto") == "strict"
 
 
-@pytest.mark.parametrize("case", ["init_pybind", "init_own_dir", "load_files", "forward_helper"])
+@pytest.mark.parametrize("case", ["init_own_dir", "load_files", "forward_helper"])
 def test_a_kernel_built_in_a_method_is_built_by_the_compile_pool_and_correct(
         verdicts: dict[str, Verdict], case: str):
     verdict = verdicts[case]
@@ -207,7 +178,7 @@ def test_a_compiler_error_in_a_method_is_a_compile_error_with_the_compiler_s_lin
 
 
 def test_which_sources_are_probed():
-    assert builds_in_functions(SOURCES["init_own_dir"]) and builds_in_functions(PYBIND_INIT)
+    assert builds_in_functions(SOURCES["init_own_dir"]) and builds_in_functions(SOURCES["forward_helper"])
     assert builds_in_functions("def f():\n    return load('x', ['a.cpp'])\n")
     assert not builds_in_functions("from torch.utils.cpp_extension import load_inline\n"
                                    "ext = load_inline(name='x', cpp_sources='')\n")
@@ -221,6 +192,20 @@ def test_the_first_error_line_of_a_build_log():
     assert fastbuild.first_error(nvcc) == '/b/x/cuda.cu(41): error: identifier "warp_id" is undefined'
     assert fastbuild.first_error("main.o: undefined reference to `f'\n") == "main.o: undefined reference to `f'"
     assert fastbuild.first_error("ninja: build stopped: subcommand failed.") is None
+
+
+def test_the_probe_keeps_what_a_candidate_puts_on_the_gpu_on_the_meta_device():
+    """The compile pool hides the GPUs: the probe's `.cuda()`, `.to("cuda")`, `device="cuda"` stay
+    on the meta device, so a build after such a line in __init__ is reached."""
+    import torch
+
+    from engine.evaluate.child.build_probe import _cuda_on_meta
+
+    with torch.device("meta"), _cuda_on_meta():
+        made = [torch.randn(3, device="cuda"), torch.ones(2).cuda(), torch.zeros(2).to("cuda:0", torch.float16),
+                torch.nn.Linear(4, 4).cuda().to("cuda").weight, torch.zeros(2).to(torch.float64)]
+    assert [t.device.type for t in made] == ["meta"] * 5
+    assert (made[2].dtype, made[4].dtype) == (torch.float16, torch.float64)
 
 
 CUDA_INIT = f'''
@@ -246,6 +231,7 @@ extern "C" int launch(const float* x, float* y, long long n, cudaStream_t stream
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        self.register_buffer("one", torch.ones(1).cuda())  # on the GPU before the build (the probe's meta)
         path = load_inline(name="axpb_cuda_init", cpp_sources="", cuda_sources=CUDA, is_python_module=False,
                            no_implicit_headers=True, extra_cuda_cflags=["-O3"], {{build_directory}})
         self.lib = ctypes.CDLL(path)

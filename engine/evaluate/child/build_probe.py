@@ -127,7 +127,7 @@ def _run(job: EvalJob, module: Any, fd: int) -> None:
     stopped = "no new build"
     for _ in range(ROUNDS):
         try:
-            with torch.device("meta"), torch.no_grad():
+            with torch.device("meta"), _cuda_on_meta(), torch.no_grad():
                 torch.manual_seed(job.seed)
                 new = module.ModelNew(*problem.get_init_inputs())
                 new(*problem.get_inputs())
@@ -143,3 +143,27 @@ def _run(job: EvalJob, module: Any, fd: int) -> None:
             stopped = f"{type(exc).__name__}: {str(exc)[:200]}"
         break
     say(stopped=stopped)
+
+
+def _cuda_on_meta() -> Any:
+    """A torch function mode for the probe (a forked process, thrown away after): what the
+    candidate puts on the GPU (`.cuda()`, `.to("cuda")`, `device="cuda"`) stays on the meta
+    device, so a build that comes after such a line in __init__ is still reached."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def on_gpu(device: Any) -> bool:
+        return isinstance(device, str | torch.device) and str(device).startswith("cuda")
+
+    class CudaOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if on_gpu(kwargs.get("device")):
+                kwargs["device"] = "meta"
+            if func is torch.Tensor.to:
+                args = tuple("meta" if i and on_gpu(a) else a for i, a in enumerate(args))
+            return func(*args, **kwargs)
+
+    return CudaOnMeta()

@@ -179,7 +179,11 @@ def test_a_compiler_error_in_a_method_is_a_compile_error_with_the_compiler_s_lin
 
 def test_which_sources_are_probed():
     assert builds_in_functions(SOURCES["init_own_dir"]) and builds_in_functions(SOURCES["forward_helper"])
-    assert builds_in_functions("def f():\n    return load('x', ['a.cpp'])\n")
+    assert builds_in_functions("from torch.utils.cpp_extension import load\n"
+                               "def f():\n    return load('x', ['a.cpp'])\n")
+    assert builds_in_functions("import torch.utils.cpp_extension as ce\nf = lambda: ce.load('x', ['a.cpp'])\n")
+    assert not builds_in_functions("import json\n"
+                                   "def f(p):\n    return json.load(p), torch.load(p), tl.load(p)\n")
     assert not builds_in_functions("from torch.utils.cpp_extension import load_inline\n"
                                    "ext = load_inline(name='x', cpp_sources='')\n")
     assert not builds_in_functions("class ModelNew(:\n")

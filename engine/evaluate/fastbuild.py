@@ -28,6 +28,12 @@ header (cuda.cu 1.2 s, main.cpp 9 s on the H100 box).
 
 The compile child and the GPU worker install the same levers, so a module built by one is up to
 date for the other and only loads there.
+
+`load` is wrapped too, and both decide where a build goes (`_placed`), wherever the candidate calls
+them (at import, in `__init__`, in a helper, in `forward`: engine.evaluate.child.build_probe makes the
+compile pool reach the calls outside the import) and whatever `build_directory` it names: the
+source's build dir in the cache; in an evaluation, which may not write the cache, the module built
+there, or where there is none, a scratch dir of that evaluation's own (`scratch_dir`).
 """
 
 from __future__ import annotations

@@ -38,20 +38,37 @@ _LOADERS = {"load_inline", "load"}
 
 
 def builds_in_functions(source: str) -> bool:
-    """Whether the source calls load_inline or load (by name or as an attribute) inside a function
-    or method body: a build the module's import may not reach."""
+    """Whether the source calls torch's load_inline or load (cpp_extension's: by name, through an
+    alias, or as `cpp_extension.load`) inside a function or method body: a build the module's
+    import may not reach."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return False
+    names, modules = {"load_inline"}, {"cpp_extension"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("cpp_extension"):
+            names.update(a.asname or a.name for a in node.names if a.name in _LOADERS)
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch.utils":
+            modules.update(a.asname or a.name for a in node.names if a.name == "cpp_extension")
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.asname and a.name.endswith("cpp_extension"))
+
+    def loader(func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id in names
+        if isinstance(func, ast.Attribute):
+            if func.attr == "load_inline":
+                return True
+            owner = func.value
+            return func.attr == "load" and (owner.attr if isinstance(owner, ast.Attribute)
+                                            else getattr(owner, "id", "")) in modules
+        return False
+
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Call):
-                    func = inner.func
-                    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                    if called in _LOADERS:
-                        return True
+            if any(isinstance(inner, ast.Call) and loader(inner.func) for inner in ast.walk(node)):
+                return True
     return False
 
 

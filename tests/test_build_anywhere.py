@@ -110,6 +110,12 @@ LOAD_FILES = CTYPES_MODEL.replace("{init}", '''        folder = tempfile.mkdtemp
 UNREACHED = 'if x.device.type != "cpu":\n            raise ValueError("cpu tensors only")\n' \
             '        if self.lib is None:\n            self.lib = self._compile_kernel()'
 
+# A failed build the candidate catches (its own fallback to torch): no compile_error, and the
+# evaluation does not build it again (the compile pool's failure is kept beside its build dir).
+CAUGHT = 'try:\n            self.lib = self._compile_kernel()\n' \
+         '        except Exception:\n            self.lib = None'
+FALLBACK = 'if self.lib is None:\n            return x * 2.0 + 1.0'
+
 SOURCES = {
     "init_own_dir": ctypes_source("axpb_own_dir", init="self.lib = self._compile_kernel()",
                                   extra=', build_directory="./build"'),
@@ -121,6 +127,7 @@ SOURCES = {
     "init_compile_error": ctypes_source("axpb_broken", init="self.lib = self._compile_kernel()",
                                         kernel=BROKEN),
     "forward_compile_error": ctypes_source("axpb_broken_fwd", forward=UNREACHED, kernel=BROKEN),
+    "init_caught_error": ctypes_source("axpb_caught", init=CAUGHT, forward=FALLBACK, kernel=BROKEN),
 }
 
 
@@ -175,6 +182,12 @@ def test_a_compiler_error_in_a_method_is_a_compile_error_with_the_compiler_s_lin
     assert verdict.status == "compile_error", verdict.log
     first = verdict.log.splitlines()[0]
     assert "main.cpp:" in first and "error: expected" in first, verdict.log[:2000]
+
+
+def test_a_failed_build_the_candidate_catches_is_its_own_business(verdicts: dict[str, Verdict]):
+    verdict = verdicts["init_caught_error"]
+    assert verdict.status == "flagged", verdict.log  # its fallback: all of the reference's work in torch
+    assert "Read-only file system" not in verdict.log
 
 
 def test_which_sources_are_probed():

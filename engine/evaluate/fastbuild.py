@@ -478,6 +478,7 @@ def _placed(call: dict[str, Any], cache_dir: str, build: Any, contents: list[str
             return found
         earlier = _read_json(os.path.join(ext_dir, _FAILED_RECORD.format(key[:24])))
         if earlier is not None and earlier.get("levers") == list(levers_from_env()):
+            FAILED_BUILDS.append(str(earlier["log"]))
             raise RuntimeError(f"Error building extension '{name}' (in ktree's compile pool):\n"
                                f"{earlier['log']}")
         ext_dir = scratch_dir()

@@ -117,6 +117,7 @@ CAUGHT = 'try:\n            self.lib = self._compile_kernel()\n' \
 FALLBACK = 'if self.lib is None:\n            return x * 2.0 + 1.0'
 
 SOURCES = {
+    "init_plain": ctypes_source("axpb_init", init="self.lib = self._compile_kernel()"),
     "init_own_dir": ctypes_source("axpb_own_dir", init="self.lib = self._compile_kernel()",
                                   extra=', build_directory="./build"'),
     "load_files": LOAD_FILES,
@@ -158,13 +159,13 @@ def test_the_default_isolation_is_strict_here():
     assert sandbox.resolve("auto") == "strict"
 
 
-@pytest.mark.parametrize("case", ["init_own_dir", "load_files", "forward_helper"])
+@pytest.mark.parametrize("case", ["init_plain", "init_own_dir", "load_files", "forward_helper"])
 def test_a_kernel_built_in_a_method_is_built_by_the_compile_pool_and_correct(
         verdicts: dict[str, Verdict], case: str):
     verdict = verdicts[case]
     assert verdict.status == "correct", verdict.log
     assert "Read-only file system" not in verdict.log
-    name = {"init_pybind": "axpb_pybind", "init_own_dir": "axpb_own_dir", "load_files": "axpb_files",
+    name = {"init_plain": "axpb_init", "init_own_dir": "axpb_own_dir", "load_files": "axpb_files",
             "forward_helper": "axpb_fwd"}[case]
     assert built_in_cache(name), f"{name} was not built into ktree's build cache"
 

@@ -28,6 +28,12 @@ header (cuda.cu 1.2 s, main.cpp 9 s on the H100 box).
 
 The compile child and the GPU worker install the same levers, so a module built by one is up to
 date for the other and only loads there.
+
+`load` is wrapped too, and both decide where a build goes (`_placed`), wherever the candidate calls
+them (at import, in `__init__`, in a helper, in `forward`: engine.evaluate.child.build_probe makes the
+compile pool reach the calls outside the import) and whatever `build_directory` it names: the
+source's build dir in the cache; in an evaluation, which may not write the cache, the module built
+there, or where there is none, a scratch dir of that evaluation's own (`scratch_dir`).
 """
 
 from __future__ import annotations
@@ -139,7 +145,17 @@ def ensure_pch(cache_dir: str, extra_cflags: list[str], extra_include_paths: lis
         return str(root)
     if failed.exists():
         return None
-    with _locked(Path(cache_dir) / "pch" / f"{key}.lock"):
+    try:
+        return _build_pch(cmd, Path(cache_dir) / "pch" / f"{key}.lock", root)
+    except OSError:  # a cache this process may not write (an evaluation's scratch build): none
+        return None
+
+
+def _build_pch(cmd: list[str], lock: Path, root: Path) -> str | None:
+    gch = root / "torch" / "extension.h.gch"
+    failed = root / "failed.txt"
+    forward = root / "torch" / "extension.h"
+    with _locked(lock):
         gch.parent.mkdir(parents=True, exist_ok=True)
         if not forward.exists():
             # GCC wants the header beside its .gch; where the .gch does not fit a build's
@@ -326,10 +342,13 @@ def extension_identifiers(cache_dir: str, extra_cflags: list[str],
         if proc.returncode != 0:
             return None
         names = sorted(set(re.findall(r"[A-Za-z_]\w*", proc.stdout)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text("\n".join(names))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text("\n".join(names))
+            os.replace(tmp, path)
+        except OSError:  # a cache this process may not write: the names all the same
+            return set(names)
     return set(path.read_text().split())
 
 
@@ -355,8 +374,155 @@ def is_build_error(exc: BaseException) -> bool:
     return False
 
 
+def first_error(text: str) -> str | None:
+    """The compiler's (or linker's) first error line in a build's output: `file.cu(41): error: ...`,
+    `main.cpp:5:3: error: ...`, `undefined reference to ...`; None where there is none."""
+    found = [m for m in (_NVCC_ERROR.search(text), _GCC_ERROR.search(text),
+                         re.search(r"^.*(?:\berror: |undefined reference to).*$", text, re.M)) if m]
+    if not found:
+        return None
+    first = min(found, key=lambda m: m.start())
+    start = text.rfind("\n", 0, first.start()) + 1
+    end = text.find("\n", first.start())
+    return text[start:end if end >= 0 else len(text)].strip()[:500] or None
+
+
+def with_first_error(exc: BaseException, log: str) -> str:
+    """A failed build's log with the compiler's first error line put on top (the traceback keeps
+    only the tail of a long compiler output)."""
+    line = first_error(_chain_text(exc))
+    return f"{line}\n{log}" if line and not log.startswith(line) else log
+
+
+class ProbeBuilt(BaseException):  # noqa: N818  (a signal to the probe, not an error)
+    """Raised by the wrapped load_inline / load in the compile pool's probe of ModelNew
+    (engine.evaluate.child.build_probe) once a call it had not seen has built: the probe's call of
+    __init__ or forward stops there, before any kernel runs on its meta tensors, and starts again.
+    A BaseException: a candidate's `except Exception` does not swallow it."""
+
+
+# A build that the compile pool did not make, in an evaluation (which sees every build dir
+# read-only): built into a scratch dir of this evaluation, made on first use and removed after it
+# (`drop_scratch`); no other variant's evaluation reads it.
+SCRATCH: dict[str, str | None] = {"dir": None}
+# The compile pool's probe (engine.evaluate.child.build_probe): "on" while it runs; "done": the
+# call keys it has built; "notify": told "build" and "built" around each build (a build is never
+# an idle probe).
+PROBE: dict[str, Any] = {"on": False, "done": set(), "notify": None}
+# The compiler output of each build that failed in this process since the last clear.
+FAILED_BUILDS: list[str] = []
+_FAILED_RECORD = "ktree-failed-{}.json"  # beside a build the compile pool could not make, by call key
+
+
+def scratch_dir() -> str:
+    """This evaluation's own writable build dir (under the process's temp dir: the sandbox's
+    working dir), made on first use."""
+    path = SCRATCH["dir"]
+    if path is None or not os.path.isdir(path):
+        path = SCRATCH["dir"] = tempfile.mkdtemp(prefix="ktree-scratch-")
+    return path
+
+
+def drop_scratch() -> None:
+    """Remove this evaluation's scratch builds (the worker, between two evaluations)."""
+    import shutil
+
+    path, SCRATCH["dir"] = SCRATCH["dir"], None
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _call_key(call: dict[str, Any], contents: list[str]) -> str:
+    return hashlib.sha256(json.dumps([str(call.get(k)) for k in sorted(call)] + contents).encode()).hexdigest()
+
+
+def _versioned(name: str, key: str) -> str:
+    """The module name of this call: `name` for the first distinct call of that name in this
+    process, then name_v1, name_v2, ... (each distinct call keeps its number, in the compile pool
+    and in the evaluation alike, however often and in whatever order it is repeated)."""
+    seen = PREBUILT["seen"].setdefault(name, [])
+    if key not in seen:
+        seen.append(key)
+    version = seen.index(key)
+    return name if version == 0 else f"{name}_v{version}"
+
+
+def _sources_text(sources: Any) -> list[str]:
+    """What `load`'s source files hold (a path that cannot be read: the path itself)."""
+    out = []
+    for path in _as_list(sources):
+        try:
+            out.append(Path(path).read_text(errors="replace"))
+        except OSError:
+            out.append(str(path))
+    return out
+
+
+def _placed(call: dict[str, Any], cache_dir: str, build: Any, contents: list[str],
+            unkeyed: tuple[str, ...] = ()) -> Any:
+    """One load_inline / load call, wherever the candidate makes it (at import, in __init__, in a
+    helper, in forward) and whatever `build_directory` it names: built into the source's build dir
+    (TORCH_EXTENSIONS_DIR: the compile pool writes it), or in an evaluation imported from there,
+    or where the compile pool did not build it, built into this evaluation's scratch dir.
+    `build(call, ext_dir)` builds with the levers. The call's own build_directory is not used: the
+    compile pool's would be gone (its working dir) and the evaluation may not write the cache."""
+    call["build_directory"] = None
+    name = call["name"]
+    ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR") or cache_dir
+    _retarget(call)
+    key = _call_key({k: v for k, v in call.items() if k not in unkeyed}, contents)
+    full = _versioned(name, key)
+    if PREBUILT["on"]:
+        found = _prebuilt(ext_dir, name, full, call.get("is_python_module", True))
+        if found is not None:
+            return found
+        earlier = _read_json(os.path.join(ext_dir, _FAILED_RECORD.format(key[:24])))
+        if earlier is not None and earlier.get("levers") == list(levers_from_env()):
+            FAILED_BUILDS.append(str(earlier["log"]))
+            raise RuntimeError(f"Error building extension '{name}' (in ktree's compile pool):\n"
+                               f"{earlier['log']}")
+        ext_dir = scratch_dir()
+        print(f"ktree: building extension {name!r} in this evaluation's scratch dir (the compile pool"
+              " did not build it: its call was not reached there)", file=sys.stderr)
+    directory = os.path.join(ext_dir, name)
+    os.makedirs(directory, exist_ok=True)
+    notify = PROBE["notify"] if PROBE["on"] else None
+    if notify:
+        notify("build")
+    try:
+        result = build({**call, "name": full, "build_directory": directory}, ext_dir)
+    except Exception as exc:
+        if is_build_error(exc):
+            text = _chain_text(exc)
+            FAILED_BUILDS.append(text)
+            if not PREBUILT["on"] and has_diagnostic(exc):  # the same call fails the same way
+                _write_record(Path(ext_dir) / _FAILED_RECORD.format(key[:24]),
+                              {"levers": list(levers_from_env()), "log": log_text(text)})
+        raise
+    finally:
+        if notify:
+            notify("built")
+    if PROBE["on"] and key not in PROBE["done"]:
+        PROBE["done"].add(key)
+        raise ProbeBuilt(full)
+    return result
+
+
+def log_text(text: str, limit: int = 8000) -> str:
+    return text if len(text) <= limit else text[:limit // 4] + "\n...\n" + text[-(limit * 3 // 4):]
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
-    """Replace torch.utils.cpp_extension.load_inline in this process by the lever wrapper."""
+    """Replace torch.utils.cpp_extension.load_inline (the levers, and where it builds: `_placed`)
+    and load (where it builds) in this process."""
     import torch.utils.cpp_extension as ce
 
     levers = levers_from_env() if levers is None else levers
@@ -368,24 +534,12 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
     # (possibly read-only, possibly used by another process): ours live in the build cache.
     ce.remove_extension_h_precompiler_headers = lambda: None
 
-    def load_inline(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        call = dict(bound.arguments)
-        extra = call.pop("kwargs", None) or {}
-        call.update(extra)
-        name = call["name"]
-        record_dir = call.get("build_directory") or os.environ.get("TORCH_EXTENSIONS_DIR") or cache_dir
+    def with_levers(call: dict[str, Any], record_dir: str) -> Any:
+        name = call["name"]  # the versioned name (name, name_v1, ...)
         record = Path(record_dir) / f"ktree-levers-{name}.json"
-        used: dict[str, Any] = json.loads(record.read_text()) if record.exists() else {}
+        used: dict[str, Any] = _read_json(str(record)) or {}
         cpp = _as_list(call["cpp_sources"])
         cuda = _as_list(call.get("cuda_sources"))
-        if cuda:
-            _retarget(call)
-        prebuilt = _prebuilt(call, record_dir, name) if PREBUILT["on"] else None
-        if prebuilt is not None:
-            return prebuilt
-
         if "pch" in levers and not call.get("use_pch") and (
             not call.get("no_implicit_headers") or _starts_with_extension_header(cpp)
         ):
@@ -428,28 +582,62 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
         _write_record(record, used)
         return original(**call)
 
+    def load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = dict(bound.arguments)
+        call.update(call.pop("kwargs", None) or {})
+        return _placed(call, cache_dir, with_levers, [])
+
     load_inline._ktree_levers = levers  # type: ignore[attr-defined]
     ce.load_inline = load_inline
+    _install_load(ce, cache_dir)
 
 
-def _prebuilt(call: dict[str, Any], extensions_dir: str, name: str) -> Any:
+def _install_load(ce: Any, cache_dir: str) -> None:
+    """`load` (source files) placed as load_inline is, without the levers; its call key holds the
+    files' text, so an evaluation finds what the compile pool built from the same text."""
+    original = getattr(ce.load, "_ktree_original", ce.load)
+    signature = inspect.signature(original)
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = dict(bound.arguments)
+        call.update(call.pop("kwargs", None) or {})
+        # Keyed by the files' text, not their paths (a temp dir's name differs from run to run).
+        return _placed(call, cache_dir, lambda placed, _dir: original(**placed),
+                       _sources_text(call.get("sources")), unkeyed=("sources",))
+
+    load._ktree_original = original  # type: ignore[attr-defined]
+    ce.load = load
+
+
+def _prebuilt(extensions_dir: str, name: str, full: str, is_python_module: bool) -> Any:
     """The module the compile pool built for this call, imported without building; None where
-    there is none (then the usual load builds it, where the build dir may be written)."""
+    there is none."""
     import torch.utils.cpp_extension as ce
 
-    key = hashlib.sha256(json.dumps([str(call.get(k)) for k in sorted(call)]).encode()).hexdigest()
-    seen = PREBUILT["seen"].setdefault(name, [])
-    if key not in seen:
-        seen.append(key)
-    version = seen.index(key)
-    full = name if version == 0 else f"{name}_v{version}"
-    directory = call.get("build_directory") or os.path.join(extensions_dir, name)
+    directory = os.path.join(extensions_dir, name)
     if not os.path.exists(os.path.join(directory, f"{full}.so")):
         return None
-    return ce._import_module_from_library(full, directory, call.get("is_python_module", True))
+    return ce._import_module_from_library(full, directory, is_python_module)
 
 
 def _write_record(path: Path, used: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(used))
+
+
+def as_compile_error(verdict: Any) -> Any:
+    """An evaluation's verdict where a build failed in it (a load_inline in forward, say, built in
+    the evaluation's scratch dir): `compile_error`, the compiler's first error line on top of its
+    log, instead of the runtime_error of the exception that ended it."""
+    import dataclasses
+
+    if verdict.status != "runtime_error" or not FAILED_BUILDS:
+        return verdict
+    line = first_error(FAILED_BUILDS[0])
+    log = verdict.log if not line or verdict.log.startswith(line) else f"{line}\n{verdict.log}"
+    return dataclasses.replace(verdict, status="compile_error", log=log)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import clocks, expected_cache, integrity_checks, settings
+from engine.evaluate import clocks, expected_cache, fastbuild, integrity_checks, settings
 from engine.evaluate.child.check import (
     DEGENERATE_NOTE,
     caller,
@@ -87,8 +87,9 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     device = "cuda" if job.backend == "cuda" else "cpu"
     peaks = memory.Peaks(device) if device != "cuda" or _cuda_ready() else None
     _PLAN.clear()
+    fastbuild.FAILED_BUILDS.clear()
     try:
-        verdict = _evaluate(job, on_phase)
+        verdict = fastbuild.as_compile_error(_evaluate(job, on_phase))
     except Exception as exc:
         if not expected_cache.is_oom(exc):
             raise
@@ -97,6 +98,8 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         said = str(exc) if ours else "ktree out of memory while checking"
         verdict = Verdict(status="runtime_error", backend=job.backend, sizes=dict(job.sizes),
                           log=f"{said}\n{format_exc(exc)}")
+    finally:
+        fastbuild.drop_scratch()  # what this evaluation built for itself (fastbuild.scratch_dir)
     record = dict(_PLAN.get("record") or {})
     if peaks is not None:
         record.update(peaks.record())

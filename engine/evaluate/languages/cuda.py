@@ -8,8 +8,10 @@ Runs in the child's process; torch and the standard library only.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
+from engine.evaluate.child import build_probe
 from engine.evaluate.child.common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages.base import Language
@@ -34,9 +36,12 @@ class CudaCpp(Language):
 
         os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
         fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker
-        # An evaluation loads what the compile pool built (it may not write the build dirs).
+        # An evaluation loads what the compile pool built (it may not write the build dirs);
+        # what the pool did not build, it builds in a scratch dir of its own (fastbuild._placed).
         fastbuild.PREBUILT["on"] = job.mode == "evaluate"
         fastbuild.PREBUILT["seen"] = {}
+        fastbuild.PROBE["on"] = False
+        fastbuild.drop_scratch()
         failed = os.path.join(build_dir, "ktree-compile-error.json")
         levers = list(fastbuild.levers_from_env())
         fastbuild.RETARGETED.clear()
@@ -52,15 +57,27 @@ class CudaCpp(Language):
                     if fastbuild.is_build_error(exc) and fastbuild.has_diagnostic(exc):
                         # The compiler said why: the same source fails the same way next time.
                         # (A build that failed without a diagnostic, killed say, is tried again.)
-                        write_json(failed, {"levers": levers, "log": format_exc(exc)})
+                        write_json(failed, {"levers": levers,
+                                            "log": fastbuild.with_first_error(exc, format_exc(exc))})
                     raise
+                if job.mode == "compile" and build_probe.builds_in_functions(job.solution_source) \
+                        and isinstance(getattr(module, "ModelNew", None), type):
+                    # Builds in __init__, a helper or forward: made here too (child.build_probe).
+                    report = build_probe.probe(job, module)
+                    print(f"ktree: build probe: built {report['built'] or 'nothing new'};"
+                          f" stopped: {report['stopped']}", file=sys.stderr)
+                    if report["error"]:
+                        write_json(failed, {"levers": levers, "log": report["error"]})
+                        raise EvalFailure("compile_error", report["error"])
         except EvalFailure:
             raise
         except SyntaxError as exc:
             raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
         except Exception as exc:
-            status = "compile_error" if fastbuild.is_build_error(exc) else "runtime_error"
-            raise EvalFailure(status, cuda_on_cpu_note(job, exc) + format_exc(exc)) from exc
+            if fastbuild.is_build_error(exc):
+                raise EvalFailure("compile_error", cuda_on_cpu_note(job, exc)
+                                  + fastbuild.with_first_error(exc, format_exc(exc))) from exc
+            raise EvalFailure("runtime_error", cuda_on_cpu_note(job, exc) + format_exc(exc)) from exc
         if not isinstance(getattr(module, "ModelNew", None), type):
             raise EvalFailure("runtime_error", "the solution defines no class ModelNew")
         return module

@@ -318,11 +318,12 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
             base = _allocated(device)
             drawn = list(draw())
             clones = [_clone(t) for t in drawn]
-            _reset_peak(device)
+            memory.mark("draw", device)  # (the reference's own peak is read from here)
             native = [t.detach() for t in flatten(ref(*clones))]
             # The reference's own peak on these inputs: its inputs, outputs and working set (the
             # clone it ran on stands for the inputs; the drawn originals are ktree's).
-            reference_peak = max(0, _peak(device) - base - memory.tensor_bytes(drawn)) + weights(ref)
+            reference_peak = max(0, memory.mark("reference", device) - base - memory.tensor_bytes(drawn)) \
+                + weights(ref)
             del clones
             dtypes = [t.dtype for t in native]
             out_bytes = [t.numel() * t.element_size() for t in native]
@@ -416,27 +417,6 @@ def _allocated(device: str) -> int:
     if device != "cpu":
         return int(torch.cuda.memory_allocated())
     return memory.host_rss()
-
-
-def _reset_peak(device: str) -> None:
-    import torch
-
-    from engine.evaluate import memory
-
-    if device != "cpu":
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        memory.reset_host_peak()
-
-
-def _peak(device: str) -> int:
-    import torch
-
-    from engine.evaluate import memory
-
-    if device != "cpu":
-        return int(torch.cuda.max_memory_allocated())
-    return memory.Peaks.host_peak_now()
 
 
 def _gpu_free(device: str) -> int | None:

@@ -310,12 +310,51 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+# Per phase of the evaluation under way, the peak (bytes) it reached (`mark`), and the highest so far.
+PHASES: dict[str, int] = {}
+_HIGHEST: dict[str, int] = {"gpu": 0, "host": 0}
+
+
+def _now_peak(device: str) -> int:
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    return _status_kib("VmHWM") or 0
+
+
+def _reset(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Peaks._reset_host()
+
+
+def mark(name: str, device: str) -> int:
+    """The peak since the last mark, recorded as phase `name` (the GPU allocator's on cuda, the
+    resident set's on the cpu), folded into the evaluation's highest, and the peak reset."""
+    try:
+        peak = _now_peak(device)
+    except Exception:
+        return 0
+    PHASES[name] = max(PHASES.get(name, 0), peak)
+    key = "gpu" if device == "cuda" else "host"
+    _HIGHEST[key] = max(_HIGHEST[key], peak)
+    _reset(device)
+    return peak
+
+
 class Peaks:
     """What one evaluation held at most: the GPU's allocator peak (bytes allocated by tensors, the
-    process's own) and the host's resident peak (VmHWM, reset where the kernel allows)."""
+    process's own) and the host's resident peak (VmHWM, reset where the kernel allows), and the
+    peak of each phase marked (`mark`)."""
 
     def __init__(self, device: str):
         self.device = device
+        PHASES.clear()
+        _HIGHEST.update(gpu=0, host=0)
         self.host_reset = self._reset_host()
         self.host_start = _status_kib("VmRSS") or 0
         self.gpu_start = 0
@@ -339,10 +378,11 @@ class Peaks:
             return None
         import torch
 
-        return int(torch.cuda.max_memory_allocated())
+        return max(int(torch.cuda.max_memory_allocated()), _HIGHEST["gpu"])
 
     def host_peak(self) -> int | None:
-        return _status_kib("VmHWM")
+        now = _status_kib("VmHWM")
+        return None if now is None else max(now, _HIGHEST["host"])
 
     @staticmethod
     def host_peak_now() -> int:
@@ -350,7 +390,8 @@ class Peaks:
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_gpu_bytes": self.gpu_peak(), "gpu_start_bytes": self.gpu_start or None,
-                               "host_peak_bytes": self.host_peak(), "host_start_bytes": self.host_start or None}
+                               "host_peak_bytes": self.host_peak(), "host_start_bytes": self.host_start or None,
+                               "phase_peaks": dict(PHASES) or None}
         if not self.host_reset:
             out["host_peak_note"] = "the process's resident peak since it started (VmHWM could not be reset)"
         return {k: v for k, v in out.items() if v is not None}

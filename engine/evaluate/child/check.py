@@ -198,8 +198,10 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                 first_out = memory.Kept(watch.outputs)
             else:
                 watch.same_out = watch.same_out and first_out is not None and first_out.same(watch.outputs)
+            memory.mark("check-trial", device)
             try:  # (trial 0: one more call, on a copy of its inputs, watched for torch compute ops)
                 found.add(integrity_checks.run("passed", watch))
+                memory.mark("check-passed", device)
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial + 1, log=format_exc(exc), **base)
             watch.outputs = []

@@ -140,10 +140,14 @@ def too_large(problem: Any, ref: Any, device: str) -> str | None:
 def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
-    from engine.evaluate import gpuload, integrity, noise, tamper, timing  # noqa: F401  (before the candidate's code)
+    from engine.evaluate import gpuload, integrity, memory, noise, tamper, timing  # noqa: F401  (before the candidate's code)
 
     started = clocks.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
+
+    def mark(name: str) -> None:  # each phase's peak, in the verdict's memory record
+        memory.mark(name, device)
+
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
     num_threads = timing.fix_threads()
@@ -177,18 +181,22 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         _PLAN["record"] = checks.plan.record()
     if checks.answers != "fp64":
         ref64 = None  # answers in the reference's precision (the plan's): no fp64 copy is kept
+    mark("answers")
     checks_cached = checks.uses > 0
     try:
         ref_ops = reference_ops(checks, ref, device)
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
+    mark("reference-ops")
     varies = reference_varies(checks, device, job.atol, job.rtol)
+    mark("reference-varies")
     notes: list[str] = [] if varies["beyond_tolerance"] else [DEGENERATE_NOTE]
     try:  # the timed input sets, the reference's clean time, the speed of light: before the candidate
         pre = before_candidate(job, problem, ref, checks, device, cast)
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     clock.lap("reference")
+    mark("timed-sets")
     t0 = clocks.perf_counter()
     try:
         solution = load_solution(job)
@@ -224,7 +232,9 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     watch.ref_ops, watch.varies, watch.expected, watch.sol = ref_ops, varies, checks, pre.sol
     phase = on_phase or (lambda name: None)
     phase("checking")
+    mark("load")
     checked = check_trials(job, checks, watch, base)
+    mark("check")
     if isinstance(checked, Verdict):
         return checked
     errs, flags = checked.errs, checked.flags
@@ -237,6 +247,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     flags += found.flags
     notes += found.notes
     clock.lap("check")
+    mark("check-integrity")
     timing.fix_threads()
     with torch.no_grad():
         # The timed inputs rotate over sets drawn from secret seeds before the candidate was
@@ -250,6 +261,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         except Exception as exc:
             return Verdict(status="runtime_error", trials=job.trials, log=format_exc(exc), **errs, **base)
         clock.lap("time")
+    mark("recheck")
     found = integrity_checks.run("after", watch)
     flags += found.flags
     notes += found.notes

@@ -269,7 +269,7 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.W
     (the settled passes, their flags, a record for the verdict's timing). Raises what the candidate raises."""
     import dataclasses
 
-    from engine.evaluate import gpuload, noise, timing
+    from engine.evaluate import gpuload, memory, noise, timing
 
     record: dict[str, Any] = {}
     device, call_new = watch.device, watch.call_new
@@ -283,7 +283,9 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.W
         budget_s=job.time_budget_s, max_reps=job.max_reps, probe=probe, feed=rotation))
     stats = watch.stats = settled.kept.stats
     watch.rotation = rotation
+    memory.mark("timing", device)
     flags = integrity_checks.run("timed", watch).flags
+    memory.mark("timed-checks", device)
     t0 = clocks.perf_counter()
     ok, reason, sample_flags, checked = check_samples(rotation, ref, ref64, device, job.atol, job.rtol, dtypes,
                                                       watch.expected.answers if watch.expected else "fp64")

@@ -237,3 +237,28 @@ def test_docs_describe_the_memory_plan():
     text = (Path(__file__).resolve().parents[1] / "docs" / "memory.md").read_text()
     for word in ("bound", "native", "fp64", "KTREE_CHECK_ANSWERS", "window", "fingerprint"):
         assert word in text, word
+
+
+def test_a_storage_fingerprint_in_pieces_equals_the_whole_ones_sums(monkeypatch):
+    """The torch-ops recorder's storage fingerprint sums in pieces (an int64 sum of a uint8 view made
+    an 8x copy: 48 GiB for a 6 GiB output on the H200); the sums are the whole storage's."""
+    from engine.evaluate import integrity
+
+    monkeypatch.setattr(integrity, "STORAGE_PIECE", 6 * 7)
+    t = torch.randint(0, 255, (1000,), dtype=torch.uint8)
+    whole = torch.stack([t.sum(dtype=torch.int64), t[::2].sum(dtype=torch.int64),
+                         t[1::3].sum(dtype=torch.int64)])
+    assert torch.equal(integrity._fingerprint(t), whole)
+    moved = t.clone()
+    moved[0], moved[1] = t[1], t[0]
+    assert torch.equal(integrity._fingerprint(moved), integrity._fingerprint(t)) == bool(t[0] == t[1])
+
+
+def test_a_worker_is_reused_after_a_torch_fallback_but_not_after_tampering():
+    from engine.evaluate.worker import reusable
+
+    assert reusable({"status": "correct"}) and reusable({"status": "incorrect"})
+    assert reusable({"status": "flagged", "flags": ["torch-ops: the output is torch's", "noisy"]})
+    assert not reusable({"status": "flagged", "flags": ["torch-ops: x", "harness: perf_counter was replaced"]})
+    assert not reusable({"status": "flagged", "flags": []})
+    assert not reusable({"status": "runtime_error"})

@@ -78,6 +78,9 @@ def op_family(name: str) -> str:
     return _FAMILY_OF.get(name) or _FAMILY_OF.get(name.rstrip("_")) or name.rstrip("_")
 
 
+STORAGE_PIECE = 6 * 2**22  # bytes a storage fingerprint sums at once (a multiple of 2 and 3)
+
+
 def _fingerprint(t: Any) -> Any:
     """Device scalars summarising every byte of `t`'s storage (its byte sum, and the sums of two
     strided subsets, so a permutation of bytes shows too): any write into the storage, by any
@@ -86,8 +89,16 @@ def _fingerprint(t: Any) -> Any:
     if storage.nbytes() == 0:
         return None
     flat = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
-    return torch.stack([flat.sum(dtype=torch.int64), flat[::2].sum(dtype=torch.int64),
-                        flat[1::3].sum(dtype=torch.int64)])
+    total = None
+    # In pieces: an int64 sum of uint8 bytes makes an int64 copy of what it sums (8x the storage:
+    # 48 GiB for a 6 GiB output, issue 44). A piece's length is a multiple of 6, so the strided
+    # subsets keep their phase from piece to piece, and the sums are the whole storage's.
+    for start in range(0, storage.nbytes(), STORAGE_PIECE):
+        piece = flat[start:start + STORAGE_PIECE]
+        sums = torch.stack([piece.sum(dtype=torch.int64), piece[::2].sum(dtype=torch.int64),
+                            piece[1::3].sum(dtype=torch.int64)])
+        total = sums if total is None else total + sums
+    return total
 
 
 @dataclass

@@ -228,7 +228,10 @@ def verdict_row(problem: KBProblem, candidate: str, verdict: Any, wall_s: float)
     if verdict.status not in ("correct", "flagged"):
         why = next((line.strip() for line in log.splitlines() if line.strip()), verdict.status)[:160]
     elif fits is False:
+        phases = memory.get("phase_peaks") or {}
+        top = max(phases, key=phases.get) if phases else ""
         why = f"peak GPU {human_bytes(peak)} over the bound {human_bytes(bound)}"
+        why += f" (in {top})" if top else ""
     return {
         **_ids(problem, candidate), "status": verdict.status,
         "flags": [f.split(":")[0] for f in verdict.flags],
@@ -236,6 +239,7 @@ def verdict_row(problem: KBProblem, candidate: str, verdict: Any, wall_s: float)
         "peak_gpu_bytes": peak, "reference_peak_bytes": memory.get("reference_peak_bytes"),
         "host_peak_bytes": memory.get("host_peak_bytes"), "answers": memory.get("answers"),
         "plan_bytes": memory.get("plan_bytes"), "bound_bytes": bound, "fits": fits,
+        "phase_peaks": memory.get("phase_peaks"),
         "held_s": held_seconds(verdict), "wall_s": round(wall_s, 2), "compile_s": verdict.compile_s,
         "eval_s": verdict.eval_s, "device": verdict.device,
         "oom": bool(_OOM.search(log)), "host_kill": _HOST_KILL in log, "why": why,

@@ -262,3 +262,9 @@ def test_a_worker_is_reused_after_a_torch_fallback_but_not_after_tampering():
     assert not reusable({"status": "flagged", "flags": ["torch-ops: x", "harness: perf_counter was replaced"]})
     assert not reusable({"status": "flagged", "flags": []})
     assert not reusable({"status": "runtime_error"})
+
+
+def test_a_streamed_sum_is_the_whole_fp64_sum():
+    t = torch.randn(300, 41)
+    assert memory.stream_sum(t, 97) == pytest.approx(float(t.double().sum()), rel=1e-12)
+    assert memory.stream_sum(torch.zeros(0, 3)) == 0.0

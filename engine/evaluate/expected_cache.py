@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks, settings
+from engine.evaluate import clocks, memory, settings
 from engine.evaluate import ledger as ledger_module
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
@@ -170,8 +170,8 @@ def _fingerprint(checks: ReferenceChecks) -> list[float]:
             flat = t.reshape(-1)
             step = max(1, flat.numel() // (SAMPLED_BYTES // 8))
             t = torch.cat([flat[::step], flat[:4096], flat[-4096:]])
-        sums.append(t.to(torch.float64).sum() if t.is_floating_point() else t.sum().to(torch.float64))
-    return torch.stack([s.cpu() for s in sums]).tolist() if sums else []
+        sums.append(memory.stream_sum(t))  # (in pieces: no whole fp64 copy)
+    return sums
 
 
 def _gpu_total() -> int:
@@ -300,8 +300,6 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     error against fp64 (trial 0). Raises KtreeOutOfMemory where even the live set cannot be
     started (trial 0 does not fit)."""
     import torch
-
-    from engine.evaluate import memory
 
     hit = _CACHE.get(key)
     if hit is not None:

@@ -420,14 +420,17 @@ def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -
     (engine.evaluate.rotation.lean; there the byte speed of light speaks)."""
     from engine.evaluate import rotation
 
+    plan = getattr(expected, "plan", None)  # engine.evaluate.memory.Plan
+    if plan is not None and 3 * (plan.inputs + plan.outputs) > plan.rotation_bytes:
+        return []  # two input sets, a copy and their answers would not fit the problem's memory plan
     first, second = expected.trial_inputs(0, device), expected.trial_inputs(1, device)
     if len(first) != len(second) or any(
             isinstance(a, torch.Tensor) and (not isinstance(b, torch.Tensor) or a.shape != b.shape)
             for a, b in zip(first, second, strict=True)):
         return []  # (trials whose inputs differ in shape: no buffer to refill)
     budget = rotation.budget_bytes(device)
-    if getattr(expected, "plan", None) is not None:  # within the problem's memory plan (engine.evaluate.memory)
-        budget = min(budget, expected.plan.rotation_bytes)
+    if plan is not None:
+        budget = min(budget, plan.rotation_bytes)
     if rotation.lean(rotation.tensor_bytes(first), budget):
         return []
     buffers = snapshot(first)

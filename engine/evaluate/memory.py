@@ -137,6 +137,21 @@ def fingerprint(tensors: list[Any], key: int | None = None, limit: int = PIECE_E
     return out
 
 
+def stream_sum(t: Any, limit: int = PIECE_ELEMENTS) -> float:
+    """`t`'s sum in fp64, piece by piece (`torch.sum(t, dtype=torch.float64)` makes a whole fp64
+    copy first: 16 GiB for an 8 GiB input)."""
+    import torch
+
+    t = t.detach()
+    total = 0.0
+    for index in pieces(tuple(t.shape), limit):
+        piece = t[index]
+        if piece.is_complex():
+            piece = torch.view_as_real(piece)
+        total += float(piece.to(torch.float64).sum()) if piece.numel() else 0.0
+    return total
+
+
 class Kept:
     """A copy of tensors kept only to be compared later: whole clones where small (exact: torch.equal),
     chunked fingerprints where over LARGE_BYTES (no full-size copy)."""

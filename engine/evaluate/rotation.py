@@ -365,5 +365,7 @@ def _fingerprint(tensors: list[Any]) -> list[str]:
     a lean set."""
     import torch
 
-    return [repr(float(torch.sum(t.detach(), dtype=torch.float64))) if t.numel() else "0"
+    from engine.evaluate.memory import stream_sum
+
+    return [repr(stream_sum(t)) if t.numel() else "0"
             for t in tensors if isinstance(t, torch.Tensor)]

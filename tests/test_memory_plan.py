@@ -268,3 +268,27 @@ def test_a_streamed_sum_is_the_whole_fp64_sum():
     t = torch.randn(300, 41)
     assert memory.stream_sum(t, 97) == pytest.approx(float(t.double().sum()), rel=1e-12)
     assert memory.stream_sum(torch.zeros(0, 3)) == 0.0
+
+
+def test_a_parked_lean_rotation_keeps_no_set_alive():
+    """A lean rotation's sets are let go while the checks run: none kept through the set a callee
+    got last (one 6 GiB set stayed alive through the checks on the H200)."""
+    import gc
+    import weakref
+
+    from engine.evaluate import rotation
+
+    drawn = []
+
+    def draw():
+        drawn.append(torch.ones(64))
+        return [drawn[-1]]
+
+    rot = rotation.Rotation.draw([torch.ones(64)], draw, "cpu", 4, 1.0, cap=64 * 4 * 3)
+    assert rot.lean
+    rot.args("ref", -1)
+    refs = [weakref.ref(t) for t in drawn]
+    drawn.clear()
+    rot.park()
+    gc.collect()
+    assert all(r() is None for r in refs)

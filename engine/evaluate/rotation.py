@@ -213,7 +213,9 @@ class Rotation:
         """A lean rotation's sets let go until ensure() (the check trials need that memory); a
         full rotation keeps its sets."""
         if self.lean:
+            # (and the set each callee last got: else one set stays alive through the checks)
             self.sets, self._sums = [], []
+            self._current.clear()
 
     # -- the timer's side (engine.evaluate.timing) ------------------------------------------
 

@@ -21,9 +21,6 @@ class ModelNew(nn.Module):
     def forward(self, x):
         {body}
 """
-# Flagged for more than torch doing the work (a harness function rebound): the process cannot be
-# trusted after it. (One flagged only for torch ops is reused: engine.evaluate.worker.reusable.)
-TAMPERED = PYTHON_ONLY.format(body="torch.equal = lambda *a, **k: True; return torch.softmax(x, dim=1)")
 
 
 def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_trusted():
@@ -48,7 +45,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
             await one(WRONG)
             await one(PYTHON_ONLY.format(body="os._exit(3)"))  # the worker dies with it
             await one(HONEST)
-            await one(TAMPERED)  # flagged: a harness function rebound
+            await one(PYTHON_ONLY.format(body="return torch.softmax(x, dim=1)"))  # flagged: torch ops
             await one(HONEST)
             await one(HONEST)
             await one(HONEST)  # the 3rd evaluation of this process: replaced after it
@@ -122,7 +119,7 @@ def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
         assert worker is not None and not worker.standby  # off on the cpu backend
         worker.standby = "always"
         statuses = []
-        flagged = TAMPERED
+        flagged = PYTHON_ONLY.format(body="return torch.softmax(x, dim=1)")
         try:
             for source in (HONEST, flagged, HONEST, HONEST, HONEST):
                 job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)

@@ -59,19 +59,6 @@ def memory_env() -> dict[str, str]:
 
 
 KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
-# ... and a flagged one whose every flag says only that torch did the work (or speaks of the timing's
-# quality): such a candidate changed nothing in the process (the tamper and harness checks would
-# have said so). A KernelBench sweep of the wrapped reference is all of these (issue 44).
-REUSE_FLAGS = ("torch-ops:", "noisy", "contended", "review:")
-
-
-def reusable(result: dict[str, Any]) -> bool:
-    """Whether the worker process may judge the next variant after this result."""
-    status = result.get("status")
-    if status in KEEP_AFTER:
-        return True
-    flags = result.get("flags") or []
-    return status == "flagged" and bool(flags) and all(str(f).startswith(REUSE_FLAGS) for f in flags)
 START_TIMEOUT_S = 300.0
 
 
@@ -387,9 +374,9 @@ class Worker:
         log = _read_tail(paths["log"])
         shutil.rmtree(work, ignore_errors=True)
         self.jobs_done += 1
-        if self.standby and self.jobs_done == self.max_jobs - 1 and reusable(result):
+        if self.standby and self.jobs_done == self.max_jobs - 1 and result.get("status") in KEEP_AFTER:
             self._begin_standby()  # its start overlaps the last job of this process
-        if not reusable(result):
+        if result.get("status") not in KEEP_AFTER:
             await self.stop(f"after {result.get('status')}")
         elif self.jobs_done >= self.max_jobs:
             await self.stop(f"after {self.max_jobs} evaluations")

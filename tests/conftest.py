@@ -9,8 +9,14 @@ sweeps, whose builds take ~40 s each alone and ~95 s each side by side). A `gpu_
 never also marked `gpu`, so the two stages are
     python3 -m pytest -o addopts= -m gpu tests/test_gpu*.py        (default)
     python3 -m pytest -o addopts= -m gpu_slow tests/test_gpu*.py   (slow stage)
-and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's xdist
-workers: on a GPU the tests run one at a time (they time kernels), with or without pytest-xdist."""
+and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's
+defaults (the quick tier's selection): a GPU script runs every test of the files it names.
+
+Two tiers (issue 45). `pytest` alone runs the quick tier (pyproject.toml's addopts: `-m "not slow"`),
+a contributor's loop; a test marked `slow` needs builds of its own that no quick test shares, or a
+long run. The full command (README, .ci/run: `-m "slow or not slow"`) runs the quick tier first, then
+the slow one, in one process, so the slow tier finds the quick tier's builds and recordings; the
+summary gives each tier's time."""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,9 +51,14 @@ SLOW_FIRST = ("test_dataset.py", "test_realworld.py", "test_triton.py", "test_ev
               "test_suite.py", "test_build_levers.py", "test_problem_meta.py", "test_timing_hacks.py")
 
 
+def tier(item: pytest.Item | pytest.TestReport) -> str:
+    return "slow" if "slow" in item.keywords else "quick"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+    # the quick tier first; stable: a file keeps its order
+    items.sort(key=lambda item: (tier(item) == "slow", rank.get(item.path.name, len(rank))))
     import torch
 
     if torch.cuda.is_available():
@@ -55,6 +67,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords or "gpu_slow" in item.keywords:
             item.add_marker(skip)
+
+
+TIER_TIMES: dict[str, dict[str, float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each tier's tests, the sum of their times, and its span on the wall clock (under xdist, in the
+    controller: the workers' reports come to it)."""
+    t = TIER_TIMES.setdefault(tier(report), {"tests": 0, "seconds": 0.0, "start": report.start, "stop": 0.0})
+    t["seconds"] += report.duration
+    t["start"], t["stop"] = min(t["start"], report.start), max(t["stop"], report.stop)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        t["tests"] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not TIER_TIMES or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    terminalreporter.section("tiers")
+    for name in ("quick", "slow"):
+        if name in TIER_TIMES:
+            t = TIER_TIMES[name]
+            wall = t["stop"] - t["start"]
+            terminalreporter.write_line(
+                f"{name} tier: {t['tests']:.0f} tests, {wall // 60:.0f}:{wall % 60:04.1f} on the wall clock"
+                f" (first start to last end), {t['seconds']:.1f} s of test time")
 
 
 def gpu_arch() -> str:

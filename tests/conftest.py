@@ -38,17 +38,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-# The files that take a minute or more on a 2-core machine, longest first (measured), after
-# test_dataset.py, the first to ask for the recorded search (its recording starts at once, and is
-# done by the time the other files that read it start). The suite runs in xdist workers that take
-# whole files in this order (pyproject.toml: --dist loadfile --no-loadscope-reorder): no long file
-# is left to start alone at the end of the run. An unlisted file runs after these, in name order.
-SLOW_FIRST = ("test_dataset.py", "test_realworld.py", "test_triton.py", "test_evaluate.py", "test_sandbox.py",
-              "test_cli.py", "test_ray.py", "test_steering.py", "test_bad_input.py", "test_search_options.py",
-              "test_scripted_cpu_verdicts.py", "test_scripted_cuda_emulated.py", "test_cli_messages.py",
-              "test_llm_search.py", "test_devices.py", "test_resume.py", "test_verdict_rules.py",
-              "test_profile.py", "test_build_memo.py", "test_worker.py", "test_tui_steering.py",
-              "test_suite.py", "test_build_levers.py", "test_problem_meta.py", "test_timing_hacks.py")
+# The files that take the longest on a 2-core machine, longest first (measured: a serial run of both
+# tiers, 46 min, 2026-11-28), after test_dataset.py, the first to ask for the recorded search (its
+# recording starts at once, and is done by the time the other files that read it start). Under
+# pytest-xdist (`-n 2 --dist loadfile --no-loadscope-reorder`) workers take whole files in this
+# order, so no long file is left to start alone at the end of the run; in one process the quick tier
+# runs first, each tier in this order. An unlisted file runs after these, in name order.
+SLOW_FIRST = ("test_dataset.py", "test_evaluate.py", "test_realworld.py", "test_sandbox.py", "test_triton.py",
+              "test_ray.py", "test_steering.py", "test_cli.py", "test_search_options.py", "test_bad_input.py",
+              "test_devices.py", "test_timing_hacks.py", "test_scripted_cuda_emulated.py",
+              "test_scripted_cpu_verdicts.py", "test_cli_messages.py", "test_worker.py", "test_resume.py",
+              "test_llm_search.py", "test_verdict_rules.py", "test_suite.py", "test_eval_limit.py",
+              "test_gpu_check_plan.py", "test_problem_meta.py", "test_tui_navigation.py",
+              "test_build_levers.py", "test_profile.py")
 
 
 def tier(item: pytest.Item | pytest.TestReport) -> str:
@@ -57,8 +59,10 @@ def tier(item: pytest.Item | pytest.TestReport) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    # the quick tier first; stable: a file keeps its order
-    items.sort(key=lambda item: (tier(item) == "slow", rank.get(item.path.name, len(rank))))
+    if config.getoption("numprocesses", None):  # workers take whole files: the longest first
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+    else:  # one process: the quick tier first
+        items.sort(key=lambda item: (tier(item) == "slow", rank.get(item.path.name, len(rank))))
     import torch
 
     if torch.cuda.is_available():

@@ -20,6 +20,8 @@ from engine.cli import build_parser
 from engine.commands.run import prepare_search, run_headless
 from tests.conftest import REPO, query, run_ktree
 
+pytestmark = pytest.mark.slow
+
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 KEY = "OPENAI_API_KEY"
 DEVICE_NAME = re.compile(r"^[\w.-]+/cpu[01]$")
@@ -52,7 +54,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
             os.environ[KEY] = saved
 
 
-@pytest.mark.slow
 @needs_ray
 async def test_no_llm_key_reaches_an_actor(cluster):
     from engine.executors.ray_executor import RayEvaluator
@@ -99,7 +100,6 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
         await local.close()
 
 
-@pytest.mark.slow
 @needs_ray
 async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_path: Path, capsys):
     from engine.executors.ray_executor import RayEvaluator
@@ -137,7 +137,6 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
     assert sum(d["jobs"] for d in evaluator.device_states()) == len(evals)
 
 
-@pytest.mark.slow
 @needs_ray
 async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_path: Path):
     from engine.events import EventBus, NodeUpdated
@@ -191,7 +190,6 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
         await store.close()
 
 
-@pytest.mark.slow
 @needs_ray
 def test_bench_pipeline_on_ray_workers(cluster, capsys):
     from engine.commands.bench import pipeline
@@ -206,7 +204,6 @@ def test_bench_pipeline_on_ray_workers(cluster, capsys):
     assert result["compile_workers"] == 2 and result["device_active_s"] > 0
 
 
-@pytest.mark.slow
 @needs_ray
 def test_a_suite_runs_on_ray_workers(cluster, tmp_path: Path, capsys):
     """`ktree suite --executor ray`: the suite's problems share the cluster's workers; every
@@ -228,7 +225,6 @@ def test_a_suite_runs_on_ray_workers(cluster, tmp_path: Path, capsys):
     assert all(p["executor"] == "ray" and DEVICE_NAME.match(p["device"]) for p in placements), placements
 
 
-@pytest.mark.slow
 def test_executor_usage_errors(tmp_path: Path):
     for argv, says in [
         (["run", "softmax", "--ray-address", "auto", "--headless"], "--ray-address needs --executor ray"),
@@ -240,7 +236,6 @@ def test_executor_usage_errors(tmp_path: Path):
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
 def test_missing_ray_is_one_line():
     """With ray not importable, --executor ray says how to get it (exit 2, no traceback)."""
     import subprocess

@@ -350,7 +350,6 @@ def test_rotating_inputs_leave_the_time_of_a_call_unchanged_within_noise():
 # -- the hacks, evaluated ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_an_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts: dict[str, Verdict]):
     v = verdicts["honest"]
     assert v.status == "correct", f"{v.flags}\n{v.log}"

@@ -9,8 +9,14 @@ sweeps, whose builds take ~40 s each alone and ~95 s each side by side). A `gpu_
 never also marked `gpu`, so the two stages are
     python3 -m pytest -o addopts= -m gpu tests/test_gpu*.py        (default)
     python3 -m pytest -o addopts= -m gpu_slow tests/test_gpu*.py   (slow stage)
-and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's xdist
-workers: on a GPU the tests run one at a time (they time kernels), with or without pytest-xdist."""
+and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's
+defaults (the quick tier's selection): a GPU script runs every test of the files it names.
+
+Two tiers (issue 45). `pytest` alone runs the quick tier (pyproject.toml's addopts: `-m "not slow"`),
+a contributor's loop; a test marked `slow` needs builds of its own that no quick test shares, or a
+long run. The full command (README, .ci/run: `-m "slow or not slow"`) runs the quick tier first, then
+the slow one, in one process, so the slow tier finds the quick tier's builds and recordings; the
+summary gives each tier's time."""
 
 from __future__ import annotations
 
@@ -25,28 +31,38 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-# The files that take a minute or more on a 2-core machine, longest first (measured), after
-# test_dataset.py, the first to ask for the recorded search (its recording starts at once, and is
-# done by the time the other files that read it start). The suite runs in xdist workers that take
-# whole files in this order (pyproject.toml: --dist loadfile --no-loadscope-reorder): no long file
-# is left to start alone at the end of the run. An unlisted file runs after these, in name order.
-SLOW_FIRST = ("test_dataset.py", "test_realworld.py", "test_triton.py", "test_evaluate.py", "test_sandbox.py",
-              "test_cli.py", "test_ray.py", "test_steering.py", "test_bad_input.py", "test_search_options.py",
-              "test_scripted_cpu_verdicts.py", "test_scripted_cuda_emulated.py", "test_cli_messages.py",
-              "test_llm_search.py", "test_devices.py", "test_resume.py", "test_verdict_rules.py",
-              "test_profile.py", "test_build_memo.py", "test_worker.py", "test_tui_steering.py",
-              "test_suite.py", "test_build_levers.py", "test_problem_meta.py", "test_timing_hacks.py")
+# The files that take the longest on a 2-core machine, longest first (measured: a serial run of both
+# tiers, 46 min, 2026-11-28), after test_dataset.py, the first to ask for the recorded search (its
+# recording starts at once, and is done by the time the other files that read it start). Under
+# pytest-xdist (`-n 2 --dist loadfile --no-loadscope-reorder`) workers take whole files in this
+# order, so no long file is left to start alone at the end of the run; in one process the quick tier
+# runs first, each tier in this order. An unlisted file runs after these, in name order.
+SLOW_FIRST = ("test_dataset.py", "test_evaluate.py", "test_realworld.py", "test_sandbox.py", "test_triton.py",
+              "test_ray.py", "test_steering.py", "test_cli.py", "test_search_options.py", "test_bad_input.py",
+              "test_devices.py", "test_timing_hacks.py", "test_scripted_cuda_emulated.py",
+              "test_scripted_cpu_verdicts.py", "test_cli_messages.py", "test_worker.py", "test_resume.py",
+              "test_llm_search.py", "test_verdict_rules.py", "test_suite.py", "test_eval_limit.py",
+              "test_gpu_check_plan.py", "test_problem_meta.py", "test_tui_navigation.py",
+              "test_build_levers.py", "test_profile.py")
+
+
+def tier(item: pytest.Item | pytest.TestReport) -> str:
+    return "slow" if "slow" in item.keywords else "quick"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+    if config.getoption("numprocesses", None):  # workers take whole files: the longest first
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+    else:  # one process: the quick tier first
+        items.sort(key=lambda item: (tier(item) == "slow", rank.get(item.path.name, len(rank))))
     import torch
 
     if torch.cuda.is_available():
@@ -55,6 +71,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords or "gpu_slow" in item.keywords:
             item.add_marker(skip)
+
+
+TIER_TIMES: dict[str, dict[str, float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each tier's tests, the sum of their times, and its span on the wall clock (under xdist, in the
+    controller: the workers' reports come to it)."""
+    t = TIER_TIMES.setdefault(tier(report), {"tests": 0, "seconds": 0.0, "start": report.start, "stop": 0.0})
+    t["seconds"] += report.duration
+    t["start"], t["stop"] = min(t["start"], report.start), max(t["stop"], report.stop)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        t["tests"] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not TIER_TIMES or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    terminalreporter.section("tiers")
+    for name in ("quick", "slow"):
+        if name in TIER_TIMES:
+            t = TIER_TIMES[name]
+            wall = t["stop"] - t["start"]
+            terminalreporter.write_line(
+                f"{name} tier: {t['tests']:.0f} tests, {wall // 60:.0f}:{wall % 60:04.1f} on the wall clock"
+                f" (first start to last end), {t['seconds']:.1f} s of test time")
 
 
 def gpu_arch() -> str:

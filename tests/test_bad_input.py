@@ -132,6 +132,7 @@ FAILED_NODE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(FAILED_NODE))
 def test_bad_llm_behaviour_is_a_failed_node(tmp_path: Path, case: str):
     pushes, kind, needle = FAILED_NODE[case]
@@ -164,6 +165,7 @@ def test_an_unknown_cpu_timer_is_one_line(tmp_path: Path):
     assert proc.stderr == "ktree: error: KTREE_CPU_TIMER='bogus': choose from pause, pin\n"
 
 
+@pytest.mark.slow
 def test_a_failed_call_says_why_and_what_it_cost(tmp_path: Path):
     """An unreachable server: the provider retries, then the call is recorded with its attempts,
     the seconds they took and the reason; the reason reaches the failed node and the run's log."""

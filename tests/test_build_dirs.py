@@ -75,11 +75,13 @@ def _evaluate_both(cache: Path, isolation: str) -> list[str]:
     return sorted(f.name for d in dirs for f in d.glob("tampered-*"))
 
 
+@pytest.mark.slow
 def test_basic_isolation_lets_a_candidate_write_other_build_dirs(tmp_path: Path):
     # What strict prevents (basic enforces nothing): the tampering variant reaches the other dir.
     assert _evaluate_both(tmp_path / "cache", "basic") == ["tampered-at-import", "tampered-in-forward"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(STRICT != "strict", reason=f"strict isolation unavailable: {WHY_NOT}")
 def test_strict_isolation_keeps_a_candidate_out_of_other_build_dirs(tmp_path: Path):
     assert _evaluate_both(tmp_path / "cache", "strict") == []

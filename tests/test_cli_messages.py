@@ -46,6 +46,7 @@ def solutions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "code", "needle"), [
     ("right.py", 0, "correct"),
     ("wrong.py", 1, "incorrect"),
@@ -59,6 +60,7 @@ def test_eval_exit_code_says_whether_every_solution_is_correct(solutions: Path, 
     assert needle in proc.stdout.lower(), proc.stdout
 
 
+@pytest.mark.slow
 def test_eval_of_several_is_1_when_any_is_not_correct(solutions: Path):
     proc = run_ktree("eval", "softmax", str(solutions / "right.py"), str(solutions / "wrong.py"),
                      "--backend", "cpu", "--quiet")
@@ -75,6 +77,7 @@ def test_eval_names_the_reference_when_it_is_the_reference_that_raises(solutions
     assert "3: the reference itself failed" in documented
 
 
+@pytest.mark.slow
 def test_show_and_export_label_a_cpu_search_as_run_did(recorded_search: dict, tmp_path: Path):
     db = recorded_search["db"]
     assert "softmax on cpu" in recorded_search["log"]
@@ -88,6 +91,7 @@ def test_show_and_export_label_a_cpu_search_as_run_did(recorded_search: dict, tm
     assert "torch.compile: no baseline on the cpu backend" in head and "= -" not in head, head
 
 
+@pytest.mark.slow
 def test_the_log_names_no_next_parents_after_the_last_round_and_show_names_flags(recorded_search: dict):
     log = recorded_search["log"]
     assert re.search(r"round 1 done: best \S+, next parents \[\d+\]", log), log[-3000:]
@@ -109,6 +113,7 @@ def test_counts_agree_in_number(tmp_path: Path):
     assert not re.search(r"\b1 (rounds|ideas|variants)\b", proc.stdout)
 
 
+@pytest.mark.slow
 def test_ncu_on_the_cpu_backend_says_it_falls_back(solutions: Path):
     proc = run_ktree("eval", "softmax", str(solutions / "right.py"), "--backend", "cpu", "--quiet",
                      "--profile", "ncu")

@@ -51,6 +51,7 @@ def exported(recorded_search: dict, tmp_path_factory: pytest.TempPathFactory) ->
     return {"db": db, "out": out, "manifest": manifest, "db_sha_before": before}
 
 
+@pytest.mark.slow
 def test_every_view_loads_with_pyarrow_and_pandas(exported: dict) -> None:
     out = exported["out"]
     for table in TABLES:
@@ -72,6 +73,7 @@ def test_every_view_loads_with_pyarrow_and_pandas(exported: dict) -> None:
     assert exported["manifest"]["rows"]["preference"] > 0
 
 
+@pytest.mark.slow
 def test_row_counts_match_the_db_which_export_leaves_alone(exported: dict) -> None:
     db, out = exported["db"], exported["out"]
     variants = pd.read_parquet(out / "variants.parquet")
@@ -94,6 +96,7 @@ def test_row_counts_match_the_db_which_export_leaves_alone(exported: dict) -> No
     assert _sha(db) == exported["db_sha_before"]
 
 
+@pytest.mark.slow
 def test_the_views_keep_their_promises(exported: dict) -> None:
     out = exported["out"]
     variants = pd.read_parquet(out / "variants.parquet").set_index("node_id")
@@ -117,6 +120,7 @@ def test_the_views_keep_their_promises(exported: dict) -> None:
         assert row.reward == pytest.approx(reward(row.status, variants.loc[row.node_id].speedup_eager))
 
 
+@pytest.mark.slow
 def test_the_card_counts_match_the_files(exported: dict) -> None:
     out = exported["out"]
     card = (out / "README.md").read_text()
@@ -142,6 +146,7 @@ def test_the_card_counts_match_the_files(exported: dict) -> None:
         assert f"| {column} |" in card
 
 
+@pytest.mark.slow
 def test_dedupe_removes_a_planted_duplicate(recorded_search: dict, tmp_path: Path) -> None:
     db = _copy(recorded_search["db"], tmp_path / "planted.db")
     with sqlite3.connect(db) as conn:
@@ -191,6 +196,7 @@ def test_parquet_is_written_in_batches(tmp_path: Path) -> None:
     assert pq.ParquetFile(tmp_path / "out" / "variants.parquet").num_row_groups >= 2
 
 
+@pytest.mark.slow
 def test_scripted_sessions_need_asking(recorded_search: dict, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dataset", "export", "--db", str(recorded_search["db"]), "--out", str(tmp_path / "o")]) == 2
@@ -204,6 +210,7 @@ def test_scripted_sessions_need_asking(recorded_search: dict, tmp_path: Path,
     assert stats["files"] == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (["7"], "no session 7"),
     (["--suite", "4"], "no suite 4"),
@@ -233,6 +240,7 @@ def test_bad_input_is_one_line_and_exit_2(recorded_search: dict, tmp_path: Path,
         assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_force_writes_over_a_previous_export_only(recorded_search: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
     _export(recorded_search["db"], out, "--include-scripted", "--view", "all")

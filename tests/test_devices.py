@@ -87,6 +87,7 @@ def _gone_or_zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
     """Killed between jobs (not by a candidate): the job sent to the dead process is sent again to a
     fresh one, and gets its real verdict instead of 'crashed'."""
@@ -172,6 +173,7 @@ def test_bad_gpus_is_one_line_and_exit_2(args: list[str], message: str, tmp_path
     assert bench.returncode == 2 and len(bench.stderr.strip().splitlines()) == 1, bench.stderr
 
 
+@pytest.mark.slow
 async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path: Path):
     """A live scripted search on two cpu devices in the TUI at 80x24: the Progress events carry
     the device states, the progress pane shows a line per device, each verdict (and the store's
@@ -225,6 +227,7 @@ async def test_a_search_on_two_devices_shows_each_in_the_progress_pane(tmp_path:
     assert sorted(d.split(":")[0] for (d,) in stored) == sorted(slots.elements())
 
 
+@pytest.mark.slow
 def test_the_scaling_bench_runs_one_device_and_two_and_reports_each():
     """`bench pipeline --scaling` (issue 38) on two cpu slots: the same search on both and on the
     first alone, in one run; each device's evaluations, busy and idle fractions, and the ratio."""
@@ -281,6 +284,7 @@ class _Gate:
         self._open.set()
 
 
+@pytest.mark.slow
 def test_a_paused_search_checks_and_times_nothing_until_it_resumes():
     """Pause holds timing: a built variant waits at the gate and takes no device (no check, no
     timing) until the gate opens; then it is evaluated as usual."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -111,10 +112,16 @@ def test_the_checker_catches_what_does_not_exist():
     assert check_command("ktree eval --follow", parser) == ["`ktree eval --follow`: ktree eval has no --follow"]
 
 
+FULL_TESTS = "python -m pytest -q -m 'slow or not slow' --durations=25"
+
+
 def test_the_readme_test_command_is_the_one_ci_runs():
+    """Both tiers, in the README and in CI alike; plain `pytest` is the quick tier (issue 45)."""
     readme, ci = (REPO / "README.md").read_text(), (REPO / ".ci" / "run").read_text()
-    assert "pip install -e '.[test]' && python -m pytest -q\n" in readme
-    assert "pip install -e '.[test]'\n" in ci and ci.rstrip().endswith("python -m pytest -q")
+    assert f"pip install -e '.[test]' && {FULL_TESTS}\n" in readme
+    assert "pip install -e '.[test]'\n" in ci and ci.rstrip().endswith(FULL_TESTS)
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert pyproject["addopts"] == "-m 'not slow'" and any(m.startswith("slow:") for m in pyproject["markers"])
 
 
 def test_the_layout_page_names_every_module():

@@ -64,6 +64,7 @@ def test_the_flag_reaches_the_search_config_and_the_evaluator():
     assert evaluator.run_timeout_s == 45.0
 
 
+@pytest.mark.slow
 def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_evaluation_runs_right_after(
         monkeypatch):
     """A looping solution holds the cpu's host lock; another ktree process's evaluation (here a

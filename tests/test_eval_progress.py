@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from engine.commands._eval_progress import EvalProgress, labels
 from engine.evaluate.evaluator import LocalEvaluator
 from tests.conftest import REPO, run_ktree
@@ -46,6 +48,7 @@ def _assert_phases(lines: list[str], status: str) -> None:
     assert re.fullmatch(rf"done in \d+\.\d s: {status}", lines[-1]), lines
 
 
+@pytest.mark.slow
 def test_eval_prints_its_phases_on_stderr_and_none_with_quiet(tmp_path: Path):
     sol = tmp_path / "softmax_sol.py"
     sol.write_text(SOLUTION)
@@ -62,6 +65,7 @@ def test_eval_prints_its_phases_on_stderr_and_none_with_quiet(tmp_path: Path):
     assert "softmax_sol.py" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_eval_waiting_for_the_device_names_its_holder(tmp_path: Path):
     """Another process holds the device's host lock: the file says who, once, then goes on when
     the lock is let go."""

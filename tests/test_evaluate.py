@@ -48,6 +48,7 @@ def model(forward: str, init: str = "") -> str:
     """)
 
 
+@pytest.mark.slow
 def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
     """A C++ kernel (the scripted library's online softmax): correct, no integrity flag."""
     source = (SCRIPTED / "softmax" / "cpu" / "online_1.py").read_text()
@@ -72,6 +73,7 @@ def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
     assert v.backend == "cpu" and v.reps >= 5
 
 
+@pytest.mark.slow
 def test_torch_ops_in_forward_are_flagged_but_still_timed():
     v = evaluate(model("return torch.softmax(x, dim=1)"))
     assert v.status == "flagged"
@@ -118,6 +120,7 @@ CHEATS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "flag"), CHEATS)
 def test_integrity_checks_flag_cheats(body: str, flag: str):
     v = evaluate(body)
@@ -126,6 +129,7 @@ def test_integrity_checks_flag_cheats(body: str, flag: str):
     assert flag in v.log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("forward", "reason"),
     [
@@ -153,6 +157,7 @@ def test_python_syntax_error_is_a_compile_error():
     assert "syntax error" in v.log
 
 
+@pytest.mark.slow
 def test_a_compiler_error_is_kept_and_reused_for_the_same_source():
     """A build the compiler rejects with a diagnostic fails the same way next time: the second
     compile of that source reads the kept result instead of running the compiler again. The run's
@@ -209,6 +214,7 @@ def test_extension_identifiers_come_from_the_preprocessed_header(tmp_path: Path)
     assert extension_identifiers(str(tmp_path), [], []) == names  # kept in the cache
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [
@@ -227,12 +233,14 @@ def test_faults_become_statuses(body: str, status: str, needle: str):
     assert needle in v.log
 
 
+@pytest.mark.slow
 def test_a_hung_kernel_is_killed_at_the_timeout():
     v = evaluate(model("while True: pass"), run_timeout_s=20)
     assert v.status == "timeout"
     assert "killed after 20 s" in v.log
 
 
+@pytest.mark.slow
 def test_generated_code_sees_no_secrets(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("GEMINI_API_KEY", "g-secret")
@@ -255,6 +263,7 @@ def test_verdict_json_roundtrip():
         Verdict(status="great")
 
 
+@pytest.mark.slow
 def test_bench_compile_measures_each_lever_on_this_backend(tmp_path: Path):
     """`ktree bench compile` on the CPU: fresh builds with and without the precompiled header,
     both compiled, timings reported (the lever's effect is measured, not asserted)."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = ["prebuild", "tests", "concurrent"]
 CALLS = {None: DEFAULT, "corpus": ["verdicts"], "engine": ["search", "cost", "pipeline"]}
@@ -132,6 +134,7 @@ print(json.dumps({"status": "correct", "flags": [], "time_ms": 1.0}))
 '''
 
 
+@pytest.mark.slow
 def test_an_alone_run_cut_by_the_budget_is_not_run_not_a_difference(tmp_path):
     """scripts/concurrent-eval with --budget: an alone run the budget cuts short is "not run" (not
     compared), not a "no verdict (timeout)" counted as a status that differs (the default GPU

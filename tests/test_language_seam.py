@@ -85,6 +85,7 @@ def test_the_toy_language_is_asked_like_the_built_in_ones(toy: Path):
         parse_languages("rust")
 
 
+@pytest.mark.slow
 def test_a_toy_solution_is_evaluated_end_to_end_on_the_cpu(toy: Path, tmp_path: Path):
     solution = tmp_path / "toy_softmax.py"
     solution.write_text(SOLUTION)

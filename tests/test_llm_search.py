@@ -37,6 +37,7 @@ def priced_config(tmp_path: Path) -> dict[str, str]:
     return {"KTREE_CONFIG": str(config)}
 
 
+@pytest.mark.slow
 def test_two_round_search_through_openai_compatible(tmp_path: Path, priced_config: dict):
     brain = ScriptedBrain()
     db = tmp_path / "k.db"
@@ -99,6 +100,7 @@ def test_token_budget_stops_cleanly(tmp_path: Path):
     assert query(db, "SELECT status, stop_reason FROM sessions")[0][0] == "stopped"
 
 
+@pytest.mark.slow
 def test_mixed_models_alternate_and_unparseable_replies_become_failed_nodes(tmp_path: Path):
     """Two providers in one search (round-robin), and an idea reply with no ideas in it."""
     brain = ScriptedBrain()
@@ -136,6 +138,7 @@ def test_dollar_budget_stops_cleanly(tmp_path: Path, priced_config: dict):
     assert summary["llm"]["calls"] == 1 and summary["llm"]["cost_usd"] > 0.0000001
 
 
+@pytest.mark.slow
 def test_any_kernelbench_file_runs_from_disk(tmp_path: Path):
     """A problem file outside the library, with no METADATA: searched like a built-in, its cost
     counted and labelled estimated."""

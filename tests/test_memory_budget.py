@@ -101,6 +101,7 @@ def test_a_process_caps_its_own_sets_at_a_share_of_its_memory_limit(monkeypatch)
     assert not book.claim_host(2 * 2**20)  # 41 MiB > 40 % of 100 MiB
 
 
+@pytest.mark.slow
 def test_a_live_set_gives_the_same_verdict_as_a_cached_one(monkeypatch):
     from engine.evaluate.evaluator import LocalEvaluator
     from engine.problems import load_problem

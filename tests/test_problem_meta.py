@@ -92,6 +92,7 @@ def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     assert fp16.endswith("| triton |")  # Triton kernels only: none for a C++ search on either backend
 
 
+@pytest.mark.slow
 def test_bench_timing_fills_the_problems_table(tmp_path: Path):
     db = tmp_path / "k.db"
     proc = run_ktree("--db", str(db), "bench", "timing", "layernorm", "--backend", "cpu", "--json")

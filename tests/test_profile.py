@@ -166,6 +166,7 @@ def test_prompts_carry_the_diagnosis_and_the_sanitizer_report():
     assert "failed to build" in build and "Compiler output (tail)" in build
 
 
+@pytest.mark.slow
 def test_recorded_cpu_search_feeds_the_diagnosis_to_idea_prompts(recorded_search: dict):
     """Acceptance 4: each correct variant of a scripted CPU search that is read — a second-round
     parent, the best — has a diagnosis (cpu: achieved rates against measured peaks), and each
@@ -196,6 +197,7 @@ def test_recorded_cpu_search_feeds_the_diagnosis_to_idea_prompts(recorded_search
         assert shown[node]["bound"] == v.bound and shown[node]["profile"]["diagnosis"] == v.profile["diagnosis"]
 
 
+@pytest.mark.slow
 async def test_screen_shows_the_diagnosis_and_the_bound_column(recorded_search: dict):
     from textual.widgets import DataTable, Static
 
@@ -219,6 +221,7 @@ async def test_screen_shows_the_diagnosis_and_the_bound_column(recorded_search: 
         assert f"profile (cpu): {v.bound}" in pane and v.profile["diagnosis"]["evidence"] in pane
 
 
+@pytest.mark.slow
 def test_eval_profile_prints_the_diagnosis(build_cache: Path):
     """`ktree eval --profile auto` on the cpu backend: the verdict, then which profiler ran and the
     diagnosis; --json carries the profile."""
@@ -235,6 +238,7 @@ def test_eval_profile_prints_the_diagnosis(build_cache: Path):
     assert profile["diagnosis"]["evidence"] in "\n".join(summary_lines(profile))
 
 
+@pytest.mark.slow
 def test_bench_profile_measures_the_overhead_per_variant(build_cache: Path):
     """`ktree bench profile` on the cpu backend: an honest kernel evaluated without, then with its
     profile (taken, not read from a cache); the overhead is the profile's share of the variant's

@@ -164,6 +164,7 @@ def _copy(db: Path, to: Path) -> Path:
     return to
 
 
+@pytest.mark.slow
 def test_show_profile_on_a_finished_session_stores_a_profile(recorded_search: dict, tmp_path: Path):
     """A correct variant that was neither a parent nor the best has no profile; `ktree show N
     --profile NODE` takes one in that process (the session is finished), stores it with the
@@ -198,6 +199,7 @@ def test_show_profile_on_a_finished_session_stores_a_profile(recorded_search: di
     assert query(db, "SELECT COUNT(*) FROM profiles WHERE node_id = ?", node) == [(1,)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, says", [
     (["99", "--profile", "1"], "no session 99"),
     (["1", "--profile", "9999"], "session 1 has no node 9999"),

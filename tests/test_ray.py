@@ -20,6 +20,8 @@ from engine.cli import build_parser
 from engine.commands.run import prepare_search, run_headless
 from tests.conftest import REPO, query, run_ktree
 
+pytestmark = pytest.mark.slow
+
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 KEY = "OPENAI_API_KEY"
 DEVICE_NAME = re.compile(r"^[\w.-]+/cpu[01]$")

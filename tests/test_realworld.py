@@ -44,6 +44,7 @@ def test_the_corpus_is_the_size_the_issue_asks():
         assert ("@triton.jit" in gpu) if case.language == "triton" else ("cuda_sources" in gpu)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HONEST)
 def test_an_honest_kernel_is_correct(bench: dict[str, Any], name: str):
     r = row(bench, name)
@@ -55,6 +56,7 @@ def test_an_honest_kernel_is_correct(bench: dict[str, Any], name: str):
         assert any(n.startswith("torch-ops") for n in r["notes"]), r["notes"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HACKS)
 def test_a_hack_is_not_correct(bench: dict[str, Any], name: str):
     r = row(bench, name)
@@ -63,6 +65,7 @@ def test_a_hack_is_not_correct(bench: dict[str, Any], name: str):
         assert r["status"] == "incorrect" or any(f.startswith("refilled-inputs:") for f in r["flags"]), r
 
 
+@pytest.mark.slow
 def test_the_table_and_the_summary(bench: dict[str, Any]):
     s = bench["summary"]
     assert s["cases"] == len(CASES) and s["hacks"] == len(HACKS) and s["honest"] == len(HONEST)

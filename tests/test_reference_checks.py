@@ -9,6 +9,7 @@ import asyncio
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from engine.evaluate import expected_cache
@@ -101,6 +102,7 @@ def test_a_candidate_writing_into_the_cached_references_is_noticed():
     assert expected_cache.cached(key) is None
 
 
+@pytest.mark.slow
 def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():
     from engine.bench.gpu_cost import PHASES, gpu_cost_bench, gpu_cost_table
 

@@ -8,6 +8,8 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from engine.domain import Node, best_variant
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.reference_history import ReferenceHistory, is_disturbed
@@ -33,6 +35,7 @@ def _root() -> Node:
     return Node(0, 1, None, "root", 0, "ref", "", "", "reference", "llm", None, None)
 
 
+@pytest.mark.slow
 def test_a_reference_slowed_by_the_host_gives_no_speedup_and_no_parent(tmp_path):
     """The host's load is simulated where it did the harm: during the reference's calls only (the
     problem's reference sleeps 5 ms a call while a file of the test's exists; a candidate is timed

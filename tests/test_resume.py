@@ -60,6 +60,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_resume_after_sigkill(tmp_path: Path, case: str):
     point, env, landed = CASES[case]

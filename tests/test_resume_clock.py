@@ -42,6 +42,7 @@ async def run(db: Path, resume: int | None = None) -> tuple[dict, list[Event], f
     return summary, events, time.time() - t0
 
 
+@pytest.mark.slow
 async def test_a_resumed_sessions_clock_continues_from_its_earlier_elapsed_time(tmp_path: Path):
     db = tmp_path / "k.db"
     first, _, _ = await run(db)

@@ -114,6 +114,7 @@ CRASHES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(CRASHES))
 def test_crash_kinds_get_their_status_and_the_search_goes_on(kind: str):
     body, limits, timeout_s, status, needle = CRASHES[kind]
@@ -124,6 +125,7 @@ def test_crash_kinds_get_their_status_and_the_search_goes_on(kind: str):
     assert leftovers() == []
 
 
+@pytest.mark.slow
 def test_a_hung_compiler_is_killed_with_everything_it_started(tmp_path: Path):
     """The build step itself hangs: the variant points torch's extension builder at a
     'compiler' that never returns. The build's timeout kills ninja and the fake compiler too."""
@@ -154,6 +156,7 @@ os.wait()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["basic", "strict"])
 @pytest.mark.parametrize("then", ["finish", "hang"])
 def test_double_forked_processes_do_not_outlive_the_evaluation(isolation: str, then: str):
@@ -167,6 +170,7 @@ def test_double_forked_processes_do_not_outlive_the_evaluation(isolation: str, t
     assert leftovers() == []
 
 
+@pytest.mark.slow
 def test_generated_code_sees_no_key_from_the_engines_environment(monkeypatch: pytest.MonkeyPatch):
     """The variant dumps its whole environment into its log; nothing the engine holds leaks."""
     secrets = {"OPENAI_API_KEY": "sk-secret-1", "GEMINI_API_KEY": "g-secret-2",
@@ -231,6 +235,7 @@ def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
+@pytest.mark.slow
 @needs_strict
 def test_strict_hides_files_and_network_that_basic_exposes(planted: dict):
     body = PROBE.format(**{k: planted[k] for k in ("paths", "write", "port")})

@@ -154,6 +154,7 @@ def test_bench_options_fill_every_idea_call_and_stamp_every_source():
     assert fixed.startswith(STAMP_MARK)
 
 
+@pytest.mark.slow
 async def test_an_injected_idea_under_the_scripted_provider_is_implemented(tmp_path):
     """The newcomer's case: an idea typed by hand (`i`) under the scripted provider yields a
     variant with code and a verdict, its code saying which library kernel stands in."""

@@ -32,6 +32,7 @@ def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["matmul", "conv2d", "conv_relu_maxpool"])
 def test_scripted_cpu_variants_get_their_intended_verdicts(problem: str):
     files = [f for idea in load_ideas(problem, "cpu") for f in idea.variants]

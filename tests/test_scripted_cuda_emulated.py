@@ -35,6 +35,7 @@ def check(path: Path, max_err: float) -> None:
         assert max_err > 1e-2, f"{path.name}: declared {intended}, but matches (max abs err {max_err:.3g})"
 
 
+@pytest.mark.slow
 def test_matmul_cuda_kernels_under_emulation(tmp_path: Path):
     torch.manual_seed(0)
     # 256 x 64 x 128 takes the register-blocked path (extents divide its tiles); 72 x 40 x 56 the fallback.
@@ -53,6 +54,7 @@ def test_matmul_cuda_kernels_under_emulation(tmp_path: Path):
                 assert err < 1e-3, f"{path.name}: fallback path, max abs err {err:.3g}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["conv2d", "conv_relu_maxpool"])
 def test_conv_cuda_kernels_under_emulation(problem: str, tmp_path: Path):
     torch.manual_seed(0)
@@ -86,6 +88,7 @@ def launcher_scratch(source: str) -> int:
     return len(kinds) - 7
 
 
+@pytest.mark.slow
 def test_layernorm_cuda_kernels_under_emulation(tmp_path: Path):
     """Each sample normalized over its last three dims. 3 x (3, 7, 5): 105 elements per sample, the
     scalar paths (not a multiple of 4); 3 x (2, 10, 30): 600, the float4 paths, more than a 512-thread
@@ -116,6 +119,7 @@ def test_layernorm_cuda_kernels_under_emulation(tmp_path: Path):
             check(path, (out[: n * m].view_as(ref) - ref).abs().max().item())
 
 
+@pytest.mark.slow
 def test_layernorm_modelnew_host_side_under_emulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Each layernorm file's Python side (its checks, the workspace it allocates, the launcher's
     argument order) against its emulated library: load_inline answers with that library, and the two

@@ -1,8 +1,11 @@
 """Acceptance: a real two-round scripted search on the cpu backend, recorded in SQLite."""
 
+import pytest
+
 from tests.conftest import query
 
 
+@pytest.mark.slow
 def test_recorded_search_holds_everything(recorded_search: dict):
     db, summary = recorded_search["db"], recorded_search["summary"]
     assert summary["status"] == "finished" and summary["scripted"] and summary["rounds"] == 2

@@ -20,6 +20,7 @@ def assert_usage_error(proc, needle: str) -> None:
     assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_best_of_n_samples_independently_from_the_reference(tmp_path: Path):
     db = tmp_path / "k.db"
     proc = run_ktree("run", "softmax", *SCRIPTED, "--strategy", "best-of-n", "--rounds", "3",
@@ -37,6 +38,7 @@ def test_best_of_n_samples_independently_from_the_reference(tmp_path: Path):
     assert query(db, "SELECT strategy FROM sessions") == [("best-of-n",)]
 
 
+@pytest.mark.slow
 def test_sequential_revises_the_best_so_far_with_the_last_verdict(tmp_path: Path):
     db = tmp_path / "k.db"
     proc = run_ktree("run", "softmax", *SCRIPTED, "--strategy", "sequential", "--rounds", "2",
@@ -55,6 +57,7 @@ def test_sequential_revises_the_best_so_far_with_the_last_verdict(tmp_path: Path
     assert f"- speedup vs eager: {speedup:.3g}x" in prompt and "Propose exactly 1" in prompt
 
 
+@pytest.mark.slow
 def test_budgets_stop_cleanly(tmp_path: Path):
     db = tmp_path / "k.db"
     proc = run_ktree("run", "softmax", *SCRIPTED, "--rounds", "1", "--ideas", "1", "--variants", "2",
@@ -80,6 +83,7 @@ def test_budgets_stop_cleanly(tmp_path: Path):
     assert json.loads(proc.stdout)["stop_reason"] == "time limit reached: 0.001 s"
 
 
+@pytest.mark.slow
 def test_estimate_counts_calls_and_prices_them(tmp_path: Path):
     proc = run_ktree("run", "softmax", "--estimate", "--json", "--model", "openai:o3", "--rounds", "3",
                      "--ideas", "4", "--variants", "4", "--top", "2",
@@ -99,6 +103,7 @@ def test_estimate_counts_calls_and_prices_them(tmp_path: Path):
     assert "6 idea + 6 implement" in text
 
 
+@pytest.mark.slow
 def test_resume_and_run_usage_errors(recorded_search: dict, tmp_path: Path):
     db = str(recorded_search["db"])
     assert_usage_error(run_ktree("--db", db, "run", "--resume", "1", "--headless"), "has finished")
@@ -108,6 +113,7 @@ def test_resume_and_run_usage_errors(recorded_search: dict, tmp_path: Path):
     assert_usage_error(run_ktree("run", "softmax", "--time-limit", "0"), "more than 0 seconds")
 
 
+@pytest.mark.slow
 def test_show_prints_the_tree(recorded_search: dict):
     db = recorded_search["db"]
     proc = run_ktree("--db", str(db), "show", "1")
@@ -122,6 +128,7 @@ def test_show_prints_the_tree(recorded_search: dict):
         assert any(f"#{node} idea" in ln and title in ln for ln in lines)
 
 
+@pytest.mark.slow
 def test_export_writes_a_solution_that_evaluates(recorded_search: dict, tmp_path: Path):
     db = recorded_search["db"]
     out = tmp_path / "best.py"
@@ -144,6 +151,7 @@ def test_export_writes_a_solution_that_evaluates(recorded_search: dict, tmp_path
     assert_usage_error(run_ktree("--db", str(db), "export", "7"), "no session 7")
 
 
+@pytest.mark.slow
 def test_bench_pipeline_at_ci_size():
     proc = run_ktree("bench", "pipeline", "--backend", "cpu", "--ideas", "1", "--variants", "2", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine import control
 from engine.domain import DONE_STATUSES
 from engine.evaluate.evaluator import LocalEvaluator
@@ -89,6 +91,7 @@ def pending(db: Path) -> int:
     return query(db, "SELECT COUNT(*) FROM commands WHERE applied_at IS NULL")[0][0]
 
 
+@pytest.mark.slow
 async def test_an_undone_prune_makes_the_node_selectable_again(tmp_path: Path):
     undone: list[int] = []
 
@@ -107,6 +110,7 @@ async def test_an_undone_prune_makes_the_node_selectable_again(tmp_path: Path):
     assert [e.parent_ids for e in s.of(RoundDone)] == [(vid,)]  # selected, as if never pruned
 
 
+@pytest.mark.slow
 async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: Path):
     pruned: list[int] = []
 
@@ -141,6 +145,7 @@ async def test_prune_cancels_queued_work_and_excludes_from_selection(tmp_path: P
     assert f"#{first} variant r1: cancelled [pruned]" in shown and f"#{second} variant r1: correct" in shown
 
 
+@pytest.mark.slow
 async def test_expand_ideas_from_a_variant_now(tmp_path: Path):
     async def hook(e: Event, s: Steered) -> None:
         if isinstance(e, VerdictReady) and not s.of(CommandApplied) and e.node.status == "correct":
@@ -163,6 +168,7 @@ async def test_expand_ideas_from_a_variant_now(tmp_path: Path):
     assert query(db, "SELECT COUNT(*) FROM nodes WHERE kind = 'idea'") == [(2,)]
 
 
+@pytest.mark.slow
 async def test_expand_variants_of_an_idea_now(tmp_path: Path):
     async def hook(e: Event, s: Steered) -> None:
         if isinstance(e, NodeUpdated) and e.node.kind == "idea" and e.node.status == "ok":
@@ -182,6 +188,7 @@ async def test_expand_variants_of_an_idea_now(tmp_path: Path):
     assert query(db, "SELECT COUNT(DISTINCT node_id) FROM evaluations") == [(2,)]
 
 
+@pytest.mark.slow
 async def test_pin_keeps_a_node_as_a_parent(tmp_path: Path):
     async def hook(e: Event, s: Steered) -> None:
         if isinstance(e, NodeAdded) and e.node.kind == "root":
@@ -199,6 +206,7 @@ async def test_pin_keeps_a_node_as_a_parent(tmp_path: Path):
         root, best]
 
 
+@pytest.mark.slow
 async def test_inject_idea_is_implemented_and_marked_human(tmp_path: Path):
     text = "Vectorized single-pass online softmax\nFuse max and sum with the online recurrence."
 
@@ -220,6 +228,7 @@ async def test_inject_idea_is_implemented_and_marked_human(tmp_path: Path):
     assert vstatus in DONE_STATUSES and vstatus != "failed"  # a verdict, whatever it is
 
 
+@pytest.mark.slow
 async def test_edit_variant_makes_an_evaluated_child(tmp_path: Path):
     edited = (DATA / "softmax" / "cpu" / "online_1.py").read_text()
 
@@ -240,6 +249,7 @@ async def test_edit_variant_makes_an_evaluated_child(tmp_path: Path):
     assert query(db, "SELECT COUNT(*) FROM llm_calls WHERE node_id = ?", child) == [(0,)]  # no LLM
 
 
+@pytest.mark.slow
 async def test_pause_holds_new_work_until_resume(tmp_path: Path):
     resumed_at: list[float] = []
 
@@ -263,6 +273,7 @@ async def test_pause_holds_new_work_until_resume(tmp_path: Path):
     assert any(e.paused for e in s.of(Progress)) and not s.of(Progress)[-1].paused
 
 
+@pytest.mark.slow
 async def test_stop_ends_the_search_and_lets_the_build_in_flight_finish(tmp_path: Path):
     sent: list[int] = []
 
@@ -287,6 +298,7 @@ async def test_stop_ends_the_search_and_lets_the_build_in_flight_finish(tmp_path
     assert query(db, "SELECT MAX(round) FROM rounds") == [(1,)]
 
 
+@pytest.mark.slow
 async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
     """Steering a finished session from another process: the command waits in the DB, and
     `ktree run --resume` carries it out (and only it)."""
@@ -360,6 +372,7 @@ def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path)
         ("cancelled", "cancelled: stopped by the user")]
 
 
+@pytest.mark.slow
 async def test_a_session_recorded_before_rounds_were_recorded_resumes_in_its_round(tmp_path: Path):
     """A session interrupted under schema 2 has no `rounds` rows: its round and parents come
     from its idea nodes, and its unfinished variant is finished, not a new round 1 started."""

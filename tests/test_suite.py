@@ -25,6 +25,7 @@ def _calls(db: Path) -> list[tuple]:
     return query(db, "SELECT id, session_id, node_id, purpose, status FROM llm_calls ORDER BY id")
 
 
+@pytest.mark.slow
 def test_suite_killed_resumed_and_scored(tmp_path: Path, build_cache: Path) -> None:
     db = tmp_path / "suite.db"
     # A second per call: time to kill the engine with replies recorded and others not yet asked.
@@ -154,6 +155,7 @@ def test_estimate_counts_reasoning_from_history_else_family_default() -> None:
     assert e["with_reasoning_usd"][1] > e["expected"]["cost_usd"]  # billed at the output price
 
 
+@pytest.mark.slow
 def test_suite_estimate_sums_the_problems(tmp_path: Path) -> None:
     one = run_ktree("run", "softmax", "--estimate", "--json", "--provider", "openai", "--model", "o3",
                     "--backend", "cpu", "--db", str(tmp_path / "none.db"))
@@ -252,6 +254,7 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
         assert isinstance(app.screen, SearchScreen)
 
 
+@pytest.mark.slow
 def test_a_problem_with_no_scripted_answers_is_recorded_failed_and_the_suite_goes_on(
         tmp_path: Path, build_cache: Path) -> None:
     """Issue 30.1: with no key (`--provider auto`, the scripted provider) the suite used to stop at

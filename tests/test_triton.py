@@ -102,6 +102,7 @@ def test_every_triton_library_file_declares_its_outcome_and_the_set_is_complete(
         assert {"correct", "incorrect", "compile_error"} <= set(outcomes), problem
 
 
+@pytest.mark.slow
 def test_language_flag_usage_errors_are_one_line(tmp_path: Path):
     proc = run_ktree("run", "softmax", "--provider", "scripted", "--backend", "cpu", "--language", "rust",
                      "--headless", "--db", str(tmp_path / "k.db"))
@@ -155,6 +156,7 @@ def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize("problem", ["softmax", "layernorm"])
 def test_interpreted_triton_library_gets_its_intended_verdicts(problem: str):
@@ -174,6 +176,7 @@ def test_interpreted_triton_library_gets_its_intended_verdicts(problem: str):
             assert "power of 2" in v.log
 
 
+@pytest.mark.slow
 @needs_triton
 def test_a_worker_that_imported_triton_for_another_variant_still_interprets_triton_kernels():
     """The worker outlives a variant: one that imports triton as a plain module (torch itself may)
@@ -186,6 +189,7 @@ def test_a_worker_that_imported_triton_for_another_variant_still_interprets_trit
     assert second.status == "correct", second.log[-1500:]
 
 
+@pytest.mark.slow
 @needs_triton
 def test_autotune_happens_before_timing_and_is_recorded():
     [v] = evaluate_cpu("softmax", [(SCRIPTED / "softmax/triton/online_1.py").read_text()])
@@ -257,6 +261,7 @@ TRITON_HACKS = [
 ]
 
 
+@pytest.mark.slow
 @needs_triton
 def test_integrity_checks_flag_triton_twins_of_the_cuda_hacks_and_pass_honest_kernels():
     sources = [s for s, _ in TRITON_HACKS] + [TRITON_KERNEL]
@@ -268,6 +273,7 @@ def test_integrity_checks_flag_triton_twins_of_the_cuda_hacks_and_pass_honest_ke
     assert honest.status == "correct" and honest.language == "triton", (honest.flags, honest.log)
 
 
+@pytest.mark.slow
 @needs_triton
 def test_a_mixed_search_records_both_languages_and_exports_a_triton_file_eval_judges_the_same(
         tmp_path: Path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, RichLog, Static, Tree
 
 from tests.tui_helpers import (
@@ -19,6 +20,7 @@ from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 
+@pytest.mark.slow
 async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
     db = tmp_path / "k.db"
     search = scripted_search(db, "--rounds", "1", "--ideas", "2").search
@@ -75,6 +77,7 @@ async def test_live_search_fills_tree_code_and_timings(tmp_path: Path):
         await pilot.press("q")
 
 
+@pytest.mark.slow
 async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
     db = recorded_search["db"]
     summary = recorded_search["summary"]

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Static, TabbedContent, TextArea
 
 from engine.events import EventBus, SessionStarted
@@ -367,6 +368,7 @@ def test_a_filter_matches_words_from_their_start():
     assert number("#12") == 12 and number(" 7 ") == 7 and number("correct") is None
 
 
+@pytest.mark.slow
 async def test_slash_filters_the_timings_and_finds_in_the_tree(tmp_path: Path):
     db, sid = await fake_db(tmp_path / "k.db", 40)
     async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):

@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
 from textual.widgets import Tree
 
 from tests.tui_helpers import app_on, label_of, scripted_search, table_row, wait_until
@@ -79,6 +80,7 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
     assert (pruned, pinned) == (1, 1)
 
 
+@pytest.mark.slow
 async def test_new_search_from_the_form_then_resume_it(tmp_path: Path, monkeypatch):
     """Sessions screen -> n -> the form starts a scripted CPU search; quitting mid-run leaves it
     interrupted; a second app resumes it (R) and shows the recorded tree plus the new work."""

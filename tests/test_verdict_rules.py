@@ -161,6 +161,7 @@ def test_the_lineage_tells_own_work_from_torch_work():
         assert integrity.profile_ops(call, lineage=True).torch_alone is alone, name
 
 
+@pytest.mark.slow
 def test_the_library_convolution_with_the_kernel_s_own_epilogue_is_correct_with_a_library_mark():
     v = evaluate("conv_relu_maxpool", LIBRARY_CONV)
     assert v.status == "correct", f"{v.flags}\n{v.log}"

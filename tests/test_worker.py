@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
@@ -23,6 +25,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_trusted():
     phases: list[str] = []
 
@@ -65,6 +68,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
     assert phases.count("checking") == 9 and "timing" in phases and "compiling" in phases
 
 
+@pytest.mark.slow
 def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
     async def go() -> tuple[str, str, list[str], int]:
         evaluator = LocalEvaluator("cpu", run_timeout_s=15, worker=True)
@@ -107,6 +111,7 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
     assert not still_there
 
 
+@pytest.mark.slow
 def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
     """A GPU's worker keeps its successor started (prepared but for the CUDA context) and hands
     over when it is replaced, after a flag as after a planned retirement: no fresh process is

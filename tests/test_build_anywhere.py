@@ -24,6 +24,9 @@ from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from tests.conftest import gpu_arch
 
+# The slow tier: its C++ builds are its own (no quick test shares them).
+pytestmark = pytest.mark.slow
+
 STRICT, WHY_NOT = sandbox.available()
 WORK = {"flops": None, "bytes": None, "trials": 1, "time_budget_s": 0.1, "max_reps": 5}
 RUN = os.urandom(4).hex()  # every source new to the run's build cache

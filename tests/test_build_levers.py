@@ -59,6 +59,9 @@ def test_a_source_the_mini_header_cannot_build_falls_through_and_the_choice_is_k
     monkeypatch.setattr(ce, "load_inline", fake_load_inline)
     monkeypatch.setattr(fastbuild, "extension_identifiers", lambda *a, **k: {"nn", "Tensor"})
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    # as in the compile pool (an earlier in-process evaluation may have left these on)
+    monkeypatch.setitem(fastbuild.PREBUILT, "on", False)
+    monkeypatch.setitem(fastbuild.PROBE, "on", False)
     fastbuild.install(str(tmp_path), levers=("slim", "mini"))  # wraps the fake (undone after the test)
     source = "#include <torch/extension.h>\ntorch::nn::Module m;\n__global__ void k() {}"
     assert ce.load_inline(name="x", cpp_sources="void f();", cuda_sources=source) == "module"

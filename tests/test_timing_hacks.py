@@ -357,7 +357,9 @@ def test_an_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts:
     rotation = v.timing["rotation"]
     assert rotation["sets"] >= 2 and rotation["checked"] >= 1 and rotation["bytes"] > 0
     assert v.timing["speed_of_light"]["floor_ms"] > 0
-    assert v.sol_fraction is not None and 0 < v.sol_fraction < 1.25
+    assert v.sol_fraction is not None and v.sol_fraction > 0
+    if v.timing["speed_of_light"].get("reliable", True):  # (peaks measured while other work held the
+        assert v.sol_fraction < 1.25  # cores are too low and said so: then the fraction is not judged)
     clean = v.timing["reference_clean"]
     # The reference in the candidate's process, timed with the rotation, against its time before
     # any candidate ran: unchanged within noise (a factor of 2), where both were timed on a quiet host.

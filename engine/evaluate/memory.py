@@ -399,10 +399,6 @@ class Peaks:
         now = _status_kib("VmHWM")
         return None if now is None else max(now, _HIGHEST["host"])
 
-    @staticmethod
-    def host_peak_now() -> int:
-        return _status_kib("VmHWM") or 0
-
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"peak_gpu_bytes": self.gpu_peak(), "gpu_start_bytes": self.gpu_start or None,
                                "host_peak_bytes": self.host_peak(), "host_start_bytes": self.host_start or None,
@@ -410,10 +406,6 @@ class Peaks:
         if not self.host_reset:
             out["host_peak_note"] = "the process's resident peak since it started (VmHWM could not be reset)"
         return {k: v for k, v in out.items() if v is not None}
-
-
-def reset_host_peak() -> None:
-    Peaks._reset_host()
 
 
 def host_rss() -> int:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.evaluate import clocks, settings
+from engine.evaluate.memory import WINDOW_BYTES, stream_sum, tensor_bytes
 
 MIN_SETS = 2
 MAX_SETS = 4
@@ -71,16 +72,6 @@ def budget_bytes(device: str) -> int:
 def lean(set_bytes: int, budget: int) -> bool:
     """Whether MIN_SETS sets and the two buffers would not fit the budget: the sets go in place."""
     return set_bytes * (MIN_SETS + 2) > budget
-
-
-def tensor_bytes(obj: Any) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(o) for o in obj)
-    return 0
 
 
 def plan(set_bytes: int, out_bytes: int, budget: int) -> tuple[int, int]:
@@ -345,8 +336,6 @@ def _kept_outputs(flat: list[Any]) -> tuple[list[Any], list[int | None]]:
     """A sampled rep's outputs as kept for the recheck: clones, except that an output over
     WINDOW_BYTES keeps a window of that size at an offset drawn now with `secrets` (the candidate
     cannot know which part will be compared), so the samples stay within the memory plan."""
-    from engine.evaluate.memory import WINDOW_BYTES
-
     outputs: list[Any] = []
     windows: list[int | None] = []
     for t in flat:
@@ -366,8 +355,6 @@ def _fingerprint(tensors: list[Any]) -> list[str]:
     """Each tensor's float64 sum, as text (a NaN sum then equals itself): whether a call wrote into
     a lean set."""
     import torch
-
-    from engine.evaluate.memory import stream_sum
 
     return [repr(stream_sum(t)) if t.numel() else "0"
             for t in tensors if isinstance(t, torch.Tensor)]

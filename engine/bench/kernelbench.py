@@ -240,6 +240,7 @@ def verdict_row(problem: KBProblem, candidate: str, verdict: Any, wall_s: float)
         "host_peak_bytes": memory.get("host_peak_bytes"), "answers": memory.get("answers"),
         "plan_bytes": memory.get("plan_bytes"), "bound_bytes": bound, "fits": fits,
         "phase_peaks": memory.get("phase_peaks"),
+        "held_parts": (getattr(verdict, "timing", None) or {}).get("held_s"),  # (a worker's start in it: "start")
         "held_s": held_seconds(verdict), "wall_s": round(wall_s, 2), "compile_s": verdict.compile_s,
         "eval_s": verdict.eval_s, "device": verdict.device,
         "oom": bool(_OOM.search(log)), "host_kill": _HOST_KILL in log, "why": why,
@@ -309,6 +310,12 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
     if own:
         evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, run_timeout_s=timeout_s,
                                    compile_baseline=False)
+    # Every device's worker sees every problem file from its start, as a suite's: a new problem then
+    # takes the standby started beside the last one, not a fresh process (Python, torch, the CUDA
+    # context: seconds per problem, paid one problem after another on each device).
+    start_workers = getattr(evaluator, "start_workers", None)
+    if start_workers is not None and todo:
+        start_workers(*(str(p.path.resolve()) for p in todo))
     slots = asyncio.Semaphore(max(1, jobs))
     # One problem file imported and costed at a time, in a thread (the loop goes on): its flops and
     # bytes are counted on meta tensors, seconds for a recurrent network.
@@ -356,8 +363,12 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
             row = verdict_row(problem, candidate, verdict, time.monotonic() - t0)
             finish({**row, "load_s": round(load_s, 2)})
 
+    workers: list[dict[str, Any]] = []
     try:
         await asyncio.gather(*(one(p) for p in todo))
+        # how each device's worker started: a standby taken (ready beside the last problem) or fresh
+        workers = [{"device": d.name, "starts": d.worker.starts, "standby_used": d.worker.standby_used}
+                   for d in getattr(evaluator, "devices", []) if getattr(d, "worker", None) is not None]
     finally:
         if own:
             await evaluator.close()
@@ -368,7 +379,8 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
             row["alone"] = earlier.get(_key(row))
     device = next((r.get("device") for r in rows if r.get("device")), backend)
     return {"backend": backend, "device": device, "wall_s": round(time.monotonic() - started, 1),
-            "resumed": len(done), "rows": rows, "summary": summarize(rows, compared=alone is not None)}
+            "resumed": len(done), "rows": rows, "workers": workers,
+            "summary": summarize(rows, compared=alone is not None)}
 
 
 def _cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, float | None]:
@@ -460,6 +472,9 @@ def kernelbench_table(result: dict[str, Any]) -> str:
     resumed = f" ({result['resumed']} read back from an earlier run)" if result.get("resumed") else ""
     lines.append(f"{result['backend']}: {s['problems']} problems in {result['wall_s']:g} s{resumed};"
                  f" {'passed' if s['passed'] else 'failed'}")
+    for w in result.get("workers") or []:
+        lines.append(f"{w['device']}: its worker started {w['starts']} times, {w['standby_used']} of them a standby"
+                     " made ready beside the last problem")
     return "\n".join(lines)
 
 

@@ -33,6 +33,8 @@ SCRATCH = 512 * 2**20  # what ktree's own streamed work may take at once (part o
 PIECE_ELEMENTS = 2**23  # a streamed piece: 64 MiB in fp64 per operand
 LARGE_BYTES = 256 * 2**20  # over this, a copy kept only to compare is a fingerprint, not a clone
 WINDOW_BYTES = 256 * 2**20  # a sampled timed output over this keeps a secret window of this size
+MIN_SETS = 2  # the timing rotation's fewest input sets (engine.evaluate.rotation)
+SLACK = 256 * 2**20  # kept free beside a full rotation (the GPU libraries' own workspaces)
 
 
 # -- streaming ----------------------------------------------------------------------------------
@@ -247,15 +249,18 @@ class Plan:
                 "plan_phases": dict(self.phases)}
 
 
+def _compute(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace: int, answers: str) -> int:
+    """What computing one set's answers takes (its inputs drawn, the reference's work)."""
+    if answers == "fp64":
+        return inputs + inputs64 + outputs64 + 2 * workspace  # drawn, fp64 copies, ref64's work
+    return inputs + outputs + workspace
+
+
 def _phases(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace: int, trials: int,
             answers: str, cached: int) -> dict[str, int]:
     """Each phase's peak estimate (bytes) with `answers` and a cached set of `cached` bytes."""
-    if answers == "fp64":
-        answer = outputs64
-        compute = inputs + inputs64 + outputs64 + 2 * workspace  # drawn, fp64 copies, ref64's work
-    else:
-        answer = outputs
-        compute = inputs + outputs + workspace
+    answer = outputs64 if answers == "fp64" else outputs
+    compute = _compute(inputs, outputs, inputs64, outputs64, workspace, answers)
     kept_inputs = 0 if inputs > LARGE_BYTES else inputs  # the inputs-modified copy (else fingerprints)
     problem = inputs + outputs + workspace
     window = min(outputs, WINDOW_BYTES)
@@ -268,8 +273,9 @@ def _phases(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace:
         # trial 0's extra call, on a copy of its inputs, beside its outputs
         "passed": cached + problem + kept_inputs + inputs + outputs,
         # timing (a lean rotation: two sets in place, sampled windows) and the recheck after it
-        "time": 2 * inputs + 2 * outputs + workspace + 3 * window,
-        "recheck": 2 * inputs + 3 * window + compute + SCRATCH,
+        # (a cached set stays where it is: the next evaluation of the problem uses it)
+        "time": cached + 2 * inputs + 2 * outputs + workspace + 3 * window,
+        "recheck": cached + 2 * inputs + 3 * window + compute + SCRATCH,
     }
 
 
@@ -288,16 +294,32 @@ def make_plan(inputs: int, outputs: int, inputs64: int, outputs64: int, referenc
             chosen = answers
             break
     answer = outputs64 if chosen == "fp64" else outputs
+    compute = _compute(inputs, outputs, inputs64, outputs64, workspace, chosen)
+
+    def rotation_room(phases: dict[str, int], cached: int) -> int:
+        # A full rotation's sets and buffers live from before the candidate to the recheck: beside
+        # every check trial, trial 0's extra call, each timed call and the recheck's answers.
+        beside = max(phases["check"], phases["passed"], cached + outputs + workspace + SCRATCH,
+                     cached + compute + SCRATCH)
+        return max(min(2 * (inputs + outputs) + MARGIN - SCRATCH, bound - beside - SLACK), 0)
+
     cache = trials * (inputs + answer)
     with_cache = _phases(inputs, outputs, inputs64, outputs64, workspace, trials, chosen, cache)
-    cache_ok = max(with_cache.values()) <= bound and (gpu_free is None or cache <= gpu_free // 2)
+    full = (MIN_SETS + 2) * inputs  # a rotation that is not lean: its sets and two buffers
+    cache_ok = (max(with_cache.values()) <= bound and (gpu_free is None or cache <= gpu_free // 2)
+                # the rotation goes first: a cache that would make it lean (its sets passed in
+                # place, a memo keyed on their address unseen) stays on the host
+                and (rotation_room(with_cache, cache) >= full or rotation_room(phases, 0) < full))
     if cache_ok:
         phases = with_cache
-    # The rotation: within what the time phase may add to the problem's own memory.
-    rotation = max(2 * (inputs + outputs) + MARGIN - SCRATCH, 0)
+    cached = cache if cache_ok else 0
+    rotation = rotation_room(phases, cached)
+    if rotation >= full:  # timing and the recheck with a full rotation in place of two sets
+        phases = {**phases, "time": max(phases["time"], cached + rotation + outputs + workspace),
+                  "recheck": max(phases["recheck"], cached + rotation + compute + SCRATCH)}
     return Plan(inputs=inputs, outputs=outputs, inputs64=inputs64, outputs64=outputs64,
                 reference_peak=reference_peak, trials=trials, answers=chosen, bound=bound,
-                estimate=max(phases.values()), cache_bytes=cache if cache_ok else 0,
+                estimate=max(phases.values()), cache_bytes=cached,
                 rotation_bytes=rotation, phases=phases)
 
 

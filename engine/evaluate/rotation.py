@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.evaluate import clocks, settings
-from engine.evaluate.memory import WINDOW_BYTES, stream_sum, tensor_bytes
+from engine.evaluate.memory import MIN_SETS, WINDOW_BYTES, stream_sum, tensor_bytes
 
-MIN_SETS = 2
 MAX_SETS = 4
 SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most
 MAX_PASSES = 3  # engine.evaluate.noise: one pass and at most two re-timings

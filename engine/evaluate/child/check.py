@@ -204,9 +204,10 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                 memory.mark("check-passed", device)
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial + 1, log=format_exc(exc), **base)
-            watch.outputs = []
+            # (let go before the next trial is drawn: never two trials' inputs at once)
+            watch.outputs, watch.inputs = [], []
             watch.captured.pop("inputs-modified", None)
-            del out
+            del out, inputs
         del first_out
     watch.errs, watch.native_errs, watch.dtypes = errs, checks.native_errs, dtypes
     return Checked(errs, found.flags, found.notes)

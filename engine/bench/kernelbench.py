@@ -240,7 +240,7 @@ def verdict_row(problem: KBProblem, candidate: str, verdict: Any, wall_s: float)
         "host_peak_bytes": memory.get("host_peak_bytes"), "answers": memory.get("answers"),
         "plan_bytes": memory.get("plan_bytes"), "bound_bytes": bound, "fits": fits,
         "phase_peaks": memory.get("phase_peaks"),
-        "held_parts": (getattr(verdict, "timing", None) or {}).get("held_s"),  # (a worker's start in it: "start")
+        "held_parts": (getattr(verdict, "timing", None) or {}).get("held_s"),  # a worker's start: "start"
         "held_s": held_seconds(verdict), "wall_s": round(wall_s, 2), "compile_s": verdict.compile_s,
         "eval_s": verdict.eval_s, "device": verdict.device,
         "oom": bool(_OOM.search(log)), "host_kill": _HOST_KILL in log, "why": why,
@@ -473,8 +473,8 @@ def kernelbench_table(result: dict[str, Any]) -> str:
     lines.append(f"{result['backend']}: {s['problems']} problems in {result['wall_s']:g} s{resumed};"
                  f" {'passed' if s['passed'] else 'failed'}")
     for w in result.get("workers") or []:
-        lines.append(f"{w['device']}: its worker started {w['starts']} times, {w['standby_used']} of them a standby"
-                     " made ready beside the last problem")
+        lines.append(f"{w['device']}: its worker started {w['starts']} times, {w['standby_used']} of them"
+                     " a standby made ready beside the last problem")
     return "\n".join(lines)
 
 

@@ -205,9 +205,9 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
             except Exception as exc:
                 return Verdict(status="runtime_error", trials=trial + 1, log=format_exc(exc), **base)
             # (let go before the next trial is drawn: never two trials' inputs at once)
-            watch.outputs, watch.inputs = [], []
+            watch.outputs, watch.inputs, inputs = [], [], []
             watch.captured.pop("inputs-modified", None)
-            del out, inputs
+            del out
         del first_out
     watch.errs, watch.native_errs, watch.dtypes = errs, checks.native_errs, dtypes
     return Checked(errs, found.flags, found.notes)

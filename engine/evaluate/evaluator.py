@@ -43,7 +43,7 @@ from engine.evaluate.reference_times import ReferenceTimings
 from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
 from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
 from engine.evaluate.verdict import Verdict
-from engine.evaluate.worker import Worker, ledger_dir, memory_env
+from engine.evaluate.worker import GPU_STANDBYS, Worker, ledger_dir, memory_env
 
 DEFAULT_TIMEOUTS = {"cuda": 900.0, "cpu": 600.0}  # a build's seconds (an evaluation's: eval_limit)
 
@@ -171,7 +171,8 @@ class LocalEvaluator(ReferenceTimings):
             # for its CUDA context). Not on the cpu: its start would take cores from the timing
             # of the job it overlaps.
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
-                             standby="always" if backend == "cuda" else False) if worker else None)
+                             standby="always" if backend == "cuda" else False,
+                             standby_depth=GPU_STANDBYS if backend == "cuda" else 1) if worker else None)
             device = Device(name, index, device_env, runner, lock_key=key)
             self.devices.append(device)
             self._free.put_nowait(device)

@@ -41,6 +41,12 @@ from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import _read_tail
 from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Sandbox, evaluation_binds, kill_tree, make_workdir, watch
 
+# A GPU worker's standbys starting at once. One start (Python, torch, in the sandbox) can outlast a
+# short evaluation: KernelBench level 1's wrapped references, each flagged and so followed by a restart,
+# held an H200 3.7 s on average but came one per 9.9 s with one standby (each waited for the last's
+# start); two overlap their starts.
+GPU_STANDBYS = 2
+
 
 def ledger_dir(cache_dir: str) -> str:
     """The host-wide memory ledger (engine.evaluate.ledger): in the one dir of the build cache an
@@ -86,7 +92,7 @@ class Worker:
     not one per change of problem)."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
-                 cache_dir: str = "", max_jobs: int = 32, standby: bool | str = False):
+                 cache_dir: str = "", max_jobs: int = 32, standby: bool | str = False, standby_depth: int = 1):
         self.extra_env = dict(extra_env or {})
         self.sandbox = sandbox or Sandbox()
         self.cache_dir = cache_dir
@@ -94,9 +100,12 @@ class Worker:
         self.proc: asyncio.subprocess.Process | None = None
         # start the next process ahead: of a planned retirement (True), or of any replacement ("always")
         self.standby = standby
-        self._standby: asyncio.Task[tuple[asyncio.subprocess.Process, tuple[str, ...]] | None] | None = None
+        # how many standbys are kept starting at once: a start (Python, torch) takes longer than a
+        # short evaluation, so one after another each waits for the last; two overlap
+        self.standby_depth = max(1, standby_depth)
+        self._standbys: list[asyncio.Task[tuple[asyncio.subprocess.Process, tuple[str, ...]] | None]] = []
         self.standby_used = 0  # starts that activated a standby
-        self._standby_proc: asyncio.subprocess.Process | None = None  # the standby, once spawned
+        self._standby_procs: set[asyncio.subprocess.Process] = set()  # the standbys spawned, not taken
         self._spawned = 0
         self._stderr: dict[int, Path] = {}  # each process's stderr file, by pid
         self._problems: tuple[str, ...] = ()  # the problem files this process can read
@@ -124,7 +133,7 @@ class Worker:
                 start_new_session=True,
             )
         self._stderr[proc.pid] = stderr_path
-        for pid in list(self._stderr)[:-2]:  # the one in use and its standby are kept
+        for pid in list(self._stderr)[:-1 - self.standby_depth]:  # the one in use and its standbys are kept
             with contextlib.suppress(OSError):
                 self._stderr.pop(pid).unlink()
         return proc
@@ -161,19 +170,23 @@ class Worker:
         return None
 
     def _begin_standby(self) -> None:
-        """Start the next process now, as a standby (see the module's docstring)."""
-        if not self.standby or self._standby is not None:
+        """Start the next processes now, as standbys (see the module's docstring), up to
+        `standby_depth` of them starting or ready."""
+        if not self.standby:
             return
-        self._standby = asyncio.ensure_future(self._prepare_standby(self._problems))
+        while len(self._standbys) < self.standby_depth:
+            self._standbys.append(asyncio.ensure_future(self._prepare_standby(self._problems)))
 
     async def _prepare_standby(self, problems: tuple[str, ...]
                                ) -> tuple[asyncio.subprocess.Process, tuple[str, ...]] | None:
-        proc = self._standby_proc = await self._spawn(problems, standby=True)
+        proc = await self._spawn(problems, standby=True)
+        self._standby_procs.add(proc)
         try:
             line = await asyncio.wait_for(self._readline(proc), START_TIMEOUT_S)
         except (TimeoutError, asyncio.CancelledError):
             line = None
         if line is None or "standby" not in line:
+            self._standby_procs.discard(proc)
             kill_tree(proc.pid)
             await proc.wait()
             return None
@@ -182,17 +195,15 @@ class Worker:
     async def _take_standby(self, problems: tuple[str, ...]) -> asyncio.subprocess.Process | None:
         """The standby, if there is one that started and sees every one of these files; any other
         is dropped."""
-        task, self._standby = self._standby, None
-        if task is None:
-            return None
-        ready = await task
-        self._standby_proc = None
-        if ready is None:
-            return None
-        proc, sees = ready
-        if proc.returncode is None and not _dead(proc.pid) and set(problems) <= set(sees):
-            return proc
-        await _drop(proc)
+        while self._standbys:  # the oldest first: the likeliest to be ready
+            ready = await self._standbys.pop(0)
+            if ready is None:
+                continue
+            proc, sees = ready
+            self._standby_procs.discard(proc)
+            if proc.returncode is None and not _dead(proc.pid) and set(problems) <= set(sees):
+                return proc
+            await _drop(proc)
         return None
 
     def _env(self) -> dict[str, str]:
@@ -286,14 +297,15 @@ class Worker:
 
     async def close(self) -> None:
         await self.stop()
-        task, self._standby = self._standby, None
-        proc, self._standby_proc = self._standby_proc, None
-        if task is not None:
+        tasks, self._standbys = self._standbys, []
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if proc is not None and proc.returncode is None:
-            await _drop(proc)
+        procs, self._standby_procs = self._standby_procs, set()
+        for proc in procs:
+            if proc.returncode is None:
+                await _drop(proc)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     async def run(

@@ -235,6 +235,7 @@ def test_inputs_too_large_for_the_budget_rotate_in_place_and_a_write_into_them_i
     rotation = Rotation.draw(first, lambda: [torch.randn(64, 64)], "cpu", out_bytes=4, time_budget_s=1.0,
                              samples=6)
     assert rotation.lean and len(rotation.sets) == 2
+    assert first == []  # the set handed over is let go: never beside the lean sets drawn for timing
     assert rotation.cost()["bytes"] == 2 * 64 * 64 * 4 + 0  # no buffers (no samples taken yet)
     drawn = [s[0].clone() for s in rotation.sets]
     rotation.park()  # let go while the check trials run; drawn again, the same, from their seeds

@@ -138,9 +138,11 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
     global _candidate_imported
     with torch.no_grad():
         torch.manual_seed(secrets.randbits(62))
-        first = make_inputs(problem, device, cast)
+        first = list(make_inputs(problem, device, cast))
+        floor = floor_bytes(job.bytes, first, ref, checks.out_bytes)
         out_bytes = sum(checks.out_bytes)
-        rotation = rotation_module.Rotation.draw(list(first), lambda: make_inputs(problem, device, cast),
+        # (`first` is handed over: a lean rotation lets it go before drawing its own sets)
+        rotation = rotation_module.Rotation.draw(first, lambda: make_inputs(problem, device, cast),
                                                  device, out_bytes, job.time_budget_s,
                                                  cap=checks.plan.rotation_bytes if checks.plan else None)
         rotation.protect(ref)  # (its outputs are poisoned after each call: never its weights)
@@ -155,8 +157,8 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
             # Kept for later jobs (engine.evaluate.evaluator) only when no other work slowed it.
             clean = {"median": stats.median, "p10": stats.p10, "p90": stats.p90, "lo": stats.lo, "hi": stats.hi,
                      "measured": wait <= noise.CPU_WAIT_MAX}
-    sol = timing.speed_of_light(job.flops, floor_bytes(job.bytes, first, ref, checks.out_bytes),
-                                checks.dtypes[0] if checks.dtypes else None, device, job.cache_dir)
+    sol = timing.speed_of_light(job.flops, floor, checks.dtypes[0] if checks.dtypes else None, device,
+                                job.cache_dir)
     del first
     rotation.park()  # a lean rotation's sets: drawn again when timing starts (engine.evaluate.rotation)
     _candidate_imported = True

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.domain import (
     LIBRARY_EXCLUDED,
+    best_variant,
     language_label,
     language_mark,
     library_line,
@@ -133,8 +134,9 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
     ]
     for v in variants:
         err = "-" if v.get("max_abs_err") is None else f"{v['max_abs_err']:.2g}"
+        star = " ★" if v.get("best") else ""
         lines.append(
-            f"| {v['node']} | {v['round']} | {v['idea']} | {status_label(v['status'], v.get('library'))}"
+            f"| {v['node']}{star} | {v['round']} | {v['idea']} | {status_label(v['status'], v.get('library'))}"
             f" | {_num(v.get('time_ms'))}"
             f" | {_num(v.get('ref_eager_ms'))} | {fmt_x(v.get('speedup_eager'))} | {err}"
             f" | {v.get('slot') or '-'} |"
@@ -192,6 +194,7 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
     children: dict[int | None, list[Any]] = {}
     for n in nodes:
         children.setdefault(n.parent_id, []).append(n)
+    best = best_variant(nodes, session_library_ops(session.get("config")))
     lines = [head]
 
     def label(n: Any) -> str:
@@ -212,7 +215,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
                          for note in (shown_notes(v.notes, v.library) if v is not None else ()))
         mark = language_mark(getattr(n, "language", ""))
         lang = f" {mark}" if mark else ""
-        return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{flags}{marks}"
+        star = " ★ best" if best is not None and n.id == best.id else ""  # as the TUI stars it
+        return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{star}{flags}{marks}"
 
     def walk(n: Any, prefix: str, last: bool, top: bool) -> None:
         lines.append((prefix + ("└─ " if last else "├─ ") if not top else "") + label(n))

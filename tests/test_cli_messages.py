@@ -153,3 +153,18 @@ def test_the_estimates_last_sentence_is_whole_in_the_cli(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "beside" not in proc.stdout
     assert "counted apart, as a range per model" in proc.stdout.strip().splitlines()[-1]
+
+
+def test_a_missing_database_says_how_to_name_another(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """Run from another folder, a listing or a report says where it looked and names --db and
+    KTREE_DB (a listing of nothing still exits 0; a session asked for does not exist: 2)."""
+    from engine.cli import main
+
+    db = str(tmp_path / "none.db")
+    assert main(["sessions", "--db", db]) == 0
+    said = capsys.readouterr().out
+    for cmd in (["show", "1"], ["export", "1"]):
+        assert main([*cmd, "--db", db]) == 2
+        said += capsys.readouterr().err
+    assert said.count(f"no database at {db}") == 3
+    assert said.count("--db PATH or KTREE_DB=PATH") == 3

@@ -87,11 +87,14 @@ def test_show_and_export_say_the_mark_and_exclude_keeps_it_out_of_the_best(
     assert "library ops excluded" in outline.splitlines()[1]
     [line_b] = [ln for ln in outline.splitlines() if f"#{b} variant" in ln]
     assert "library" not in line_b
+    # the best (the one export writes, the TUI stars) is starred, and only it
+    assert "★ best" in line_b and "★" not in line_a and outline.count("★") == 1
     table = _out(capsys, "show", sid, "--db", str(db), "--table")
     assert f"| {a} | 1 | fuse the epilogue | correct [lib] |" in table
-    assert f"| {b} | 1 | fuse the epilogue | correct |" in table
+    assert f"| {b} ★ | 1 | fuse the epilogue | correct |" in table
     [shown] = json.loads(_out(capsys, "show", sid, "--db", str(db), "--json"))
     rows = {r["node"]: r for r in shown["variants"]}
+    assert (rows[a]["best"], rows[b]["best"]) == (False, True)
     assert (rows[a]["library"], rows[a]["library_excluded"]) == (LIBRARY, True)
     assert (rows[b]["library"], rows[b]["library_excluded"]) == (None, False)
 

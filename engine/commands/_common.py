@@ -25,6 +25,11 @@ def db_path(args: argparse.Namespace) -> Path:
     return path
 
 
+def no_database(path: Path) -> str:
+    """What a command says of a database that is not there: where it looked, and how to name another."""
+    return f"no database at {path} (a search started here makes one; another: --db PATH or KTREE_DB=PATH)"
+
+
 async def open_store(path: Path) -> Any:
     from engine.store import Store, StoreError
 

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from engine.commands._common import db_path, open_store
+from engine.commands._common import db_path, no_database, open_store
 from engine.commands._output import emit, say
 from engine.launch import UsageError
 
@@ -16,7 +16,7 @@ def export(args: argparse.Namespace) -> int:
 
     db = db_path(args)
     if not db.exists():
-        raise UsageError(f"no database at {db}")
+        raise UsageError(no_database(db))
 
     async def go() -> str:
         store = await open_store(db)

@@ -13,6 +13,7 @@ from engine.commands._common import (
     USAGE_ERROR,
     db_path,
     isolation_note,
+    no_database,
     open_store,
     reasoning_history,
     run_request,
@@ -62,7 +63,7 @@ def prepare_search(args: argparse.Namespace, db: Path | None = None) -> Prepared
 
 async def _prepare_resume(request: ResumeRequest, db: Path) -> Prepared:
     if not db.exists():
-        raise UsageError(f"no database at {db}")
+        raise UsageError(no_database(db))
     store = await open_store(db)
     try:
         return await prepare_resume(request, store)

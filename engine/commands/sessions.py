@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from engine.commands._common import db_path, open_store
+from engine.commands._common import db_path, no_database, open_store
 from engine.commands._output import emit
 
 
@@ -23,7 +23,7 @@ def sessions(args: argparse.Namespace) -> int:
             await store.close()
 
     if not db.exists():
-        emit(f"no database at {db}")
+        emit(no_database(db))
         return 0
     for row in asyncio.run(go()):
         emit(format_session_row(row))

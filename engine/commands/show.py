@@ -9,9 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from engine.commands._common import db_path, open_store
+from engine.commands._common import db_path, no_database, open_store
 from engine.commands._output import emit, emit_json, say
-from engine.domain import session_library_ops
+from engine.domain import best_variant, session_library_ops
 from engine.launch import UsageError
 
 
@@ -20,7 +20,7 @@ def show(args: argparse.Namespace) -> int:
 
     db = db_path(args)
     if not db.exists():
-        raise UsageError(f"no database at {db}")
+        raise UsageError(no_database(db))
     if args.suite is not None:
         return _suite(args, db)
     if args.markdown:
@@ -60,6 +60,7 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
     evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
     nodes = await store.nodes(s["id"])
     exclude = session_library_ops(s.get("config")) == "exclude"
+    best = best_variant(nodes, session_library_ops(s.get("config")))  # the one export writes
     rows = []
     for n in nodes:
         if n.kind != "variant":
@@ -67,7 +68,8 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
         v = evals.get(n.id)
         rows.append({"node": n.id, "parent": n.parent_id, "round": n.round, "idea": n.title,
                      "origin": n.origin, "status": n.status, "pinned": n.pinned,
-                     "pruned": n.pruned, "time_ms": v and v.time_ms,
+                     "pruned": n.pruned, "best": best is not None and n.id == best.id,
+                     "time_ms": v and v.time_ms,
                      "ref_eager_ms": v and v.ref_eager_ms,
                      "speedup_eager": v and v.speedup_eager,
                      "max_abs_err": v and v.max_abs_err, "device": v and v.device,

@@ -115,12 +115,15 @@ def _estimate(args: argparse.Namespace, request: Any, db: Path) -> int:
 def skipped_lines(skipped: dict[str, str], shown: int = 4) -> list[str]:
     """The problems an estimate left out, one line per reason (the problem's own name taken out of
     it, so that 19 problems the scripted provider has no answers for are one line)."""
-    by_reason: dict[str, list[str]] = {}
+    by_reason: dict[str, list[tuple[str, str]]] = {}
     for spec, why in skipped.items():
         name = Path(spec).stem
-        by_reason.setdefault(why.replace(repr(name), "<problem>").replace(name, "<problem>"), []).append(name)
+        by_reason.setdefault(why.replace(repr(name), "\0").replace(name, "\0"), []).append((name, why))
     lines = []
-    for why, names in by_reason.items():
+    for template, named in by_reason.items():
+        names = [name for name, _ in named]
         more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        # one problem: its own reason; several: the reason said of them all (never a placeholder)
+        why = named[0][1] if len(named) == 1 else template.replace("\0.py", "each").replace("\0", "each")
         lines.append(f"  not estimated ({len(names)}: {', '.join(names[:shown])}{more}): {why}")
     return lines

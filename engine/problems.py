@@ -195,16 +195,44 @@ def resolve(spec: str) -> Path:
     )
 
 
+def _never_bound(tree: ast.Module) -> list[str]:
+    """The REQUIRED names a file's top level never binds (a def, a class, an assignment, an import),
+    read without running it; none where a star import may bind anything."""
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return []
+                bound.add((alias.asname or alias.name).split(".")[0])
+        else:  # assignments anywhere at the top level (under an if, a try, a with ...)
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    bound.add(sub.id)
+                elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    bound.add(sub.name)
+                elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    if any(a.name == "*" for a in sub.names):
+                        return []
+                    bound.update((a.asname or a.name).split(".")[0] for a in sub.names)
+    return [name for name in REQUIRED if name not in bound]
+
+
 def load_problem(spec: str) -> Problem:
     """Resolve, parse and import a problem file; raise ProblemError with a one-line reason."""
     path = resolve(spec)
     try:
         source = path.read_text()
-        ast.parse(source)
+        tree = ast.parse(source)
     except (OSError, UnicodeDecodeError) as exc:
         raise ProblemError(f"{path}: cannot read: {exc}") from exc
     except SyntaxError as exc:
         raise ProblemError(f"{path}: syntax error on line {exc.lineno}: {exc.msg}") from exc
+    unbound = _never_bound(tree)
+    if unbound:  # said before the file runs: not a KernelBench file, none of its code executed
+        raise ProblemError(f"{path}: missing {', '.join(f'`{m}`' for m in unbound)}")
     try:
         module = load_module_from_path(path)
     except BaseException as exc:  # a problem file may even call sys.exit

@@ -35,14 +35,32 @@ def test_problem_from_any_path(tmp_path: Path):
     assert problem.sizes_for("cpu") == {"n": 64}  # no preset declared: full sizes
 
 
+def test_a_file_that_is_not_a_problem_is_said_so_before_any_of_it_runs(tmp_path: Path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "notkb.py"
+    path.write_text(f"open({str(marker)!r}, 'w').write('ran')\nprint('hello')\n")
+    with pytest.raises(ProblemError, match="missing `Model`, `get_inputs`, `get_init_inputs`"):
+        load_problem(str(path))
+    assert not marker.exists()  # read, never executed
+    # bound under an if, or by an import, still counts as there
+    path.write_text("import torch\nif True:\n    class Model: pass\n"
+                    "from math import sqrt as get_inputs\nget_init_inputs = list\n")
+    with pytest.raises(ProblemError) as info:
+        load_problem(str(path))
+    assert "missing" not in str(info.value)
+
+
+DEFS = "class Model: pass\ndef get_inputs(): return []\ndef get_init_inputs(): return []\n"
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
         ("def get_inputs(): return []\ndef get_init_inputs(): return []\n", "missing `Model`"),
         ("class Model: pass\ndef get_inputs(): return []\n", "missing `get_init_inputs`"),
         ("class Model(:\n", "syntax error on line 1"),
-        ("import no_such_module_here\n", "fails to import: ModuleNotFoundError"),
-        ("raise SystemExit(3)\n", "fails to import: SystemExit"),
+        ("import no_such_module_here\n" + DEFS, "fails to import: ModuleNotFoundError"),
+        ("raise SystemExit(3)\n" + DEFS, "fails to import: SystemExit"),
         ("import torch\nclass Model: pass\ndef get_init_inputs(): return []\n"
          "def get_inputs(): raise ValueError('no data file')\n",
          "get_inputs() raises ValueError: no data file"),

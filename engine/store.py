@@ -71,31 +71,56 @@ def _writes(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
     @functools.wraps(method)
     async def locked(self: Store, *args: Any, **kwargs: Any) -> T:
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only: this command writes to the database")
         async with self._write_lock:
             return await method(self, *args, **kwargs)
 
     return locked
 
 
+def _unwritable(path: Path) -> str:
+    """Why the database at `path` cannot be written ("" where it can): the file, or its folder
+    (SQLite writes its journal and WAL files beside it)."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file cannot be written"
+    if not os.access(path.parent if str(path.parent) else Path("."), os.W_OK):
+        return "its folder cannot be written"
+    return ""
+
+
 class Store:
-    def __init__(self, conn: aiosqlite.Connection, path: Path):
+    def __init__(self, conn: aiosqlite.Connection, path: Path, read_only: bool = False):
         self.conn = conn
         self.path = path
+        self.read_only = read_only
         self._write_lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: str | Path) -> Store:
+    async def open(cls, path: str | Path, read_only: bool = False) -> Store:
+        """The database at `path`. `read_only` (a listing, a report, an export): opened with
+        SQLite's read-only mode, and as immutable where its folder cannot be written (a read-only
+        filesystem: no WAL index can be made there); any write then raises StoreError. Without it, a
+        database that cannot be written is said to be read-only, never called broken."""
         path = Path(path)
         if path.exists() and path.is_dir():
             raise StoreError(f"{path} is a directory, not a database file")
+        unwritable = _unwritable(path)
+        if unwritable and not read_only:
+            raise StoreError(f"{path} is read-only ({unwritable}): this command writes to the database;"
+                             " sessions, show and export read it as it is")
         try:
-            conn = await aiosqlite.connect(path, timeout=30)
+            if read_only:
+                mode = "ro&immutable=1" if unwritable else "ro"
+                conn = await aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", timeout=30, uri=True)
+            else:
+                conn = await aiosqlite.connect(path, timeout=30)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         conn.row_factory = aiosqlite.Row
-        store = cls(conn, path)
+        store = cls(conn, path, read_only)
         try:
-            await store._init()
+            await (store._check() if read_only else store._init())
         except sqlite3.DatabaseError as exc:
             await conn.close()
             raise StoreError(f"{path} is not a usable ktree database ({exc})") from exc
@@ -103,6 +128,21 @@ class Store:
             await conn.close()
             raise
         return store
+
+    async def _check(self) -> None:
+        """A read-only open: the schema is this ktree's (nothing is created or migrated)."""
+        tables = {r[0] for r in await self.conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            raise StoreError(f"{self.path} is an SQLite database, but not a ktree one" if tables
+                             else f"{self.path} holds no ktree database")
+        row = await self.conn.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'")
+        version = int(row[0][0]) if row else 0
+        if version != SCHEMA_VERSION:
+            newer = version > SCHEMA_VERSION
+            raise StoreError(f"{self.path} has schema {version}, this ktree {SCHEMA_VERSION}: "
+                             + ("upgrade ktree to read it" if newer
+                                else "open it once where it can be written, to bring it up to date"))
 
     async def _init(self) -> None:
         await self.conn.execute("PRAGMA journal_mode=WAL")

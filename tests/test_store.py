@@ -249,3 +249,47 @@ async def test_a_batch_of_nodes_is_one_transaction(tmp_path: Path):
     assert await store.rounds(sid) == {1: [root.id]}
     assert await store.commands(sid, pending_only=True) == []
     await store.close()
+
+
+def test_a_read_only_database_is_read_by_the_commands_that_only_read(tmp_path: Path, monkeypatch, capsys):
+    """A database on a read-only filesystem: sessions, show and export read it (SQLite's read-only,
+    immutable open), a command that writes says it is read-only, and nothing calls it broken. (The
+    tests run as root, whom permission bits do not stop: the filesystem's answer is stood in for.)"""
+    import asyncio
+
+    from engine import store as store_module
+    from engine.cli import main
+    from tests.fake_session import write_fake_session
+
+    db = tmp_path / "ro" / "store.db"
+    db.parent.mkdir()
+
+    async def make() -> int:
+        s = await Store.open(db)
+        try:
+            return await write_fake_session(s, 20)
+        finally:
+            await s.close()
+
+    sid = asyncio.run(make())
+    for extra in db.parent.glob("store.db-*"):  # as copied onto read-only media: the file alone
+        extra.unlink()
+    monkeypatch.setattr(store_module, "_unwritable", lambda path: "its folder cannot be written")
+    for args in (["sessions"], ["show", str(sid)], ["export", str(sid)]):
+        assert main([*args, "--db", str(db)]) == 0, args
+        out = capsys.readouterr()
+        assert out.out.strip() and "usable" not in out.err
+    assert sorted(p.name for p in db.parent.iterdir()) == ["store.db"]  # nothing written beside it
+    assert main(["show", str(sid), "--profile", "1", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "is read-only (its folder cannot be written)" in err and "usable" not in err
+
+    async def write() -> None:
+        s = await Store.open(db, read_only=True)
+        try:
+            await s.add_command(sid, "pause", {})
+        finally:
+            await s.close()
+
+    with pytest.raises(StoreError, match="open read-only"):
+        asyncio.run(write())

@@ -30,11 +30,12 @@ def no_database(path: Path) -> str:
     return f"no database at {path} (a search started here makes one; another: --db PATH or KTREE_DB=PATH)"
 
 
-async def open_store(path: Path) -> Any:
+async def open_store(path: Path, read_only: bool = False) -> Any:
+    """The store at `path` (read_only: a command that only reads: works on a read-only database)."""
     from engine.store import Store, StoreError
 
     try:
-        return await Store.open(path)
+        return await Store.open(path, read_only=read_only)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
 

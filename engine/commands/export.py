@@ -19,7 +19,7 @@ def export(args: argparse.Namespace) -> int:
         raise UsageError(no_database(db))
 
     async def go() -> str:
-        store = await open_store(db)
+        store = await open_store(db, read_only=True)
         try:
             node_id = args.node or await best_variant(store, args.session)
             return await solution_text(store, node_id, session_id=args.session)

@@ -16,7 +16,7 @@ def sessions(args: argparse.Namespace) -> int:
     db = db_path(args)
 
     async def go() -> list[dict[str, Any]]:
-        store = await open_store(db)
+        store = await open_store(db, read_only=True)
         try:
             return await store.sessions()
         finally:

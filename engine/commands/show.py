@@ -31,7 +31,7 @@ def show(args: argparse.Namespace) -> int:
         return _profile(args, db)
 
     async def go() -> list[dict[str, Any]]:
-        store = await open_store(db)
+        store = await open_store(db, read_only=True)
         try:
             sessions = await store.sessions()
             if args.session is not None:
@@ -89,7 +89,7 @@ def _suite(args: argparse.Namespace, db: Path) -> int:
     from engine.search.suite import suite_report
 
     async def go() -> Any:
-        store = await open_store(db)
+        store = await open_store(db, read_only=True)
         try:
             return await suite_report(store, args.suite)
         finally:
@@ -160,7 +160,7 @@ def _follow(args: argparse.Namespace, db: Path) -> int:
     from engine.commands._tui import open_app
 
     async def latest() -> int:
-        store = await open_store(db)
+        store = await open_store(db, read_only=True)
         try:
             sessions = await store.sessions()
         finally:

@@ -168,3 +168,32 @@ def test_a_missing_database_says_how_to_name_another(tmp_path: Path, capsys: pyt
         said += capsys.readouterr().err
     assert said.count(f"no database at {db}") == 3
     assert said.count("--db PATH or KTREE_DB=PATH") == 3
+
+
+def test_a_compile_error_shows_the_compilers_first_error_line_everywhere():
+    """`ktree eval`'s verdict line, `show`'s outline and the TUI's verdict pane name the compiler's
+    own first error (not ninja's last words), and a reused failed build says so after it."""
+    from types import SimpleNamespace
+
+    from engine.evaluate.verdict import Verdict
+    from engine.report import format_verdict, tree_outline
+    from tui.widgets.verdict import verdict_text
+
+    compiler = "main.cpp:37:13: error: expected ';' before 'undefined_symbol_here'"
+    log = (f"{compiler}\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+           "RuntimeError: Error building extension 'ext'\nninja: build stopped: subcommand failed.")
+    reused = f"{log}\n(this source failed to build before with the same compiler and flags: that result is" \
+             " reused)"
+    for text in (log, reused):
+        v = Verdict(status="compile_error", backend="cpu", log=text)
+        shown = format_verdict(v)
+        assert compiler in shown and "ninja: build stopped" not in shown
+        assert ("that result is reused" in shown) == (text is reused)
+        node = SimpleNamespace(id=3, kind="variant", status="compile_error", round=1, pinned=False,
+                               pruned=False, parent_id=None, origin="llm", title="t", speedup=None,
+                               time_ms=None, library="", disturbed=False, language="cuda")
+        assert compiler in verdict_text(node, v).plain
+        session = {"id": 1, "problem": "softmax", "backend": "cpu", "sizes": {}, "provider": "scripted",
+                   "status": "finished"}
+        [line] = [ln for ln in tree_outline(session, [node], {3: v}).splitlines() if "#3 variant" in ln]
+        assert "compile_error" in line and compiler in line

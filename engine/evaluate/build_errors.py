@@ -47,6 +47,10 @@ def is_build_error(exc: BaseException) -> bool:
     return False
 
 
+# How a compile error read back from an earlier build of the same source ends (languages.cuda).
+REUSED_BUILD_ERROR = "(this source failed to build before"
+
+
 def first_error(text: str) -> str | None:
     """The compiler's (or linker's) first error line in a build's output: `file.cu(41): error: ...`,
     `main.cpp:5:3: error: ...`, `undefined reference to ...`; None where there is none."""

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from engine.evaluate.build_errors import REUSED_BUILD_ERROR
 from engine.evaluate.child import build_probe
 from engine.evaluate.child.common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
 from engine.evaluate.jobs import EvalJob
@@ -49,8 +50,8 @@ class CudaCpp(Language):
             with build_dir_lock(build_dir):
                 earlier = read_json(failed)
                 if earlier is not None and earlier.get("levers") == levers:
-                    raise EvalFailure("compile_error", f"{earlier['log']}\n(this source failed to build"
-                                      " before with the same compiler and flags: that result is reused)")
+                    raise EvalFailure("compile_error", f"{earlier['log']}\n{REUSED_BUILD_ERROR} with the same"
+                                      " compiler and flags: that result is reused)")
                 try:
                     module = load_module_from_source(job.solution_source, f"ktree_solution_{key}")
                 except Exception as exc:

@@ -80,8 +80,7 @@ def _writes(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
 
 def _unwritable(path: Path) -> str:
-    """Why the database at `path` cannot be written ("" where it can): the file, or its folder
-    (SQLite writes its journal and WAL files beside it)."""
+    """Why the database at `path` cannot be written ("" where it can): the file, or its folder."""
     if path.exists() and not os.access(path, os.W_OK):
         return "the file cannot be written"
     if not os.access(path.parent if str(path.parent) else Path("."), os.W_OK):
@@ -98,10 +97,8 @@ class Store:
 
     @classmethod
     async def open(cls, path: str | Path, read_only: bool = False) -> Store:
-        """The database at `path`. `read_only` (a listing, a report, an export): opened with
-        SQLite's read-only mode, and as immutable where its folder cannot be written (a read-only
-        filesystem: no WAL index can be made there); any write then raises StoreError. Without it, a
-        database that cannot be written is said to be read-only, never called broken."""
+        """The database at `path`; `read_only` (a listing, a report, an export): SQLite's read-only
+        open, immutable where its folder cannot be written (no WAL index can be made there)."""
         path = Path(path)
         if path.exists() and path.is_dir():
             raise StoreError(f"{path} is a directory, not a database file")
@@ -109,12 +106,10 @@ class Store:
         if unwritable and not read_only:
             raise StoreError(f"{path} is read-only ({unwritable}): this command writes to the database;"
                              " sessions, show and export read it as it is")
+        mode = "ro&immutable=1" if unwritable else "ro"
         try:
-            if read_only:
-                mode = "ro&immutable=1" if unwritable else "ro"
-                conn = await aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", timeout=30, uri=True)
-            else:
-                conn = await aiosqlite.connect(path, timeout=30)
+            conn = await (aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", timeout=30, uri=True)
+                          if read_only else aiosqlite.connect(path, timeout=30))
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         conn.row_factory = aiosqlite.Row
@@ -134,15 +129,11 @@ class Store:
         tables = {r[0] for r in await self.conn.execute_fetchall(
             "SELECT name FROM sqlite_master WHERE type='table'")}
         if "meta" not in tables:
-            raise StoreError(f"{self.path} is an SQLite database, but not a ktree one" if tables
-                             else f"{self.path} holds no ktree database")
+            raise StoreError(f"{self.path} is an SQLite database, but not a ktree one")
         row = await self.conn.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'")
         version = int(row[0][0]) if row else 0
-        if version != SCHEMA_VERSION:
-            newer = version > SCHEMA_VERSION
-            raise StoreError(f"{self.path} has schema {version}, this ktree {SCHEMA_VERSION}: "
-                             + ("upgrade ktree to read it" if newer
-                                else "open it once where it can be written, to bring it up to date"))
+        if version != SCHEMA_VERSION:  # (newer: upgrade ktree; older: open it once where it is writable)
+            raise StoreError(f"{self.path} has schema {version}, this ktree {SCHEMA_VERSION}: cannot read it")
 
     async def _init(self) -> None:
         await self.conn.execute("PRAGMA journal_mode=WAL")

@@ -403,3 +403,10 @@ async def test_slash_filters_the_timings_and_finds_in_the_tree(tmp_path: Path):
         await pilot.pause()
         assert screen.model.nodes[screen.selected].status == "incorrect" and screen.selected != first
         await pilot.press("q")
+
+
+def test_the_tree_finds_note_counts_in_words_that_agree():
+    from tui.screens.search import find_note
+
+    assert find_note("relu", 4, 1) == "“relu”: #4, 1 node matches (/ Enter: the next)"
+    assert "3 nodes match (" in find_note("relu", 4, 3)

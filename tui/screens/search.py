@@ -44,6 +44,12 @@ TICK_S = 0.25  # the progress pane: redrawn at most this often
 SNUG_BELOW = 42  # rows under which a wide screen drops the plot (the "snug" layout)
 
 
+
+def find_note(query: str, target: int, count: int) -> str:
+    """What `/` in the tree says: where it went and how many nodes match (one node matches)."""
+    many = f"{count} nodes match" if count != 1 else "1 node matches"
+    return f"“{query}”: #{target}, {many} (/ Enter: the next)"
+
 class EngineEvent(Message):
     """An engine event, handed from the bus into the screen's message queue."""
 
@@ -518,7 +524,7 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
         after = [i for i in found if self.selected is None or i > self.selected]
         target = (after or found)[0]
         self.select_node(target)
-        self.feed(Note(f"“{query}”: #{target}, {len(found)} nodes match (/ Enter: the next)"))
+        self.feed(Note(find_note(query, target, len(found))))
 
     def action_back(self) -> None:
         """Back to the sessions screen (the app knows which: the one below, or a new one)."""

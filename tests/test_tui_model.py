@@ -172,6 +172,10 @@ def test_progress_event_sets_progress_and_paused():
     assert "round 1/2 · paused · 1m05s" in shown
     assert "compile queue 3 · timing queue 1 · LLM calls 0 (2 running)" in shown
     assert "tokens 12.0k · $0.500/$1" in shown and "gpu0 busy   4 jobs" in shown and lines == 1
+    # paused in the last round: the work in flight ends the search, which then is finished, not paused
+    model.apply(SessionDone(7, "finished", {}))
+    shown = progress_text(model, now=NOW)[0].plain
+    assert "· finished ·" in shown and "paused" not in shown
 
 
 def test_steering_marks_then_command_applied_clears_them():

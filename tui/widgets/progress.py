@@ -65,10 +65,11 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
     budget_usd = p.get("budget_usd", cfg.get("budget_usd"))
     budget_tokens = p.get("budget_tokens", cfg.get("budget_tokens"))
     elapsed = elapsed_s(model, now)
-    state = "paused" if model.paused else model.status
+    paused = model.paused and model.status == "running"  # a search that ended is not paused
+    state = "paused" if paused else model.status
     text = Text()
     text.append(f"round {rnd}/{rounds}", style="bold")
-    text.append(f" · {state}", style="yellow" if model.paused else "")
+    text.append(f" · {state}", style="yellow" if paused else "")
     text.append(f" · {duration(elapsed)}")
     if cfg.get("degenerate"):  # said once, on every screen that shows the search (engine.problems)
         text.append(" · degenerate problem: the reference ignores its inputs", style="bold red")

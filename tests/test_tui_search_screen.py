@@ -179,14 +179,14 @@ async def test_a_past_session_says_the_isolation_it_ran_under(tmp_path: Path):
         conn.execute("UPDATE sessions SET config = ? WHERE id = ?",
                      (json.dumps({**json.loads(config), "placement": {"isolation": "basic"}}), sid))
     async with app_on(db, session_id=sid, size=(160, 40)) as (app, pilot):
-        shown = "isolation: basic (no filesystem or network isolation)"
+        shown = "ran with isolation: basic (no filesystem or network isolation)"  # not this view's
         assert shown in app.screen.sub_title
         assert shown in str(app.screen.query_one(HeaderTitle).render())
     with sqlite3.connect(db) as conn:  # a record from before the placement: the config's own key
         conn.execute("UPDATE sessions SET config = ? WHERE id = ?",
                      (json.dumps({**json.loads(config), "isolation": "strict"}), sid))
     async with app_on(db, session_id=sid, size=(160, 40)) as (app, pilot):
-        assert "isolation: strict" in app.screen.sub_title
+        assert "ran with isolation: strict" in app.screen.sub_title
 
 
 async def test_the_line_above_the_code_holds_a_long_reference_header(tmp_path: Path):

@@ -183,8 +183,8 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
         config = self.model.info.get("config") or {}  # its placement (older records: the config's)
         recorded = (config.get("placement") or {}).get("isolation") or config.get("isolation")
         if recorded and not self.isolation:  # a followed or past session: as it was recorded
-            self.isolation = isolation_words(recorded)
-            self.sub_title = f"{self.app.sub_title} · isolation: {self.isolation}"
+            self.isolation = isolation_words(recorded)  # (this view runs nothing: the run's, said so)
+            self.sub_title = f"{self.app.sub_title} · ran with isolation: {self.isolation}"
         if self.model.follow:
             self.set_interval(POLL_S, self._poll)
 

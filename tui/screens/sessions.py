@@ -138,6 +138,9 @@ class SessionsScreen(Screen):
     async def action_reload(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
         rows = await store.sessions()
+        for s in rows:  # the engine's own run time, as the search's progress pane shows it
+            if s["status"] != "running":
+                s["run_s"] = await store.run_s(s["id"])
         self.rows = {s["id"]: s for s in rows}
         self.suites = {}
         for suite in await store.suites():  # each with its running fast_p line
@@ -449,8 +452,11 @@ def session_status(row: dict[str, Any]) -> str:
 
 
 def run_time(row: dict[str, Any], status: str) -> str:
-    """How long a session or a suite ran: to its end, to now while it runs, to its last heartbeat
-    when it was interrupted; "-" where none of these is known."""
+    """How long a session or a suite ran: the engine's recorded run time (`run_s`: over all its
+    runs, as the search's progress pane says it), else to its end, to now while it runs, to its
+    last heartbeat when it was interrupted; "-" where none of these is known."""
+    if status != "running" and row.get("run_s") is not None:
+        return _duration(row["run_s"])
     end = row.get("finished_at") or (time.time() if status == "running" else row.get("heartbeat_at"))
     return _duration(end - row["created_at"]) if end else "-"
 

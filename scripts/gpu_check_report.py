@@ -83,10 +83,13 @@ def searches(raw: Path) -> list[dict[str, Any]]:
             for r in conn.execute("SELECT round, COUNT(*) AS n FROM profiles WHERE session_id = ?"
                                   " GROUP BY round", (s["id"],)):
                 profiles[r["round"]] = r["n"]
-        # Idea prompts for a parent that is a variant (not the reference): round 2 and later.
+        # Idea prompts for a parent that is a variant (not the reference): round 2 and later. The
+        # engine records an idea call on the idea node it fills, whose parent is the variant asked
+        # about (a record made on the variant itself counts too).
         prompts = [r[0] for r in conn.execute(
             "SELECT c.prompt FROM llm_calls c JOIN nodes n ON n.id = c.node_id"
-            " WHERE c.session_id = ? AND c.purpose = 'idea' AND n.kind = 'variant'", (s["id"],))]
+            " LEFT JOIN nodes p ON p.id = n.parent_id WHERE c.session_id = ? AND c.purpose = 'idea'"
+            " AND (n.kind = 'variant' OR (n.kind = 'idea' AND p.kind = 'variant'))", (s["id"],))]
         out.append({"session": s["id"], "problem": s["problem"],
                     "language": ",".join(config.get("languages") or []),
                     "shape": f"{config.get('rounds')}x{config.get('ideas')}x{config.get('variants')}",

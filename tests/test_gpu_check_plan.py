@@ -152,3 +152,41 @@ def test_an_alone_run_cut_by_the_budget_is_not_run_not_a_difference(tmp_path):
     assert "budget of 22 s ran out" in proc.stderr, proc.stderr
     assert report["status_differs"] == 0 and report["crashed"] == 0
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_report_counts_the_round_2_idea_prompts_and_their_diagnosis(tmp_path):
+    """An idea call is recorded on the idea node it fills, whose parent is the variant it asks about:
+    the report finds those calls (it read none before: 0/0 beside prompts that held the diagnosis)."""
+    import asyncio
+    import sqlite3
+
+    from engine.store import Store
+    from tests.fake_session import write_fake_session
+
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    raw.mkdir()
+    (raw / "steps.tsv").write_text("search\t0\t10.0\t\n")
+
+    async def make() -> None:
+        store = await Store.open(raw / "gpu.db")
+        try:
+            await write_fake_session(store, 40)
+        finally:
+            await store.close()
+
+    asyncio.run(make())
+    with sqlite3.connect(raw / "gpu.db") as conn:
+        ids = [r[0] for r in conn.execute(  # (the fake session records idea calls on their parent)
+            "SELECT c.id FROM llm_calls c JOIN nodes n ON n.id = c.node_id"
+            " WHERE c.purpose = 'idea' AND n.kind = 'variant' ORDER BY c.id")]
+        assert len(ids) >= 2  # the fake session has rounds after the first
+        # the first one recorded as the engine records it: on the idea node it fills
+        [(variant,)] = conn.execute("SELECT node_id FROM llm_calls WHERE id = ?", (ids[0],)).fetchall()
+        [(idea,)] = conn.execute("SELECT MIN(id) FROM nodes WHERE parent_id = ? AND kind = 'idea'",
+                                 (variant,)).fetchall()
+        conn.execute("UPDATE llm_calls SET node_id = ?, prompt = prompt || '\nProfile diagnosis: memory-bound'"
+                     " WHERE id = ?", (idea, ids[0]))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_report.py"), str(raw), str(out)],
+                   check=True, timeout=60)
+    [search] = json.loads((out / "gpu-check.json").read_text())["searches"]
+    assert (search["round2_prompts_with_diagnosis"], search["round2_idea_prompts"]) == (1, len(ids))

@@ -443,3 +443,22 @@ def test_pch_cold_reads_the_build_cache(tmp_path: Path):
     gch.unlink()
     (gch.parent.parent / "failed.txt").write_text("no PCH for this compiler")
     assert not pch_cold(tmp_path)  # builds go on without one
+
+
+def test_the_llm_tab_finds_an_idea_call_where_the_engine_records_it():
+    """The engine records a round's idea call on the first idea node of the batch it fills: the root
+    and a variant show the idea calls made from them, each idea its batch's call (and a call recorded
+    on the parent, as older sessions did, still counts)."""
+    from tui.widgets.llm import llm_request
+
+    def node(nid: int, parent: int | None, kind: str) -> Node:
+        return Node(nid, 1, parent, kind, 1, "", "", "", "ok", "llm", None, None)
+
+    nodes = {n.id: n for n in (node(1, None, "root"), node(2, 1, "idea"), node(3, 1, "idea"),
+                               node(4, 2, "variant"), node(5, 4, "idea"))}
+    ids, purpose, _ = llm_request(nodes[1], nodes)
+    assert 2 in ids and purpose == "idea"  # round 1's call, recorded on idea #2
+    ids, purpose, _ = llm_request(nodes[3], nodes)
+    assert {1, 2} <= ids and purpose == "idea"  # its batch's call (on #2), or its parent's
+    ids, purpose, _ = llm_request(nodes[4], nodes)
+    assert {4, 5} <= ids and purpose is None  # its own implement and fix calls, and round 2's idea call

@@ -363,7 +363,7 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
 
     def _load_llm(self, node: Node) -> None:
         if self.model.session_id is not None:
-            self.query_one(LLMPane).load(self.store, self.model.session_id, node)
+            self.query_one(LLMPane).load(self.store, self.model.session_id, node, self.model.nodes)
 
     @on(Tree.NodeHighlighted, "#tree")
     def _tree_highlighted(self, event: Tree.NodeHighlighted) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.text import Text
@@ -22,13 +23,19 @@ def shown(text: str, limit: int) -> tuple[str, str]:
     return text[:limit], f"… {len(text) - limit:,} more characters of {len(text):,} not shown"
 
 
-def llm_request(node: Node) -> tuple[int | None, str | None, str]:
-    """Which calls explain `node`: (node id, purpose) to read them by, and a line saying why. An
-    idea comes from its parent's idea call; a variant's code from its own implement (fix) calls."""
+def llm_request(node: Node, nodes: Mapping[int, Node]) -> tuple[set[int], str | None, str]:
+    """Which calls explain `node`: (the node ids and purpose to read them by, a line saying why).
+    The engine records an idea call on the first idea node of the batch it fills (an older record
+    sits on the parent): an idea is explained by its batch's call, the reference or a variant by
+    the idea calls made from it (the root: those; a variant: also its own implement and fix calls)."""
     if node.kind == "idea":
-        return node.parent_id, "idea", f"the idea call(s) of #{node.parent_id} that proposed this idea"
-    why = "the call(s) that wrote this code" if node.kind == "variant" else "idea calls from it"
-    return node.id, None, why
+        batch = {n.id for n in nodes.values() if n.kind == "idea" and n.parent_id == node.parent_id}
+        return ({node.id, *batch} | ({node.parent_id} if node.parent_id is not None else set()), "idea",
+                f"the idea call(s) of #{node.parent_id} that proposed this idea")
+    asked = {n.id for n in nodes.values() if n.kind == "idea" and n.parent_id == node.id}
+    if node.kind == "variant":
+        return {node.id, *asked}, None, "the call(s) that wrote this code, and idea calls from it"
+    return {node.id, *asked}, "idea", "idea calls from it"
 
 
 def llm_text(node_id: int, why: str, calls: list[dict[str, Any]]) -> Text:
@@ -66,10 +73,13 @@ class LLMPane(SteadyScrollBars, RichLog):
         self.shown_for = self._wanted = None
 
     @work(group="llm", exclusive=True)
-    async def load(self, store: Any, session_id: int, node: Node) -> None:
+    async def load(self, store: Any, session_id: int, node: Node, nodes: Mapping[int, Node]) -> None:
         self._wanted = node.id
-        node_id, purpose, why = llm_request(node)
-        calls = await store.llm_calls(session_id, node_id=node_id, purpose=purpose)
+        ids, purpose, why = llm_request(node, nodes)
+        calls = []
+        for nid in sorted(ids):
+            calls += await store.llm_calls(session_id, node_id=nid, purpose=purpose)
+        calls.sort(key=lambda c: c["id"])
         if self._wanted != node.id:  # the selection moved on meanwhile
             return
         self.text = llm_text(node.id, why, calls)

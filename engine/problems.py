@@ -196,27 +196,19 @@ def resolve(spec: str) -> Path:
 
 
 def _never_bound(tree: ast.Module) -> list[str]:
-    """The REQUIRED names a file's top level never binds (a def, a class, an assignment, an import),
+    """The REQUIRED names a file never binds (a def, a class, an assignment, an import, wherever it
+    is: a name bound only inside a function counts too, which can only let the import go on),
     read without running it; none where a star import may bind anything."""
     bound: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    return []
-                bound.add((alias.asname or alias.name).split(".")[0])
-        else:  # assignments anywhere at the top level (under an if, a try, a with ...)
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                    bound.add(sub.id)
-                elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    bound.add(sub.name)
-                elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                    if any(a.name == "*" for a in sub.names):
-                        return []
-                    bound.update((a.asname or a.name).split(".")[0] for a in sub.names)
+            if any(alias.name == "*" for alias in node.names):
+                return []
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return [name for name in REQUIRED if name not in bound]
 
 

@@ -16,7 +16,7 @@ from engine.domain import (
     shown_notes,
     where_label,
 )
-from engine.evaluate.build_errors import REUSED_BUILD_ERROR, first_error
+from engine.evaluate.build_errors import REUSED_BUILD_ERROR
 from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.problems import DEGENERATE_LINE
 
@@ -85,7 +85,7 @@ def format_verdict(v: Verdict) -> str:
     if v.status not in ("correct", "flagged") and v.log:
         error = v.log.split("\n\ncompute-sanitizer", 1)[0]
         first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
-        compiler = first_error(error) if v.status == "compile_error" else None
+        compiler = v.compiler_error
         if compiler:  # the compiler's own line, not ninja's last words; a reused result says so after it
             line += f"\n    {compiler[:300]}"
             if first.startswith(REUSED_BUILD_ERROR):
@@ -222,8 +222,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
                          for note in (shown_notes(v.notes, v.library) if v is not None else ()))
         mark = language_mark(getattr(n, "language", ""))
         lang = f" {mark}" if mark else ""
-        if v is not None and v.status == "compile_error" and (compiler := first_error(v.log or "")):
-            flags += f" — {compiler[:160]}"
+        if v is not None and v.compiler_error:
+            flags += f" — {v.compiler_error[:160]}"
         star = " ★ best" if best is not None and n.id == best.id else ""  # as the TUI stars it
         return f"#{n.id} variant r{n.round}{origin}{lang}: {n.status}{speed}{star}{flags}{marks}"
 

@@ -83,7 +83,7 @@ def _unwritable(path: Path) -> str:
     """Why the database at `path` cannot be written ("" where it can): the file, or its folder."""
     if path.exists() and not os.access(path, os.W_OK):
         return "the file cannot be written"
-    if not os.access(path.parent if str(path.parent) else Path("."), os.W_OK):
+    if not os.access(path.parent, os.W_OK):
         return "its folder cannot be written"
     return ""
 
@@ -454,16 +454,16 @@ class Store:
     async def sessions(self) -> list[dict[str, Any]]:
         rows = await self.conn.execute_fetchall(
             "SELECT s.*,"
-            " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id AND n.kind = 'variant')"
-            "   AS variants,"
-            " (SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls c WHERE c.session_id = s.id)"
-            "   AS cost_usd"
+            " (SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id AND n.kind = 'variant') AS variants,"
+            " (SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls c WHERE c.session_id = s.id) AS cost_usd,"
+            " (SELECT value FROM meta m WHERE m.key = 'session_run_s:' || s.id) AS run_s"  # (see run_s)
             " FROM sessions s ORDER BY s.id DESC"
         )
         now = time.time()
         out = [_session_dict(r) for r in rows]
         for d in out:  # what the engine recorded stays in "recorded_status"
             d["recorded_status"], d["status"] = d["status"], session_state(d, now)
+            d["run_s"] = None if d["run_s"] is None else float(d["run_s"])
         return out
 
     async def session(self, session_id: int) -> dict[str, Any] | None:

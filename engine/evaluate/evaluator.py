@@ -172,7 +172,7 @@ class LocalEvaluator(ReferenceTimings):
             # of the job it overlaps.
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
                              standby="always" if backend == "cuda" else False,
-                             standby_depth=GPU_STANDBYS if backend == "cuda" else 1) if worker else None)
+                             standby_depth=GPU_STANDBYS) if worker else None)
             device = Device(name, index, device_env, runner, lock_key=key)
             self.devices.append(device)
             self._free.put_nowait(device)

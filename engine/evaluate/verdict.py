@@ -118,6 +118,13 @@ class Verdict:
         return str(((self.profile or {}).get("diagnosis") or {}).get("bound") or "")
 
     @property
+    def compiler_error(self) -> str | None:
+        """A compile error's first line from the compiler itself (file:line: error ...), else None."""
+        from engine.evaluate.build_errors import first_error
+
+        return first_error(self.log or "") if self.status == "compile_error" else None
+
+    @property
     def speedup_interval(self) -> tuple[float, float] | None:
         if self.speedup_lo is None or self.speedup_hi is None:
             return None

@@ -29,9 +29,10 @@ def llm_request(node: Node, nodes: Mapping[int, Node]) -> tuple[set[int], str | 
     sits on the parent): an idea is explained by its batch's call, the reference or a variant by
     the idea calls made from it (the root: those; a variant: also its own implement and fix calls)."""
     if node.kind == "idea":
-        batch = {n.id for n in nodes.values() if n.kind == "idea" and n.parent_id == node.parent_id}
-        return ({node.id, *batch} | ({node.parent_id} if node.parent_id is not None else set()), "idea",
-                f"the idea call(s) of #{node.parent_id} that proposed this idea")
+        ids = {n.id for n in nodes.values() if n.kind == "idea" and n.parent_id == node.parent_id} | {node.id}
+        if node.parent_id is not None:  # (an older record: on the parent)
+            ids.add(node.parent_id)
+        return ids, "idea", f"the idea call(s) of #{node.parent_id} that proposed this idea"
     asked = {n.id for n in nodes.values() if n.kind == "idea" and n.parent_id == node.id}
     if node.kind == "variant":
         return {node.id, *asked}, None, "the call(s) that wrote this code, and idea calls from it"

@@ -6,7 +6,6 @@ from rich.text import Text
 from textual.widgets import Static
 
 from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
-from engine.evaluate.build_errors import first_error
 from engine.evaluate.profile.profiler import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label, is_timing_flag
 from tui.widgets.code import fmt_num
@@ -118,9 +117,8 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
     for note in shown_notes(v.notes, v.library):
         out.append(f"\nnote: {note}", style="yellow")
     out.append_text(profile_text(v))
-    compiler = first_error(v.log or "") if v.status == "compile_error" else None
-    if compiler:  # the compiler's own first error, whatever the log's tail holds
-        out.append(f"\n{compiler}", style="bold red")
+    if v.compiler_error:  # the compiler's own first error, whatever the log's tail holds
+        out.append(f"\n{v.compiler_error}", style="bold red")
     log = (v.log or "").rstrip()
     if log:
         out.append("\n" + "\n".join(log.splitlines()[-LOG_LINES:]), style="dim")

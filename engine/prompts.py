@@ -166,7 +166,9 @@ def parse_ideas(text: str) -> list[IdeaText]:
     if not ideas:
         ideas = _ideas_from_list(text)
     if not ideas and _empty_json_list(text):
-        raise NoIdeas("the LLM returned an empty list of ideas ([])")
+        said = " ".join((text[:text.find("[")] + " " + text[text.rfind("]") + 1:]).split())
+        raise NoIdeas("the LLM returned an empty list of ideas ([])"
+                      + (f", saying: {said[:400]}" if said else ""))
     if not ideas:
         raise ReplyError("the reply holds no ideas (neither a JSON list nor a numbered list)")
     return ideas

@@ -155,8 +155,8 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
     """`ktree problems`: one row a problem, at the sizes this machine's backend runs; reference
     times as cached for this device."""
     preset = " (the CPU size presets)" if backend == "cpu" else ""
-    lines = [f"Problems on {backend}{preset}; reference times measured on {device}"
-             " (`ktree bench timing` fills them in)", "",
+    lines = [f"Problems on {backend}{preset}; reference times measured on {device}: eager by the latest"
+             " search or `ktree bench timing`, torch.compile by `ktree bench timing` only", "",
              "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms | scripted |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -274,8 +274,9 @@ def suite_markdown(report: dict[str, Any]) -> str:
               "fast_p: the fraction of all problems (failed and unloadable ones included) with a correct"
               " kernel more than p times faster than the baseline (KernelBench's definition)."]
     if unmeasured:
-        lines.append("torch.compile: no baseline was measured (it is timed on the cuda backend only,"
-                     " and not there when KTREE_COMPILE_BASELINE=0).")
+        lines.append("torch.compile: no baseline was measured (a search times it on the cuda backend only,"
+                     " and not there when KTREE_COMPILE_BASELINE=0; `ktree bench timing` times it on the cpu"
+                     " too, apart from any search).")
     if any(p.get("degenerate") for p in report["problems"]):
         lines.append(f"(degenerate) {DEGENERATE_LINE}")
     return "\n".join(lines)

@@ -133,6 +133,8 @@ def test_a_suite_report_without_a_compile_baseline_says_so_instead_of_zeros():
                            "scores": scores})
     assert "| torch.compile | - | - |" in text and "| torch.compile | 0.00" not in text
     assert "torch.compile: no baseline was measured" in text
+    # (issue 46, item 10: `bench timing` does time it on the cpu; the line says whose baseline is missing)
+    assert "a search times it on the cuda backend only" in text and "`ktree bench timing` times it" in text
     measured = suite_markdown({"suite": {"id": 1, "name": "s", "status": "finished"},
                                "problems": [{**row, "speedup_compile": 0.5}], "scores": scores})
     assert "| torch.compile | 0.00 |" in measured and "no baseline" not in measured

@@ -92,6 +92,43 @@ def test_problems_table_lists_builtins_and_given_files(tmp_path: Path):
     assert fp16.endswith("| triton |")  # Triton kernels only: none for a C++ search on either backend
 
 
+def test_the_problems_table_shows_the_eager_time_a_search_measured(tmp_path: Path):
+    """Issue 46, item 10: softmax's eager time is `-` after two searches measured it. The latest search on
+    this device, at the table's sizes and from the same source, fills it in; one at other sizes does not."""
+    import asyncio
+
+    from engine.evaluate.timing import device_name
+    from engine.evaluate.verdict import Verdict
+    from engine.problems import load_problem
+    from engine.store import Store
+
+    softmax = load_problem("softmax")
+    sizes = softmax.sizes_for("cpu")
+
+    async def record(store: Store, sizes: dict, ref_ms: float) -> None:
+        sid = await store.create_session(problem="softmax", problem_path=str(softmax.path), backend="cpu",
+                                         strategy="tree", provider="scripted", models=["scripted"], config={},
+                                         sizes=sizes)
+        root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="ok",
+                                    source=softmax.source)
+        v = Verdict(status="correct", time_ms=ref_ms / 2, ref_eager_ms=ref_ms, speedup_eager=2.0,
+                    backend="cpu", device=device_name("cpu"), sizes=sizes)
+        await store.add_evaluation(node_id=root.id, session_id=sid, verdict=v)
+        await store.update_session(sid, ref_ms=ref_ms)
+
+    async def fill() -> None:
+        store = await Store.open(tmp_path / "k.db")
+        await record(store, sizes, 1.234)
+        await record(store, {k: v * 2 for k, v in sizes.items()}, 9.876)  # other sizes: not this row's
+        await store.close()
+
+    asyncio.run(fill())
+    table = run_ktree("--db", str(tmp_path / "k.db"), "problems").stdout
+    row = next(x for x in table.splitlines() if x.startswith("| softmax |"))
+    assert "| 1.234 |" in row and "9.876" not in row, row
+    assert "| - | - |" in next(x for x in table.splitlines() if x.startswith("| layernorm |"))
+
+
 @pytest.mark.slow
 def test_bench_timing_fills_the_problems_table(tmp_path: Path):
     db = tmp_path / "k.db"

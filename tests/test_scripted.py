@@ -38,6 +38,38 @@ def test_ideas_answer_respects_k_and_skips_tried():
     assert {i.title for i in ideas} <= set(titles)
 
 
+def test_with_every_idea_tried_the_reply_is_empty_and_says_why_and_the_node_shows_it():
+    """Issue 46, item 7: an expand (or a late round) on a branch that tried every scripted idea gets
+    none, and the node, the headless line and the LLM tab say why."""
+    import io
+
+    from engine.commands._headless import HeadlessPrinter
+    from engine.domain import Node
+    from engine.events import NodeUpdated
+    from tui.widgets.llm import llm_request
+
+    provider = ScriptedProvider("softmax", "cpu", seed=1)
+    titles = [i.title for i in provider.ideas]
+    reply = ask(provider, prompts.idea_prompt("src", "parent", "v", titles, 2, "cpu"))
+    with pytest.raises(prompts.NoIdeas) as err:
+        prompts.parse_ideas(reply)
+    why = str(err.value)
+    assert why.startswith("the LLM returned an empty list of ideas ([]), saying: The scripted library"), why
+    assert f"{len(titles)} ideas for softmax on cpu, all already tried on this branch" in why, why
+    # the failed node's headless line carries it
+    node = Node(id=7, session_id=1, parent_id=3, kind="idea", round=4, title="(no ideas returned)", text=why,
+                source="", status="failed", origin="llm", speedup=None, time_ms=None)
+    out = io.StringIO()
+    HeadlessPrinter(out=out)(NodeUpdated(node))
+    assert "node 7 failed: (no ideas returned): the LLM returned an empty list" in out.getvalue()
+    assert "all already tried on this branch" in out.getvalue()
+    # and the LLM tab reads the call recorded on the node itself
+    parent = Node(id=3, session_id=1, parent_id=1, kind="variant", round=3, title="t", text="", source="s",
+                  status="correct", origin="llm", speedup=1.0, time_ms=1.0)
+    ids, purpose, _ = llm_request(node, {3: parent, 7: node})
+    assert 7 in ids and purpose == "idea"
+
+
 def test_implementation_answer_is_a_variant_of_that_idea_and_cycles():
     provider = ScriptedProvider("softmax", "cuda", seed=0)
     idea = provider.ideas[1]

@@ -179,6 +179,18 @@ def test_an_fp32_problem_computed_in_16_bit_is_flagged_precision():
     assert any(f.startswith("precision: an fp32 problem") for f in v.flags), v.flags
 
 
+@pytest.mark.parametrize("wrong", ["out * 1.005", "out + 0.004"])
+def test_a_scaled_or_shifted_answer_inside_the_tolerance_is_incorrect_not_precision(wrong):
+    """A systematic error (the answer x 1.005, or + 0.004) passes the 1e-2 tolerance and errs more than
+    16-bit rounding: a wrong answer, not a precision downgrade (issue 46, item 14)."""
+    scaled = EPILOGUE.replace("        return out\n", f"        return {wrong}\n")
+    assert scaled != EPILOGUE
+    v = evaluate("conv_relu_maxpool", scaled)
+    assert v.status == "incorrect", f"{v.status} {v.flags} {v.log}"
+    assert "a systematic error, not rounding: it is the answer" in v.log, v.log
+    assert not any(f.startswith("precision:") for f in v.flags), v.flags
+
+
 def test_a_model_overriding_call_gets_a_harness_flag_not_a_crash():
     overriding = FUSED + textwrap.dedent("""
 

@@ -53,7 +53,9 @@ class HeadlessPrinter:
             n = event.node
             title = f" \"{n.title}\"" if n.kind == "idea" and n.status == "ok" else ""
             marks = "".join(m for m, on in ((" pinned", n.pinned), (" pruned", n.pruned)) if on)
-            self._line(f"node {n.id}{title} {n.status}{marks}")
+            why = f": {n.title + ': ' if n.kind == 'idea' and n.title else ''}{n.text.splitlines()[0]}" \
+                if n.status == "failed" and n.text else ""
+            self._line(f"node {n.id}{title} {n.status}{marks}{why}")
         elif isinstance(event, VerdictReady):
             self._line(f"node {event.node.id} verdict: {format_verdict(event.verdict)}")
         elif isinstance(event, ProfileTaken):

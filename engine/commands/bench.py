@@ -170,6 +170,9 @@ def timing(args: argparse.Namespace) -> int:
         emit_json(rows)
     else:
         emit(reference_table(rows))
+        if backend == "cpu":
+            emit("cpu: a search measures no torch.compile baseline (its speedups are against eager only); the"
+                 " torch.compile times here are `bench timing`'s own, for comparison")
         if args.load:
             emit()
             emit(load_table(rows))

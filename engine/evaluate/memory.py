@@ -71,12 +71,35 @@ class Errors:
     diff_sq: float = 0.0
     ref_sq: float = 0.0
     allclose: bool = True
+    # for the error's structure (`systematic`): the count, sum of the reference, of the signed
+    # error, and of their product
+    n: int = 0
+    ref_sum: float = 0.0
+    diff_sum: float = 0.0
+    diff_ref: float = 0.0
 
     @property
     def rel_l2(self) -> float:
         ref_norm = math.sqrt(self.ref_sq)
         diff_norm = math.sqrt(self.diff_sq)
         return diff_norm / ref_norm if ref_norm > 0 else diff_norm
+
+    def systematic(self) -> tuple[float, float, float]:
+        """The error's affine part: (a, b, share) where out - ref ~ a*ref + b fits best (least
+        squares) and `share` is the part of the squared error that fit explains. Rounding errs
+        with no such structure (share near 0 on any output of size); a scaled or shifted answer
+        has share 1."""
+        n, sr, srr, sd, sdr = self.n, self.ref_sum, self.ref_sq, self.diff_sum, self.diff_ref
+        if not n or self.diff_sq <= 0:
+            return 0.0, 0.0, 0.0
+        det = srr * n - sr * sr
+        if det > 1e-9 * srr * n:
+            a, b = (sdr * n - sr * sd) / det, (srr * sd - sr * sdr) / det
+        elif srr > 0:  # (a reference constant everywhere: scale and shift are one)
+            a, b = sdr / srr, 0.0
+        else:
+            a, b = 0.0, sd / n
+        return a, b, min(1.0, max(0.0, (a * sdr + b * sd) / self.diff_sq))
 
 
 def compare_tensors(out: Any, ref: Any, atol: float, rtol: float, limit: int = PIECE_ELEMENTS) -> Errors:
@@ -99,7 +122,12 @@ def compare_tensors(out: Any, ref: Any, atol: float, rtol: float, limit: int = P
             e.nonfinite += bad
             continue
         del finite
-        diff = (o - r).abs_()
+        diff = o - r
+        e.n += diff.numel()
+        e.ref_sum += float(r.sum())
+        e.diff_sum += float(diff.sum())
+        e.diff_ref += float(torch.dot(diff, r))
+        diff.abs_()
         e.max_abs = max(e.max_abs, float(diff.max()))
         scale = r.abs()
         rel = torch.where(scale != 0, diff / torch.where(scale != 0, scale, 1.0), 0.0)

@@ -165,7 +165,12 @@ class ScriptedProvider:
                 unused = [i for i in self.ideas if i not in order]
                 order.append(self._rng.choice(unused or self.ideas))
         chosen = order[:k]
-        return json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
+        reply = json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
+        if not chosen:  # (said beside the empty list: the node that asked shows why it got none)
+            reply += (f"\n\nThe scripted library holds {len(self.ideas)} ideas for {self.problem} on"
+                      f" {self.backend}, all already tried on this branch: none is left to propose here"
+                      " (a real provider proposes new ones).")
+        return reply
 
     def _implement(self, prompt: str) -> str:
         section = prompt.split(IMPLEMENT_HEADER, 1)[1].strip()

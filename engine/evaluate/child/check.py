@@ -29,11 +29,22 @@ def flatten(out: Any) -> list:
     raise EvalFailure("incorrect", f"output is a {type(out).__name__}, not a tensor")
 
 
-def compare(out: Any, expected: Any, atol: float, rtol: float,
-            dtypes: list[Any] | None = None) -> tuple[bool, dict[str, float], str]:
+# A systematic error: an fp32 output whose error is mostly (this share of its square) a scale or a
+# shift of the answer, and that part alone over this relative L2 size, is a wrong answer even inside
+# the tolerance (issue: a 1 % scale passed as "precision"). Rounding has no such structure: 16-bit
+# round-to-nearest errs by at most 2^-9 of each value, without bias (share ~0); 16-bit truncation by
+# up to 2^-8, biased but with share ~0.72 on spread values (both measured on 2M normal values).
+SYSTEMATIC_SHARE = 0.9
+SYSTEMATIC_REL = 2.0 ** -9
+
+
+def compare(out: Any, expected: Any, atol: float, rtol: float, dtypes: list[Any] | None = None,
+            systematic: bool = False) -> tuple[bool, dict[str, float], str]:
     """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail;
     shapes must match, and dtypes too where `dtypes` (the reference's, in the problem's own
-    precision) is given."""
+    precision) is given; with `systematic`, an fp32/fp64 output whose error is a scale or shift of
+    the answer fails too (SYSTEMATIC_SHARE, SYSTEMATIC_REL)."""
+    import torch
 
     outs, refs = flatten(out), flatten(expected)
     if len(outs) != len(refs):
@@ -59,7 +70,22 @@ def compare(out: Any, expected: Any, atol: float, rtol: float,
             ok, reason = False, reason or f"output {i}: max abs error {e.max_abs:.3g} exceeds allclose"
         elif rel_l2 > rtol:
             ok, reason = False, reason or f"output {i}: relative L2 error {rel_l2:.3g} > {rtol:g}"
+        elif systematic and o.dtype in (torch.float32, torch.float64):
+            a, b, share = e.systematic()
+            if share >= SYSTEMATIC_SHARE and rel_l2 * share ** 0.5 > SYSTEMATIC_REL:
+                ok, reason = False, reason or (
+                    f"output {i}: a systematic error, not rounding: {_affine(a, b, e)} ({share:.0%} of"
+                    f" the error; relative L2 error {rel_l2:.3g}, inside the tolerance)")
     return ok, errs, reason
+
+
+def _affine(a: float, b: float, e: Any) -> str:
+    """`out ~ answer x (1+a) + b` in words, leaving out a term too small to matter."""
+    rms = (e.ref_sq / e.n) ** 0.5 if e.n else 0.0
+    scale = abs(a) * rms >= 0.1 * abs(b) or not b
+    shift = abs(b) >= 0.1 * abs(a) * rms and b
+    return "it is the answer" + (f" x {1 + a:.4g}" if scale else "") + (
+        f" {'+' if b > 0 else '-'} {abs(b):.3g}" if shift else "")
 
 
 DEGENERATE_NOTE = ("degenerate problem: the reference output does not depend on its inputs (the same"
@@ -185,7 +211,7 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                 return Verdict(status="runtime_error", trials=trial, log=format_exc(exc), **base)
             found.add(integrity_checks.run("trial", watch))
             ok, trial_errs, reason = compare(out, checks.trial_expected(trial, device), job.atol, job.rtol,
-                                             dtypes)
+                                             dtypes, systematic=True)
             for k, v in trial_errs.items():
                 errs[k] = max(errs.get(k, 0.0), v)
             if not ok:

@@ -70,6 +70,28 @@ def test_with_every_idea_tried_the_reply_is_empty_and_says_why_and_the_node_show
     assert 7 in ids and purpose == "idea"
 
 
+def test_cpu_ideas_speak_of_cpu_work_and_their_kernels_are_found_from_any_dir():
+    """Issue 46, item 18: the cpu backend's scripted ideas spoke of float4 loads, warps and blocks.
+    They are worded as their cpu kernels do them, and an idea proposed in those words still finds
+    its own kernels (not a stand-in) in another language's dir."""
+    import re
+
+    from engine.scripted_library import available
+
+    gpu = re.compile(r"float4|warps?\b|shared[- ]memory|thread blocks?|\bblocks? per\b|coalesc|\bGPU|CUDA"
+                     r"|tensor[- ]core|\bSMs?\b", re.I)
+    for problem in available("cpu"):
+        for idea in ScriptedProvider(problem, "cpu").ideas:
+            assert not gpu.findall(f"{idea.title} {idea.description}"), (problem, idea.title)
+    provider = ScriptedProvider("softmax", "cpu", seed=0)
+    cpu_title = next(i.title for i in provider.ideas if i.key == "rowblock")
+    assert cpu_title != next(i.title for i in load_ideas("softmax", "cuda") if i.key == "rowblock")
+    triton = prompts.implement_prompt("src", "parent", prompts.IdeaText(cpu_title, "d"), "cpu", 0.01,
+                                      language="triton")
+    reply = ask(provider, triton)
+    assert STAND_IN_MARK not in reply and "rowblock_" in reply, reply[:300]
+
+
 def test_implementation_answer_is_a_variant_of_that_idea_and_cycles():
     provider = ScriptedProvider("softmax", "cuda", seed=0)
     idea = provider.ideas[1]

@@ -79,3 +79,45 @@ async def test_new_search_form_shows_the_estimate_and_checks_fields(tmp_path: Pa
         await pilot.pause(0.5)
         assert "missing.py" in str(form.query_one("#form-error", Static).content)
         await pilot.press("q")
+
+
+async def _burst(app, pilot, keys: list[str]) -> None:
+    """Keys handed to the app at once, as a terminal driver does with a paste or tmux send-keys."""
+    from textual import events
+
+    for key in keys:
+        app.post_message(events.Key(key, key if len(key) == 1 else None))
+    for _ in range(10):
+        await pilot.pause(0.02)
+
+
+async def test_keys_sent_in_one_burst_apply_in_order(tmp_path: Path):
+    """Issue 46, item 5: `End BSpace 4` in one burst left "rounds" empty (the 4 ran before End and
+    BSpace, which Textual runs only once they have bubbled up to the app)."""
+    from textual.app import App
+
+    from tui.widgets.inline_keys import OrderedTextArea
+
+    db, _ = await fake_db(tmp_path / "k.db", 20)
+    async with app_on(db, size=(120, 50)) as (app, pilot):
+        await pilot.press("n")
+        await pilot.pause()
+        rounds = app.screen.query_one("#rounds", Input)
+        rounds.focus()
+        await pilot.pause()
+        await _burst(app, pilot, ["end", "backspace", "4"])
+        assert rounds.value == "4"
+        await _burst(app, pilot, ["backspace", "5", "left", "1", "end", "6"])
+        assert rounds.value == "156"
+
+    class Editor(App):
+        def compose(self):
+            yield OrderedTextArea("ab")
+
+    editor = Editor()
+    async with editor.run_test() as pilot:
+        area = editor.query_one(OrderedTextArea)
+        area.focus()
+        await pilot.pause()
+        await _burst(editor, pilot, ["end", "c", "backspace", "d", "home", "x"])
+        assert area.text == "xabd"

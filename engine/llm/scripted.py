@@ -108,11 +108,11 @@ class ScriptedProvider:
                 scripted_library.answers(problem, backend)
             except NoAnswers as exc:
                 self.missing = str(exc)
-        titles: dict[str, ScriptedIdea] = {}
-        for pool in self.pools.values():
+        keys: dict[str, ScriptedIdea] = {}
+        for pool in self.pools.values():  # (an idea in the backend's own words: its dir comes first)
             for idea in pool:
-                titles.setdefault(idea.title, idea)
-        self.ideas = list(titles.values())  # the ideas proposed: those with a kernel in any language
+                keys.setdefault(idea.key, idea)
+        self.ideas = list(keys.values())  # the ideas proposed: those with a kernel in any language
         self.latency_s = latency_s
         self._rng = random.Random(seed)
         self._next_variant: dict[tuple[str, str], int] = {
@@ -179,7 +179,8 @@ class ScriptedProvider:
                        if lang.contract_mark and lang.contract_mark in prompt), self.backend)
         lang_dir = wanted if wanted in self.pools else next(iter(self.pools))
         pool = self.pools[lang_dir]
-        idea = next((i for i in pool if i.title == title), None)
+        key = next((i.key for p in self.pools.values() for i in p if i.title == title), None)
+        idea = next((i for i in pool if i.key == key), None)  # (its title may be another dir's wording)
         if idea is None:
             # A human-written idea (or one with no kernel in this language): the scripted model
             # answers with the library's closest idea instead, and says so in the reply and code.

@@ -1,7 +1,8 @@
 """The scripted library: canned ideas and kernels, written in this repo, with which the offline
 `scripted` provider (engine.llm.scripted) answers the method's prompts. Data, not code of the app.
 
-Layout, one folder a problem: <problem>/ideas.toml (the ideas: key, title, description), and per
+Layout, one folder a problem: <problem>/ideas.toml (the ideas: key, title, description; an idea's
+[idea.cpu] table words it as its cpu kernels do it, with no GPU's threads, blocks or float4), and per
 language dir <problem>/<dir>/<idea key>_<n>.py, where <dir> is the backend for C++/CUDA
 (`load_inline`) kernels (`cpu`, `cuda`) or `triton` for Triton ones (they run on either backend:
 on the cpu one under Triton's interpreter). The corrected version of a variant that fails to
@@ -57,8 +58,9 @@ def answers(problem: str, folder: str) -> list[ScriptedIdea]:
     if index.is_file():
         for item in tomllib.loads(index.read_text())["idea"]:
             files = tuple(sorted((ROOT / problem / folder).glob(f"{item['key']}_*.py")))
+            said = {**item, **item.get(folder, {})}  # (an [idea.cpu] table: the cpu kernels' own words)
             if files:
-                ideas.append(ScriptedIdea(item["key"], item["title"], item["description"].strip(), files))
+                ideas.append(ScriptedIdea(item["key"], said["title"], said["description"].strip(), files))
     if not ideas:
         kind, have = ((folder, available(folder, "cuda")) if folder in ("cpu", "cuda")
                       else (folder.title(), available("cuda", folder)))

@@ -14,6 +14,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
+from tui.widgets.inline_keys import OrderedInput, OrderedTextArea
+
 # A question wraps inside its dialog, however long (a Label sizes to its text and was cut at the
 # dialog's edge: "More variants of “…”: how ma").
 WRAP_PROMPT = """
@@ -37,7 +39,7 @@ class AskNumber(ModalScreen[int | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.prompt)
-            yield Input(str(self.default), type="integer", id="number")
+            yield OrderedInput(str(self.default), type="integer", id="number")
             yield Static("", id="error", classes="error")
 
     @on(Input.Submitted)
@@ -66,7 +68,7 @@ class AskText(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.prompt)
-            yield Input(placeholder=self.placeholder, id="text")
+            yield OrderedInput(placeholder=self.placeholder, id="text")
             yield Static("", id="error", classes="error")
 
     @on(Input.Submitted)
@@ -124,7 +126,7 @@ class EditSource(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog editor"):
             yield Label(self.title_text)
-            yield TextArea.code_editor(self.source, language="python", id="editor")
+            yield OrderedTextArea.code_editor(self.source, language="python", id="editor")
             yield Static("Ctrl+S: save and re-queue as a new variant · Ctrl+O: $EDITOR · Esc: cancel",
                          classes="hint")
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import Input
+
+from tui.widgets.inline_keys import OrderedInput
 
 WORD = re.compile(r"[a-z0-9_.]+")
 
@@ -27,7 +28,7 @@ def matches(query: str, fields: Iterable[object]) -> bool:
     return all(any(w.startswith(term) for w in words) for term in WORD.findall(query.lower()))
 
 
-class FilterBar(Input):
+class FilterBar(OrderedInput):
     """The bar `/` opens: Enter applies (an empty query shows everything again), Esc closes it
     and drops the filter."""
 

@@ -19,6 +19,7 @@ from engine.launch import RunRequest
 from tui import warm
 from tui.screens.ahead import StyledAhead
 from tui.widgets.footer import SteadyFooter
+from tui.widgets.inline_keys import OrderedInput
 
 if TYPE_CHECKING:
     from engine.problems import Problem
@@ -50,7 +51,8 @@ class NewSearchScreen(StyledAhead, Screen):
                              allow_blank=False, compact=True)
             with Horizontal():
                 yield Label("or a path")
-                yield Input(placeholder="path/to/problem.py (overrides the list)", id="path", compact=True)
+                yield OrderedInput(placeholder="path/to/problem.py (overrides the list)", id="path",
+                                   compact=True)
             for ff in options.form_fields():  # declared by the configuration's parts
                 with Horizontal():
                     yield Label(ff.label)
@@ -58,7 +60,7 @@ class NewSearchScreen(StyledAhead, Screen):
                         yield Select([(c, c) for c in ff.choices], value=ff.default, id=ff.name,
                                      allow_blank=False, compact=True)
                     else:
-                        yield Input(ff.default, placeholder=ff.hint, type=ff.kind, id=ff.name,  # type: ignore[arg-type]
+                        yield OrderedInput(ff.default, placeholder=ff.hint, type=ff.kind, id=ff.name,  # type: ignore[arg-type]
                                     compact=True)
             yield Static("", id="estimate")
             yield Static("", id="form-error", classes="error")

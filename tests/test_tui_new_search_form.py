@@ -121,3 +121,24 @@ async def test_keys_sent_in_one_burst_apply_in_order(tmp_path: Path):
         await pilot.pause()
         await _burst(editor, pilot, ["end", "c", "backspace", "d", "home", "x"])
         assert area.text == "xabd"
+
+
+async def test_the_language_list_says_what_cuda_is_on_the_backend_chosen(tmp_path: Path):
+    """Issue 46, item 18: the form offered language `cuda` for a cpu run; it is C++ there."""
+    db, _ = await fake_db(tmp_path / "k.db", 20)
+    async with app_on(db, size=(120, 50)) as (app, pilot):
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        languages, backend = form.query_one("#languages", Select), form.query_one("#backend", Select)
+
+        def shown() -> list[str]:
+            return [str(prompt) for prompt, _ in languages._options]
+
+        backend.value = "cpu"
+        await wait_until(pilot, lambda: "cuda: C++ (cpu)" in shown())
+        assert "cuda,triton: C++ (cpu) + Triton" in shown()
+        languages.value = "triton"
+        backend.value = "cuda"
+        await wait_until(pilot, lambda: "cuda: CUDA" in shown() or "cuda" in shown())
+        assert "cuda: C++ (cpu)" not in shown() and languages.value == "triton"  # the choice stays

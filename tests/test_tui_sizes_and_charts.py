@@ -128,6 +128,17 @@ def check_axes(lines: list[str], points: list[tuple[int, float]]) -> None:
         assert nearest in marked, (x, y, nearest, marked, "\n".join(lines))
 
 
+def test_a_gap_of_a_hundredth_is_not_drawn_as_the_whole_height():
+    """Issue 46, item 18: two sessions at 1.669x and 1.679x got a y axis from 1.669 to 1.679."""
+    from tui.widgets.chart import MIN_SPAN, row_values
+
+    values = row_values(1.669, 1.679, 8)
+    assert values[-1] == 1.679 and values[-1] - values[0] >= MIN_SPAN * 1.679 - 1e-9  # the top: the best
+    assert row_values(0.01, 0.02, 5)[0] == 0.0  # (a speedup axis never goes below 0)
+    wide = row_values(1.0, 3.0, 5)
+    assert (wide[0], wide[-1]) == (1.0, 3.0)  # values far apart: the axis is theirs
+
+
 @pytest.mark.parametrize("points", [[(1, 1.85), (2, 1.85)], [(1, 2.0)], [(1, 1.2), (2, 1.85), (3, 2.3)],
                                     [(1, 1.1), (2, 1.85), (3, 2.16), (4, 3.5)], [(1, 1.0), (2, 1.0), (3, 1.3)]],
                          ids=["flat", "one-round", "three", "four", "flat-then-up"])

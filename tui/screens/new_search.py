@@ -57,8 +57,8 @@ class NewSearchScreen(StyledAhead, Screen):
                 with Horizontal():
                     yield Label(ff.label)
                     if ff.choices is not None:
-                        yield Select([(c, c) for c in ff.choices], value=ff.default, id=ff.name,
-                                     allow_blank=False, compact=True)
+                        yield Select([(self._label(ff.name, c), c) for c in ff.choices], value=ff.default,
+                                     id=ff.name, allow_blank=False, compact=True)
                     else:
                         yield OrderedInput(ff.default, placeholder=ff.hint, type=ff.kind, id=ff.name,  # type: ignore[arg-type]
                                     compact=True)
@@ -72,13 +72,48 @@ class NewSearchScreen(StyledAhead, Screen):
 
     async def on_mount(self) -> None:
         self.auto_backend = warm.auto_backend() or self.auto_backend
+        self._relabel_languages()
         self._update_estimate()
         if warm.auto_backend() is None:
             try:
                 self.auto_backend = await asyncio.to_thread(warm.resolve_auto)
             except Exception:
                 return
+            self._relabel_languages()
             self._update_estimate()
+
+    def _label(self, field: str, choice: str) -> str:
+        """A choice as the form shows it: a kernel language by what it is on the backend the run
+        will use ("cuda" is C++ on the cpu backend), anything else as typed on the command line."""
+        if field != "languages":
+            return choice
+        from engine.evaluate import languages
+
+        backend = self._backend()
+        names = [n for n in choice.split(",") if n in languages.names()]
+        shown = " + ".join(languages.get(n).label(backend) for n in names)
+        return f"{choice}: {shown}" if shown and shown.lower() != choice else choice
+
+    def _backend(self) -> str:
+        """The backend the form's run would use (`auto` as resolved on this machine)."""
+        try:
+            chosen = str(self.query_one("#backend", Select).value)
+        except Exception:  # (composing: the backend field is not there yet)
+            chosen = "auto"
+        return chosen if chosen in ("cpu", "cuda") else self.auto_backend
+
+    def _relabel_languages(self) -> None:
+        """The language list in the words of the backend now chosen."""
+        select = self.query_one("#languages", Select)
+        value = select.value
+        with select.prevent(Select.Changed):
+            choices = next(ff.choices or () for ff in options.form_fields() if ff.name == "languages")
+            select.set_options([(self._label("languages", c), c) for c in choices])
+            select.value = value
+
+    @on(Select.Changed, "#backend")
+    def _backend_changed(self) -> None:
+        self._relabel_languages()
 
     @on(Input.Changed)
     @on(Select.Changed)

@@ -24,13 +24,20 @@ class Series:
     color: str | None = None
 
 
+# The y axis spans at least this share of its top value (or of 1): two sessions at 1.669x and 1.679x
+# sat on the bottom and top rows, a 0.01x gap drawn as the whole height.
+MIN_SPAN = 0.1
+
+
 def row_values(lo: float, hi: float, rows: int) -> list[float]:
-    """What each row of the plot stands for, bottom to top: evenly spaced from `lo` to `hi` (one
-    value: it is the top row's)."""
-    if hi - lo < 1e-9:
-        lo = hi - 0.1 * max(abs(hi), 1.0)
+    """What each row of the plot stands for, bottom to top: evenly spaced from `lo` to `hi`, `lo`
+    lowered to make MIN_SPAN where they are closer (a speedup axis: not below 0 where `lo` is not);
+    one row: the top value."""
     if rows <= 1:
         return [hi]
+    span = MIN_SPAN * max(abs(hi), 1.0)
+    if hi - lo < span:
+        lo = max(0.0, hi - span) if lo >= 0 else hi - span
     return [lo + i * (hi - lo) / (rows - 1) for i in range(rows)]
 
 

@@ -135,3 +135,18 @@ def test_the_layout_page_names_every_module():
                for p in sorted((REPO / root).rglob("*.py")) if not data(p)]
     assert len(modules) > 100
     assert [m for m in modules if f"`{m}`" not in text] == []
+
+
+def test_the_readme_s_venv_in_the_checkout_stays_out_of_git_tests_and_lint():
+    """Issue 46, item 18: the README makes `.venv` inside the checkout; git ignores it, pytest looks in
+    tests/ only (and skips dot-folders), ruff skips it."""
+    import shutil
+    import subprocess
+
+    assert "python3 -m venv .venv" in (REPO / "README.md").read_text()
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+    assert ".venv" not in str(config["tool"].get("ruff", {}).get("include", ""))  # (skipped by default)
+    if shutil.which("git") and (REPO / ".git").exists():
+        ignored = subprocess.run(["git", "check-ignore", "-q", ".venv/lib/site.py"], cwd=REPO)
+        assert ignored.returncode == 0

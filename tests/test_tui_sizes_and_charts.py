@@ -48,6 +48,50 @@ async def test_the_timings_at_80x24_show_the_speedup_and_five_rows(tmp_path: Pat
         await pilot.press("q")
 
 
+async def test_at_120_columns_the_progress_lines_the_interval_and_the_idea_header_fit(tmp_path: Path):
+    """Issue 46, item 17 at 120x35: the queue line wrapped (pushing the tokens line out), the timings
+    table cut its 95 % column even zoomed, the idea header ended mid-sentence."""
+    from tests.tui_helpers import running_db, shown_text
+
+    db, sid = await running_db(tmp_path / "k.db", 40)
+    async with app_on(db, session_id=sid, size=(120, 35)) as (app, pilot):
+        await pilot.pause(0.3)
+        screen = app.screen
+        progress = shown_text(app, screen.query_one("#progress-text"))
+        assert "tokens" in progress and "LLM calls" in progress, progress
+        table = screen.query_one("#timings")
+        assert "interval" in whole_columns(table), whole_columns(table)
+        table.focus()
+        await pilot.press("z")  # the timings zoomed: still whole
+        await pilot.pause()
+        assert screen.query_one("#tree").display is False or screen.query_one("#tree").region.width == 0
+        assert "interval" in whole_columns(table)
+        await pilot.press("z")
+        variant = next(n for n in screen.model.nodes.values()
+                       if n.kind == "variant" and screen.model.nodes[n.parent_id].kind == "idea")
+        import dataclasses
+
+        long = " ".join(["A long sentence about tiling rows across the threads of a block, one of many."] * 4)
+        nodes = screen.model.nodes
+        idea = nodes[variant.parent_id] = dataclasses.replace(nodes[variant.parent_id], text=long)
+        screen.select_node(variant.id)
+        await pilot.pause()
+        header = shown_text(app, screen.query_one("#idea"))
+        assert header.startswith(f"idea: {idea.title} — A long sentence"), header
+        assert header.endswith("one of many. …"), header  # cut where a sentence ends
+        await pilot.press("q")
+
+
+async def test_at_80x24_the_sessions_footer_shows_mark_beside_compare(tmp_path: Path):
+    """Issue 46, item 17: at 80x24 the footer showed `c Compare` but dropped `m Mark`."""
+    db, _ = await fake_db(tmp_path / "k.db", 20)
+    async with app_on(db, size=(80, 24)) as (app, pilot):
+        await pilot.pause()
+        keys = [k.description for k in app.screen.query("FooterKey") if k.display]
+        assert "Mark" in keys and "Compare" in keys, keys
+        await pilot.press("q")
+
+
 async def suite_of_two(path: Path) -> tuple[Path, int, float]:
     """A finished suite of two problems with evaluations: (db, suite id, its geomean speedup)."""
     from engine.search.suite import scores, suite_results

@@ -340,7 +340,10 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
     def _show(self, node_id: int) -> None:
         self.selected = node_id
         node = self.model.nodes[node_id]
-        self.query_one("#idea", Static).update(idea_text(node, self.model))  # its height follows (≤ 4 lines)
+        head = self.query_one("#idea", Static)  # its height follows (≤ 4 lines: fewer at small sizes)
+        most = head.styles.max_height
+        head.update(idea_text(node, self.model, head.content_region.width or None,
+                              int(most.value) if most is not None else None))
         self.query_one(CodePane).show(node, self.model, self.show_diff, self.app.current_theme.dark)
         why = self._why = self.model.wait_reason(node_id)
         self.query_one(VerdictPane).show(node, self.model.verdicts.get(node_id), why,

@@ -41,7 +41,7 @@ class SessionsScreen(Screen):
         Binding("enter", "open", "Open", id="sessions.open"),
         Binding("n", "new", "New search", id="sessions.new"),
         Binding("R", "resume", "Resume", id="sessions.resume"),
-        Binding("m", "mark", "Mark for compare", id="sessions.mark"),
+        Binding("m", "mark", "Mark", tooltip="Mark a session for compare (two, then c)", id="sessions.mark"),
         Binding("c", "compare", "Compare", id="sessions.compare"),
         Binding("delete,D", "delete", "Delete", id="sessions.delete"),
         Binding("r", "reload", "Reload", id="sessions.reload"),
@@ -54,10 +54,11 @@ class SessionsScreen(Screen):
         Binding("slash", "filter", "Filter", id="sessions.filter",
                 tooltip="only the sessions whose row has these words (e.g. running), or #N to jump"),
     ]
-    # The footer's keys, most important first: as many as the width holds (`?` lists every one).
-    FOOTER = ["sessions.open", "sessions.new", "help", "quit", "sessions.resume", "sessions.delete",
-              "sessions.filter", "sessions.mark", "sessions.compare", "sessions.reload", "sessions.pause_suite",
-              "sessions.prune_problem"]
+    # The footer's keys, most important first: as many as the width holds (`?` lists every one). Mark
+    # and Compare side by side (at 80 columns Compare showed, with no visible way to mark).
+    FOOTER = ["sessions.open", "sessions.new", "help", "quit", "sessions.resume", "sessions.mark",
+              "sessions.compare", "sessions.delete", "sessions.filter", "sessions.reload",
+              "sessions.pause_suite", "sessions.prune_problem"]
     BANNER = "Sessions — Enter opens · n new search · m marks two, c compares"
 
     def __init__(self) -> None:

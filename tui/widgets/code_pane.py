@@ -3,6 +3,8 @@ against the nearest ancestor with code below."""
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -17,16 +19,36 @@ from tui.widgets.resize import SteadyScrollBars
 CACHE_SIZE = 128  # highlighted sources kept (highlighting a kernel takes a few ms)
 
 
-def idea_text(node: Node, model: ScreenModel) -> Text:
-    """The line above the code: the idea a variant implements (or the variant it fixes)."""
+def fitted(lead: str, text: str, width: int | None, lines: int | None) -> str:
+    """`text` after `lead` cut to fit `lines` lines of `width` (None: whole): at the last whole
+    sentence that fits, else at a word, with "…" (the header ended mid-sentence at 120 columns)."""
+    if not width or not lines or len(textwrap.wrap(lead + text, width)) <= lines:
+        return text
+
+    def fits(cut: str) -> bool:
+        return len(textwrap.wrap(lead + cut, width)) <= lines
+
+    sentences = re.split(r"(?<=[.!?;:])\s+", text)
+    whole = [" ".join(sentences[:i]) for i in range(len(sentences) - 1, 0, -1)]
+    best = next((cut + " …" for cut in whole if fits(cut + " …")), None)
+    if best is not None:
+        return best
+    words = text.split()
+    return next((" ".join(words[:i]) + "…" for i in range(len(words) - 1, 0, -1)
+                 if fits(" ".join(words[:i]) + "…")), "…")
+
+
+def idea_text(node: Node, model: ScreenModel, width: int | None = None, lines: int | None = None) -> Text:
+    """The line above the code: the idea a variant implements (or the variant it fixes), fitted to
+    `lines` lines of `width` where given. An idea's own text is the pane below it: its title here."""
     parent = model.nodes.get(node.parent_id) if node.kind == "variant" and node.parent_id else None
     head = Text()
     if node.kind == "idea":
-        head.append(f"idea: {node.title}\n", style="bold")
-        head.append(node.text)
+        head.append(f"idea: {node.title}", style="bold")
     elif parent is not None and parent.kind == "idea":
         head.append(f"idea: {parent.title}", style="bold")
-        head.append(f" — {parent.text}" if parent.text else "")
+        lead = f"idea: {parent.title} — "
+        head.append(f" — {fitted(lead, parent.text, width, lines)}" if parent.text else "")
     elif parent is not None:
         head.append(f"fix of #{parent.id}: {node.title}", style="bold")
     elif node.kind == "root":

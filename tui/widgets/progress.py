@@ -48,9 +48,22 @@ def elapsed_s(model: ScreenModel, now: float) -> float:
     return before + (info.get("finished_at") or now) - info.get("created_at", now)
 
 
-def progress_text(model: ScreenModel, now: float | None = None, compact: bool = False) -> tuple[Text, int]:
-    """The pane's text, and how many device lines it holds. The engine's Progress event says
-    where it stands; without one (a followed or past session) the node statuses are counted."""
+def queue_line(compile_q: int, device: str, gpu_q: int, calls: int, running: int, width: int | None) -> str:
+    """The queues and LLM calls in one line that fits `width` (None: the longest words): a wrapped
+    line pushed the tokens line out of the pane at 120 columns."""
+    now = f" ({running} running)" if running else ""
+    forms = [f"compile queue {compile_q} · {device} queue {gpu_q} · LLM calls {calls}{now}",
+             f"queues: compile {compile_q} · {device} {gpu_q} · LLM calls {calls}{now}",
+             f"queues: compile {compile_q} · {device} {gpu_q} · LLM {calls}{now}",
+             f"compile {compile_q} · {device} {gpu_q} · LLM {calls}" + (f"+{running}" if running else "")]
+    return next((f for f in forms if width is None or len(f) <= width), forms[-1])
+
+
+def progress_text(model: ScreenModel, now: float | None = None, compact: bool = False,
+                  width: int | None = None) -> tuple[Text, int]:
+    """The pane's text (its queue line fitted to `width`), and how many device lines it holds. The
+    engine's Progress event says where it stands; without one (a followed or past session) the
+    node statuses are counted."""
     now = time.time() if now is None else now
     cfg = model.info.get("config") or {}
     p = model.progress
@@ -74,10 +87,8 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
     if cfg.get("degenerate"):  # said once, on every screen that shows the search (engine.problems)
         text.append(" · degenerate problem: the reference ignores its inputs", style="bold red")
     text.append("\n")
-    running = f" ({p['llm_running']} running)" if p.get("llm_running") else ""
-    llm = f" · LLM calls {model.llm_calls}{running}"
     device = "GPU" if model.info.get("backend") == "cuda" else "timing"
-    text.append(f"compile queue {compile_q} · {device} queue {gpu_q}{llm}\n")
+    text.append(queue_line(compile_q, device, gpu_q, model.llm_calls, p.get("llm_running") or 0, width) + "\n")
     text.append(f"tokens {si(tokens)}{'/' + si(budget_tokens) if budget_tokens else ''}"
                 f" · ${cost:.3f}{f'/${budget_usd:g}' if budget_usd else ''}")
     shown = device_lines(text, p.get("devices") or [], elapsed, limit=3 if compact else DEVICE_LINES)
@@ -145,7 +156,7 @@ class ProgressPane(Vertical):
         yield RoundsPlot(id="plot")
 
     def show(self, model: ScreenModel, compact: bool) -> None:
-        text, shown = progress_text(model, compact=compact)
+        text, shown = progress_text(model, compact=compact, width=self.content_region.width or None)
         label = self.query_one("#progress-text", Static)
         if shown:  # the pane grows by a line per device (none: the stylesheet's sizes)
             label.styles.height = "auto" if compact else 3 + shown  # compact: the queue line may wrap

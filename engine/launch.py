@@ -298,7 +298,7 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     return estimate(problem, config, models, backend, settings.prices, reasoning_history)
 
 
-def check_scripted(problem: str, backend: str, languages: Sequence[str] = ("cuda",)) -> None:
+def check_scripted(problem: str, backend: str, languages: Sequence[str]) -> None:
     """The scripted provider answers only for the problems its library has kernels for: say so
     before an estimate, not when Start fails."""
     from engine.evaluate import languages as kernel_languages

@@ -21,6 +21,7 @@ from engine.domain import (
     WORK_STATUSES,
     Node,
     best_variant,
+    builds_header,
     counted,
     library_excluded,
     session_library_ops,
@@ -467,8 +468,8 @@ class ScreenModel:
     def _watch_first_build(self, old: Node, node: Node, changes: Changes) -> None:
         """The session's first build: on a cold cache it makes the precompiled header, said on the
         status line and beside each build until a build ends (the header is there, or failed)."""
-        cpp = node.language != "triton"  # a Triton kernel's build includes no torch header
-        if node.status == "compiling" and cpp and not self._build_seen and self.status == "running":
+        header = builds_header(node.language)  # (a Triton kernel's build includes no torch header)
+        if node.status == "compiling" and header and not self._build_seen and self.status == "running":
             self._build_seen = True
             built = any(n.status in GPU_QUEUE for n in self.nodes.values()) or bool(self.verdicts)
             if not built and self.cold_cache():

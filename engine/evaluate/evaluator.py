@@ -35,7 +35,7 @@ from engine.evaluate.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.languages import for_source, registry
+from engine.evaluate.languages import chosen_language, for_job, registry
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.reference_history import ReferenceHistory
@@ -217,7 +217,7 @@ class LocalEvaluator(ReferenceTimings):
             flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
         """The job for one variant, built in this evaluator's build cache (see Evaluator.job)."""
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir=self.cache_dir,
-                        flops=flops, bytes=bytes, **options)
+                        flops=flops, bytes=bytes, **chosen_language(source, options))
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
                        gate: Gate | None = None) -> Verdict:
@@ -255,7 +255,7 @@ class LocalEvaluator(ReferenceTimings):
 
         pending: dict[str, dict] = {}
         prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
-        language = for_source(job.solution_source)
+        language = for_job(job)
         prewarm = job.mode == "evaluate" and language.prewarms(self.backend)
 
         async def prepare(device: Device) -> None:
@@ -366,7 +366,7 @@ class LocalEvaluator(ReferenceTimings):
         else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
-                          floor_s=for_source(job.solution_source).eval_floor_s, given_s=self.run_timeout_s,
+                          floor_s=for_job(job).eval_floor_s, given_s=self.run_timeout_s,
                           nbytes=job.bytes)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,

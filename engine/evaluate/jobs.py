@@ -44,6 +44,10 @@ class EvalJob:
     # (and per `ktree eval` run), set by the evaluator as it sends the job and never recorded;
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
+    # The solution's kernel language (engine.evaluate.languages), decided once where the job is
+    # made (an evaluator's `job`: the caller's choice, else the source's) and read by the evaluator
+    # and the evaluation child alike; "": none decided (a bare build job), told from the source.
+    language: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

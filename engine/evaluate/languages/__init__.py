@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 from functools import cache
+from typing import Any
 
 from engine.evaluate import settings
+from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_file
 
@@ -45,6 +47,13 @@ def names() -> tuple[str, ...]:
     return tuple(registry())
 
 
+def choices() -> tuple[str, ...]:
+    """What `--language` offers to pick from (the form's list, the flag's metavar): each language
+    alone, then all of them together (comma-separated) where there are several."""
+    known = names()
+    return (*known, ",".join(known)) if len(known) > 1 else known
+
+
 def get(name: str) -> Language:
     try:
         return registry()[name or DEFAULT]
@@ -58,6 +67,18 @@ def for_source(source: str) -> Language:
         if language.name != DEFAULT and language.detects(source):
             return language
     return registry()[DEFAULT]
+
+
+def for_job(job: EvalJob) -> Language:
+    """An evaluation job's language: the one it carries (engine.evaluate.jobs.make_job sets it),
+    else, for a job written before it carried one, the one its source is written in."""
+    return get(job.language) if job.language else for_source(job.solution_source)
+
+
+def chosen_language(source: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A job's keywords (an evaluator's `job`) with its language decided: the caller's (the search's
+    variant's), else the one the source is written in, told here once for the job's whole way."""
+    return {**options, "language": options.get("language") or kernel_language(source)}
 
 
 def kernel_language(source: str) -> str:

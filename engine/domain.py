@@ -103,10 +103,17 @@ def ranked(node: Node, nodes: Mapping[int, Node], library_ops: str = "allow") ->
             and not library_excluded(node, library_ops))
 
 
-def library_excluded(node: Node, library_ops: str) -> bool:
-    """A library-marked variant of a search that excludes library ops: correct, never a hack, but
-    neither a parent nor the best."""
-    return library_ops == "exclude" and bool(node.library)
+def excludes_library(library_ops: str) -> bool:
+    """Whether a search's `library_ops` (its config's, `session_library_ops` for a recorded one)
+    keeps library-marked variants out of the parents and the best."""
+    return library_ops == "exclude"
+
+
+def library_excluded(variant: Node | Any, library_ops: str) -> bool:
+    """A library-marked variant (its node, or its verdict: anything with a `library` mark) of a
+    search that excludes library ops: correct, never a hack, but neither a parent nor the best.
+    Every reader of `library_ops` asks this (or `excludes_library`), the engine and the screens alike."""
+    return excludes_library(library_ops) and bool(variant.library)
 
 
 def best_variant(nodes: Mapping[int, Node] | Iterable[Node], library_ops: str = "allow") -> Node | None:

@@ -177,7 +177,7 @@ import asyncio, json, sys
 from engine.evaluate.evaluator import LocalEvaluator
 
 async def go():
-    ev = LocalEvaluator("cpu", isolation="basic", run_timeout_s=240, compile_timeout_s=240)
+    ev = LocalEvaluator("cpu", isolation="basic", eval_timeout=240, compile_timeout_s=240)
     try:
         job = ev.job(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), flops=None, bytes=None,
                      trials=1, time_budget_s=0.2, max_reps=5)

@@ -189,10 +189,15 @@ class ScreenModel:
     def status(self) -> str:
         return str(self.info.get("status", ""))
 
+    @property
+    def library_ops(self) -> str:
+        """The session's `library_ops` (engine.domain.session_library_ops)."""
+        return session_library_ops(self.info.get("config"))
+
     def library_excluded(self, node: Node) -> bool:
         """A correct, library-marked variant of a search that excludes library ops: neither a parent
         nor the best (engine.domain.library_excluded), never a hack."""
-        return node.status == "correct" and library_excluded(node, session_library_ops(self.info.get("config")))
+        return node.status == "correct" and library_excluded(node, self.library_ops)
 
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
@@ -505,7 +510,7 @@ class ScreenModel:
                 changes.panes.add("plot")
 
     def _refresh_best(self, changes: Changes) -> None:
-        best = best_variant(self.nodes, session_library_ops(self.info.get("config")))
+        best = best_variant(self.nodes, self.library_ops)
         old, self.best_id = self.best_id, best.id if best else None
         if old != self.best_id:
             changes.relabel.update(i for i in (old, self.best_id) if i is not None)

@@ -265,8 +265,13 @@ def test_make_job_is_the_one_way_a_job_is_built(tmp_path: Path, monkeypatch: pyt
     sizes["dim"] = 99  # the caller's dict is copied, not kept
     assert job == EvalJob(problem_path=str(SOFTMAX.path), solution_source="src", backend="cpu",
                           cache_dir="c", sizes={"batch_size": 2, "dim": 8}, mode="compile",
-                          flops=10.0, bytes=None)  # zero work is unknown work, as before
+                          flops=10.0, bytes=None, language="cuda")  # zero work is unknown work, as before
     assert EvalJob.from_dict(job.to_dict()) == job
+    # The job carries its language, decided here once: the caller's, else the source's (issue 47).
+    triton = "import triton\nclass ModelNew: pass\n"
+    assert make_job("", triton, {}, backend="cpu", cache_dir="c", flops=None, bytes=None).language == "triton"
+    assert make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None,
+                    language="triton").language == "triton"
     assert make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None).problem_path == ""
     with pytest.raises(TypeError):
         make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None, nonsense=1)

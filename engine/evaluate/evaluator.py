@@ -35,7 +35,7 @@ from engine.evaluate.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.languages import chosen_language, for_job, registry
+from engine.evaluate.languages import for_job, registry
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.reference_history import ReferenceHistory
@@ -217,7 +217,7 @@ class LocalEvaluator(ReferenceTimings):
             flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
         """The job for one variant, built in this evaluator's build cache (see Evaluator.job)."""
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir=self.cache_dir,
-                        flops=flops, bytes=bytes, **chosen_language(source, options))
+                        flops=flops, bytes=bytes, **options)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
                        gate: Gate | None = None) -> Verdict:

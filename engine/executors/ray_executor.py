@@ -38,7 +38,6 @@ from typing import Any
 import engine
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.languages import chosen_language
 from engine.evaluate.sandbox import is_secret
 from engine.evaluate.verdict import Verdict
 
@@ -319,7 +318,7 @@ class RayEvaluator:
             flops: float | None, bytes: float | None, **options: Any) -> EvalJob:
         """The job for one variant (see Evaluator.job); its build cache is the actor's, set there."""
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir="",
-                        flops=flops, bytes=bytes, **chosen_language(source, options))
+                        flops=flops, bytes=bytes, **options)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
                        gate: Gate | None = None) -> Verdict:

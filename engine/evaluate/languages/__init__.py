@@ -11,10 +11,9 @@ import os
 from functools import cache
 from typing import Any
 
-from engine.evaluate import settings
-from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_file
+from engine.evaluate.settings import get as setting
 
 BUILT_IN = ("engine.evaluate.languages.cuda", "engine.evaluate.languages.triton")
 DEFAULT = "cuda"
@@ -40,7 +39,7 @@ def _registry(extra: str) -> dict[str, Language]:
 
 def registry() -> dict[str, Language]:
     """Every language, by name: the built-in ones, then KTREE_LANGUAGES' in its order."""
-    return _registry(settings.get("KTREE_LANGUAGES") or "")
+    return _registry(setting("KTREE_LANGUAGES") or "")
 
 
 def names() -> tuple[str, ...]:
@@ -69,16 +68,10 @@ def for_source(source: str) -> Language:
     return registry()[DEFAULT]
 
 
-def for_job(job: EvalJob) -> Language:
-    """An evaluation job's language: the one it carries (engine.evaluate.jobs.make_job sets it),
+def for_job(job: Any) -> Language:
+    """An evaluation job's (an EvalJob's) language: the one it carries (make_job decides it),
     else, for a job written before it carried one, the one its source is written in."""
     return get(job.language) if job.language else for_source(job.solution_source)
-
-
-def chosen_language(source: str, options: dict[str, Any]) -> dict[str, Any]:
-    """A job's keywords (an evaluator's `job`) with its language decided: the caller's (the search's
-    variant's), else the one the source is written in, told here once for the job's whole way."""
-    return {**options, "language": options.get("language") or kernel_language(source)}
 
 
 def kernel_language(source: str) -> str:

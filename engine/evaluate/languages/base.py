@@ -13,14 +13,13 @@ by every part that differs between languages, so that a new language is one modu
   before anything is checked or timed (`first_call`), what may be done before the device's lock
   (`prewarm`), and which failures are compile errors (`failure_status`).
 
-Torch and the standard library only, like all of engine.evaluate.
+Torch and the standard library only, like all of engine.evaluate. (A `job` here is an
+engine.evaluate.jobs.EvalJob, not imported: the job module asks this package for a job's language.)
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from engine.evaluate.jobs import EvalJob
 
 
 class Language:
@@ -62,7 +61,7 @@ class Language:
         """Variables an evaluation process needs set before anything is imported."""
         return {}
 
-    def load(self, job: EvalJob, key: str, build_dir: str) -> Any:
+    def load(self, job: Any, key: str, build_dir: str) -> Any:
         """Build (or reuse) and import the solution; EvalFailure with its status on failure."""
         raise NotImplementedError
 
@@ -74,7 +73,7 @@ class Language:
         """Whether `prewarm` does anything worth a request before the device's lock."""
         return False
 
-    def prewarm(self, job: EvalJob) -> dict[str, Any]:
+    def prewarm(self, job: Any) -> dict[str, Any]:
         return {}
 
     def failure_status(self, exc: BaseException) -> str:

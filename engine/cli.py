@@ -25,7 +25,8 @@ from engine.commands import show as show_cmd
 from engine.commands import suite as suite_cmd
 from engine.commands._common import USAGE_ERROR, db_path
 from engine.commands._output import error, say
-from engine.domain import BACKEND_CHOICES
+from engine.domain import BACKEND_CHOICES, DEFAULT_LANGUAGE
+from engine.evaluate import languages
 from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.launch import UsageError, check_cpu_timer
 from engine.options import CheckSettings, Placement
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
     bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    bp.add_argument("--language", default="cuda", metavar="cuda|triton|cuda,triton",
+    bp.add_argument("--language", default=DEFAULT_LANGUAGE, metavar="|".join(languages.choices()),
                     help="the variants' kernel language; with two, one bench per language in turn")
     bp.add_argument("--rounds", type=options.positive, help="default: 3 on cuda, 1 on cpu")
     bp.add_argument("--ideas", type=options.positive, help="default: 4 on cuda, 2 on cpu")

@@ -1,5 +1,6 @@
 """The records and words every room shares: a tree node, the statuses it can show, the search
-strategies and LLM providers by name, and the one rule for "the best variant".
+strategies and LLM providers by name (read from engine.llm.providers' table), and the one rule
+for "the best variant".
 
 Everything else imports these from here; nothing here imports the search, the store, the CLI or
 the TUI.
@@ -11,7 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
 from engine.evaluate.verdict import STATUSES as VERDICT_STATUSES
+from engine.llm import providers
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,6 @@ DEVICE_PHASES = frozenset({"checking", "timing", "evaluating"})
 SESSION_STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
 
 STRATEGIES = ("tree", "sequential", "best-of-n")
-PROVIDERS = ("openai", "gemini", "openai-compatible", "scripted")
-PROVIDER_CHOICES = ("auto", *PROVIDERS)  # auto: a real provider when a key is set, else scripted
 BACKEND_CHOICES = ("auto", "cuda", "cpu")
 ISOLATION_CHOICES = ("auto", "basic", "strict")
 EXECUTORS = ("local", "ray")
@@ -73,6 +74,16 @@ EXECUTORS = ("local", "ray")
 # cuDNN, cuBLAS; still correct) may be a parent and the best (allow), or is kept out of both (exclude).
 LIBRARY_OPS = ("allow", "exclude")
 LIBRARY_EXCLUDED = "excluded: library op"  # how a screen says so under exclude (never a hack)
+
+
+def provider_names() -> tuple[str, ...]:
+    """The LLM providers, by name (engine.llm.providers' table, in its order)."""
+    return providers.names()
+
+
+def provider_choices() -> tuple[str, ...]:
+    """`--provider`'s choices: auto (a real provider when a key is set, else scripted), then each."""
+    return providers.choices()
 
 
 def excluded(node: Node, nodes: Mapping[int, Node]) -> bool:
@@ -92,10 +103,17 @@ def ranked(node: Node, nodes: Mapping[int, Node], library_ops: str = "allow") ->
             and not library_excluded(node, library_ops))
 
 
-def library_excluded(node: Node, library_ops: str) -> bool:
-    """A library-marked variant of a search that excludes library ops: correct, never a hack, but
-    neither a parent nor the best."""
-    return library_ops == "exclude" and bool(node.library)
+def excludes_library(library_ops: str) -> bool:
+    """Whether a search's `library_ops` (its config's, `session_library_ops` for a recorded one)
+    keeps library-marked variants out of the parents and the best."""
+    return library_ops == "exclude"
+
+
+def library_excluded(variant: Node | Any, library_ops: str) -> bool:
+    """A library-marked variant (its node, or its verdict: anything with a `library` mark) of a
+    search that excludes library ops: correct, never a hack, but neither a parent nor the best.
+    Every reader of `library_ops` asks this (or `excludes_library`), the engine and the screens alike."""
+    return excludes_library(library_ops) and bool(variant.library)
 
 
 def best_variant(nodes: Mapping[int, Node] | Iterable[Node], library_ops: str = "allow") -> Node | None:
@@ -172,6 +190,15 @@ def language_mark(language: str | None) -> str:
     from engine.evaluate import languages
 
     return languages.mark_for(language)
+
+
+def builds_header(language: str | None) -> bool:
+    """Whether a variant's build makes ktree's precompiled torch header on a cold cache (its
+    language's `precompiled_header`; a language this install does not know: no)."""
+    from engine.evaluate import languages
+
+    known = languages.registry().get(language or DEFAULT_LANGUAGE)
+    return known is not None and known.precompiled_header
 
 
 def python_only(source: str) -> bool:

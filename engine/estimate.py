@@ -15,8 +15,8 @@ from typing import Any
 
 from engine import prompts
 from engine.domain import counted
+from engine.llm import providers
 from engine.llm.prices import Prices
-from engine.llm.registry import DEFAULT_MODELS
 from engine.search.strategies import strategy_for
 
 IDEA_OUT_TOKENS = 160  # per idea: a title and a paragraph
@@ -89,8 +89,8 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
             "output_tokens": expected["output_tokens"] + fixes * code_out}
 
     prices = Prices.load(price_overrides)
-    named = [(p, mdl or DEFAULT_MODELS.get(p, "")) for p, mdl in models]
-    unpriced = sorted({mdl for p, mdl in named if p != "scripted" and not prices.known(mdl)})
+    named = [(p, mdl or providers.default_model(p)) for p, mdl in models]
+    unpriced = sorted({mdl for p, mdl in named if providers.priced(p) and not prices.known(mdl)})
     per_model = [prices.get(mdl) for _, mdl in named]
 
     def dollars(row: dict[str, int]) -> float:

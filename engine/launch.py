@@ -225,7 +225,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
         level, _ = resolve_isolation(isolation)
         return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
                                         isolation=level, profile=profile, profile_each=profile_each,
-                                        run_timeout_s=eval_timeout)
+                                        eval_timeout=eval_timeout)
     if gpus is not None:
         raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.executors import ray_executor
@@ -235,7 +235,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
         backend = ray_executor.cluster_backend(requested_backend)
         return backend, ray_executor.RayEvaluator(
             backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-            shutdown=connected, profile=profile, profile_each=profile_each, run_timeout_s=eval_timeout)
+            shutdown=connected, profile=profile, profile_each=profile_each, eval_timeout=eval_timeout)
     except ray_executor.RayExecutorError as exc:
         raise UsageError(str(exc)) from None
 
@@ -298,7 +298,7 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     return estimate(problem, config, models, backend, settings.prices, reasoning_history)
 
 
-def check_scripted(problem: str, backend: str, languages: Sequence[str] = ("cuda",)) -> None:
+def check_scripted(problem: str, backend: str, languages: Sequence[str]) -> None:
     """The scripted provider answers only for the problems its library has kernels for: say so
     before an estimate, not when Start fails."""
     from engine.evaluate import languages as kernel_languages

@@ -25,13 +25,16 @@ from typing import Any, TypeVar
 
 from engine.domain import (
     BACKEND_CHOICES,
+    DEFAULT_LANGUAGE,
     EXECUTORS,
     ISOLATION_CHOICES,
     LIBRARY_OPS,
-    PROVIDER_CHOICES,
     STRATEGIES,
+    provider_choices,
 )
+from engine.evaluate import languages as kernel_languages
 from engine.evaluate.profile.profiler import PROFILE_MODES
+from engine.llm.base import LLM_TIMEOUT_S
 
 
 class UsageError(Exception):
@@ -114,15 +117,17 @@ def gpu_list(text: str) -> tuple[int, ...]:
 
 def language_list(text: str) -> tuple[str, ...]:
     """`--language cuda,triton`: the search's kernel languages, each once."""
-    from engine.evaluate import languages as kernel_languages
-
     known = kernel_languages.names()
     langs = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     bad = [p for p in langs if p not in known]
     if not langs or bad:
         raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(known)},"
-                                         f" or several comma-separated: cuda,triton)")
+                                         f" or several comma-separated: {','.join(known)})")
     return langs
+
+
+def language_metavar() -> str:
+    return "|".join(kernel_languages.choices())
 
 
 # --- a field's declaration ---------------------------------------------------------------------
@@ -133,14 +138,17 @@ class Opt:
 
     help: str
     parse: Callable[[str], Any] | None = None  # text -> value (argparse.ArgumentTypeError when it cannot)
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
+    # A list read from a registry is given as the function that reads it (the kernel languages,
+    # the providers): read each time a parser, a form or a check is made, so an entry added later
+    # (KTREE_LANGUAGES, a test's toy) is offered everywhere with no other edit.
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    metavar: str | Callable[[], str] | None = None
     flag: str | None = ""  # "": --the-field-name; None: no flag (set by code, recorded)
     dest: str | None = None  # argparse's name for it (default: the field's)
     many: bool = False  # repeatable flag (append); the form takes them comma-separated
     form: str | None = None  # the form's label (None: not on the form)
     form_rank: int = 0  # where on the form (low first)
-    form_choices: tuple[str, ...] | None = None  # the form offers these (a Select), parsed by `parse`
+    form_choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None  # the form's Select, parsed
     form_hint: str | None = None  # the form's placeholder (a field with no default: "none")
     resume: bool = False  # `run --resume` may give it again (it replaces the recorded one)
 
@@ -154,6 +162,11 @@ def declared(part: type | Any) -> Iterator[tuple[Field[Any], Opt]]:
     """A part's fields with their declarations, in order."""
     for f in fields(part):
         yield f, f.metadata["opt"]
+
+
+def now(value: Any) -> Any:
+    """A declaration's value as it stands now (one given as a function is called)."""
+    return value() if callable(value) else value
 
 
 def flag_of(f: Field[Any], o: Opt) -> str:
@@ -195,7 +208,6 @@ EVAL_TIMEOUT_HELP = ("seconds one evaluation (checks and timing) may hold its de
                      " the reference's time is known)")
 GPUS_HELP = ("physical indices of the GPUs to evaluate on, e.g. 0,1 (default: every visible GPU;"
              " a resumed session uses the ones it ran on)")
-LANGUAGE_FORM = ("cuda", "triton", "cuda,triton")
 
 
 @dataclass(frozen=True)
@@ -214,8 +226,8 @@ class Shape:
     top: int = opt(2, parse=positive, form="top", form_rank=33, help="parents kept per round (T; default 2)")
     fixes: int = opt(1, parse=count, help="fix-prompt retries for a variant that fails to compile (default 1)")
     languages: tuple[str, ...] = opt(
-        ("cuda",), parse=language_list, dest="language", flag="--language", metavar="cuda|triton|cuda,triton",
-        form="language", form_rank=70, form_choices=LANGUAGE_FORM,
+        (DEFAULT_LANGUAGE,), parse=language_list, dest="language", flag="--language", metavar=language_metavar,
+        form="language", form_rank=70, form_choices=kernel_languages.choices,
         help="kernel language(s) of the variants; with two, each idea's variants are spread over both"
              " (default cuda: load_inline CUDA C++, C++ on cpu)")
 
@@ -246,7 +258,7 @@ class Budgets:
 class LLMSettings:
     """How the models are asked."""
 
-    provider: str = opt("auto", choices=PROVIDER_CHOICES, form="provider", form_rank=10,
+    provider: str = opt("auto", choices=provider_choices, form="provider", form_rank=10,
                         help="LLM provider; auto: a real one when a key is set, else scripted"
                              " (offline canned answers)")
     models: tuple[str, ...] = opt((), flag="--model", dest="model", many=True, metavar="[PROVIDER:]MODEL",
@@ -256,7 +268,8 @@ class LLMSettings:
                                        " --model openai:o3 --model gemini:gemini-2.5-pro")
     base_url: str | None = opt(None, resume=True, help="server URL for openai-compatible (vLLM, Ollama, ...)")
     reasoning: str | None = opt(None, help="reasoning effort (low/medium/high) or thinking budget")
-    llm_timeout: float = opt(600.0, parse=seconds, resume=True, help="seconds per LLM call (default 600)")
+    llm_timeout: float = opt(LLM_TIMEOUT_S, parse=seconds, resume=True,
+                             help=f"seconds per LLM call (default {LLM_TIMEOUT_S:g})")
     llm_concurrency: int = opt(8, parse=positive, help="concurrent LLM calls per provider (default 8)")
     max_output_tokens: int = opt(16000, flag=None, help="the most tokens one reply may hold")
 
@@ -349,9 +362,9 @@ def add_flags(parser: argparse.ArgumentParser, part: type, only: Sequence[str] |
         if o.parse is not None:
             kw["type"] = o.parse
         if o.choices is not None:
-            kw["choices"] = o.choices
+            kw["choices"] = now(o.choices)
         if o.metavar is not None:
-            kw["metavar"] = o.metavar
+            kw["metavar"] = now(o.metavar)
         parser.add_argument(flag_of(f, o), **kw)
 
 
@@ -392,8 +405,9 @@ def check(part: Any) -> None:
             continue
         name = flag_of(f, o)
         values = value if o.many else [value]
-        if o.choices is not None and any(v not in o.choices for v in values):
-            said = ", ".join(map(repr, o.choices))
+        choices = now(o.choices)
+        if choices is not None and any(v not in choices for v in values):
+            said = ", ".join(map(repr, choices))
             raise UsageError(f"{name}: invalid choice: {value!r} (choose from {said})")
         if o.parse is not None:
             for v in values:
@@ -478,7 +492,7 @@ def form_fields() -> list[FormField]:
                 default = _default(f)
                 hint = o.form_hint or ("none" if default is None else "")
                 found.append((o.form_rank, FormField(part_name, f.name, o.form, text_of(default),
-                                                     o.form_choices or o.choices,
+                                                     now(o.form_choices or o.choices),
                                                      NUMBER_KINDS.get(o.parse, "text"), hint)))
     return [ff for _, ff in sorted(found, key=lambda pair: pair[0])]
 

@@ -121,7 +121,7 @@ def contract(backend: str, language: str, tol: float) -> str:
 
 def implement_prompt(
     problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float,
-    language: str = "cuda",
+    language: str = languages.DEFAULT,
 ) -> str:
     """The implementation prompt. The parent may be in another language than the one asked for
     (a mixed tree): the contract says which language to write."""
@@ -135,7 +135,7 @@ def implement_prompt(
 
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
-               tol: float, sanitizer: str = "", language: str = "cuda") -> str:
+               tol: float, sanitizer: str = "", language: str = languages.DEFAULT) -> str:
     """The fix prompt for a variant that failed to build (in its language's words: CUDA's compiler
     output, Triton's JIT error raised at the first call), or (with `sanitizer`: compute-sanitizer's report)
     for a run that hit an illegal or misaligned memory access."""

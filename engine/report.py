@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 from engine.domain import (
     LIBRARY_EXCLUDED,
     best_variant,
+    excludes_library,
     language_label,
     language_mark,
+    library_excluded,
     library_line,
     session_library_ops,
     shown_notes,
@@ -193,15 +195,15 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
             f" best {fmt_x(session.get('best_speedup'))}")
     if session.get("stop_reason"):
         head += f" ({session['stop_reason']})"
-    exclude = session_library_ops(session.get("config")) == "exclude"
-    if exclude:
+    library_ops = session_library_ops(session.get("config"))
+    if excludes_library(library_ops):
         head += "\nlibrary ops excluded: a library-marked variant is correct, but neither a parent nor the best"
     if (session.get("config") or {}).get("degenerate"):
         head += f"\nproblem {DEGENERATE_LINE}"
     children: dict[int | None, list[Any]] = {}
     for n in nodes:
         children.setdefault(n.parent_id, []).append(n)
-    best = best_variant(nodes, session_library_ops(session.get("config")))
+    best = best_variant(nodes, library_ops)
     lines = [head]
 
     def label(n: Any) -> str:
@@ -217,7 +219,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         flags = "".join(f" [flag: {f.split(':')[0]}]" for f in (v.flags if v is not None else ()))
         if v is not None and v.library:
             flags += f" [library: {library_line(v.library)}]"
-            flags += f" [{LIBRARY_EXCLUDED}]" if exclude and v.status == "correct" else ""
+            excluded = v.status == "correct" and library_excluded(v, library_ops)
+            flags += f" [{LIBRARY_EXCLUDED}]" if excluded else ""
         flags += "".join(f" [note: {note.split(':')[0]}]"
                          for note in (shown_notes(v.notes, v.library) if v is not None else ()))
         mark = language_mark(getattr(n, "language", ""))

@@ -278,7 +278,7 @@ class Store:
     @_writes
     async def update_node(self, node_id: int, **fields: Any) -> None:
         allowed = {"status", "source", "text", "title", "speedup", "time_ms", "pinned", "pruned", "want",
-                   "library", "disturbed"}
+                   "library", "disturbed", "language"}
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"cannot update node fields {sorted(set(fields) - allowed)}")
         assignments = ", ".join(f"{k} = ?" for k in fields)

@@ -75,7 +75,7 @@ def test_a_source_evaluated_again_starts_no_compile_process(monkeypatch: pytest.
     monkeypatch.setattr(runner, "run_child", counted)
 
     async def go() -> list:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120)
         try:
             job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
             verdicts = [await evaluator.evaluate(job) for _ in range(2)]

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.eval_limit import EvalLimit
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import run_ktree
+
+LIMIT = EvalLimit(120.0, "flag", "--eval-timeout 120")  # what the evaluator hands its worker
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
@@ -48,7 +51,7 @@ def test_two_devices_evaluate_two_compiled_variants_at_the_same_time(tmp_path: P
     sources = [RENDEZVOUS.format(mine=a, other=b), RENDEZVOUS.format(mine=b, other=a)]
 
     async def go() -> tuple[list[Verdict], list[dict], int]:
-        evaluator = LocalEvaluator("cpu", devices=2, isolation="basic", run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, isolation="basic", eval_timeout=120)
         both_busy = 0
         done = asyncio.Event()
 
@@ -94,12 +97,12 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
     source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
     async def go() -> tuple[list[str], int, list[str]]:
-        evaluator = LocalEvaluator("cpu", devices=2, run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, eval_timeout=120)
         worker = evaluator.devices[1].worker
         assert worker is not None
         job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
         try:
-            first = await worker.run(job, 120)
+            first = await worker.run(job, LIMIT)
             assert worker.proc is not None, (first[0], first[1] and first[1].get("status"), worker.restarts,
                                              first[2][-2000:])
             pid = worker.proc.pid
@@ -108,7 +111,7 @@ def test_a_worker_killed_while_idle_is_restarted_and_its_next_job_not_lost():
             while not _gone_or_zombie(pid):  # no await: the engine has not noticed the death yet
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            second = await worker.run(job, 120)
+            second = await worker.run(job, LIMIT)
             return [first[1]["status"], second[1]["status"]], worker.starts, worker.restarts
         finally:
             await evaluator.close()
@@ -122,7 +125,7 @@ def test_a_device_whose_worker_cannot_start_is_set_aside_and_its_job_runs_on_ano
     source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
     async def go() -> tuple[list[Verdict], list[dict], int]:
-        evaluator = LocalEvaluator("cpu", devices=2, run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", devices=2, eval_timeout=120)
         broken = evaluator.devices[1].worker
         assert broken is not None
         broken.extra_env["PYTHONHOME"] = "/nonexistent"  # no interpreter starts there: a dead device
@@ -291,7 +294,7 @@ def test_a_paused_search_checks_and_times_nothing_until_it_resumes():
     source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
     async def go() -> tuple[list[str], list[str], str]:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120)
         gate, phases = _Gate(), []
 
         async def on_phase(name: str) -> None:

@@ -41,7 +41,7 @@ def test_the_limit_follows_the_reference_within_a_floor_and_a_cap():
     assert limits.eval_limit("cpu", 0.01, time_budget_s=2.0, trials=3, floor_s=triton).seconds == 300.0
     unknown = limits.eval_limit("cpu", None, time_budget_s=2.0, trials=3)
     assert (unknown.seconds, unknown.source) == (300.0, "unknown")
-    given = limits.eval_limit("cpu", 0.15, time_budget_s=2.0, trials=3, given_s=7)
+    given = limits.eval_limit("cpu", 0.15, time_budget_s=2.0, trials=3, eval_timeout=7)
     assert (given.seconds, given.source) == (7.0, "flag")
     assert given.killed().startswith("killed after 7 s: the evaluation's time limit (--eval-timeout 7)")
 
@@ -61,7 +61,7 @@ def test_the_flag_reaches_the_search_config_and_the_evaluator():
     request = run_request(args)
     assert _search_config(request, SOFTMAX).checks.eval_timeout == 45.0  # recorded with the session
     _, evaluator = make_evaluator("cpu", eval_timeout=request.checks.eval_timeout)
-    assert evaluator.run_timeout_s == 45.0
+    assert evaluator.eval_timeout == 45.0
 
 
 @pytest.mark.slow
@@ -133,4 +133,4 @@ def test_a_large_problems_limit_grows_with_its_bytes_and_says_so():
     assert "for its 12.9 GB" in large.why and " GB" not in small.why
     unknown = eval_limit("cuda", None, time_budget_s=1.0, trials=3, nbytes=12.9e9)
     assert unknown.seconds > 300 and "12.9 GB" in unknown.why
-    assert eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, given_s=50, nbytes=12.9e9).seconds == 50
+    assert eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, eval_timeout=50, nbytes=12.9e9).seconds == 50

@@ -23,11 +23,11 @@ SCRIPTED = Path(__file__).resolve().parents[1] / "engine" / "scripted_library"
 HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 
 
-def evaluate(body: str, run_timeout_s: float | None = None, **job: object) -> Verdict:
+def evaluate(body: str, eval_timeout: float | None = None, **job: object) -> Verdict:
     source = HEADER + textwrap.dedent(body)
 
     async def go() -> Verdict:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=run_timeout_s, compile_timeout_s=run_timeout_s)
+        evaluator = LocalEvaluator("cpu", eval_timeout=eval_timeout, compile_timeout_s=eval_timeout)
         try:
             return await evaluator.evaluate(
                 evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK, **job))
@@ -235,7 +235,7 @@ def test_faults_become_statuses(body: str, status: str, needle: str):
 
 @pytest.mark.slow
 def test_a_hung_kernel_is_killed_at_the_timeout():
-    v = evaluate(model("while True: pass"), run_timeout_s=20)
+    v = evaluate(model("while True: pass"), eval_timeout=20)
     assert v.status == "timeout"
     assert "killed after 20 s" in v.log
 

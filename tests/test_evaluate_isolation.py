@@ -177,7 +177,7 @@ import asyncio, json, sys
 from engine.evaluate.evaluator import LocalEvaluator
 
 async def go():
-    ev = LocalEvaluator("cpu", isolation="basic", run_timeout_s=240, compile_timeout_s=240)
+    ev = LocalEvaluator("cpu", isolation="basic", eval_timeout=240, compile_timeout_s=240)
     try:
         job = ev.job(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), flops=None, bytes=None,
                      trials=1, time_budget_s=0.2, max_reps=5)
@@ -265,8 +265,13 @@ def test_make_job_is_the_one_way_a_job_is_built(tmp_path: Path, monkeypatch: pyt
     sizes["dim"] = 99  # the caller's dict is copied, not kept
     assert job == EvalJob(problem_path=str(SOFTMAX.path), solution_source="src", backend="cpu",
                           cache_dir="c", sizes={"batch_size": 2, "dim": 8}, mode="compile",
-                          flops=10.0, bytes=None)  # zero work is unknown work, as before
+                          flops=10.0, bytes=None, language="cuda")  # zero work is unknown work, as before
     assert EvalJob.from_dict(job.to_dict()) == job
+    # The job carries its language, decided here once: the caller's, else the source's (issue 47).
+    triton = "import triton\nclass ModelNew: pass\n"
+    assert make_job("", triton, {}, backend="cpu", cache_dir="c", flops=None, bytes=None).language == "triton"
+    assert make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None,
+                    language="triton").language == "triton"
     assert make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None).problem_path == ""
     with pytest.raises(TypeError):
         make_job("", "src", {}, backend="cpu", cache_dir="c", flops=None, bytes=None, nonsense=1)

@@ -151,7 +151,7 @@ def evaluate_then_honest(sources: list[str], isolation: str = "auto") -> list[tu
     per source (its verdict, the honest one's, the seconds the honest one took)."""
     async def go() -> list[tuple[Verdict, Verdict, float]]:
         first = next(iter(visible_gpus()))  # one GPU: the honest variant runs where the crash was
-        ev = LocalEvaluator("cuda", cuda_arch=gpu_arch(), run_timeout_s=RUN_TIMEOUT_S, isolation=isolation,
+        ev = LocalEvaluator("cuda", cuda_arch=gpu_arch(), eval_timeout=RUN_TIMEOUT_S, isolation=isolation,
                             gpus=[first])
         sizes, short = SIZES, {"trials": 1, "time_budget_s": 0.5, **WORK}
         out = []

@@ -28,7 +28,7 @@ def test_two_gpus_evaluate_at_the_same_time(tmp_path: Path):
     cost = softmax.cost("cuda")  # as the search passes it
 
     async def go() -> list:
-        evaluator = LocalEvaluator("cuda", gpus=[0, 1], isolation="basic", run_timeout_s=180)
+        evaluator = LocalEvaluator("cuda", gpus=[0, 1], isolation="basic", eval_timeout=180)
         try:
             return list(await asyncio.gather(*(evaluator.evaluate(
                 evaluator.job(softmax.path, s, softmax.sizes_for("cuda"), flops=cost.flops, bytes=cost.bytes))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import domain, prompts
+from engine import domain, options, prompts
 from engine.evaluate import languages
 from engine.launch import UsageError, parse_languages
 from tests.conftest import run_ktree
@@ -81,6 +81,9 @@ def test_the_toy_language_is_asked_like_the_built_in_ones(toy: Path):
     assert prompts.contract("cpu", "toy", 0.01) == "Write it as a toy: numpy in forward, tolerance 0.01."
     assert domain.language_label("toy", "cpu") == "Toy" and domain.language_mark("toy") == "[toy]"
     assert domain.python_only(SOLUTION)
+    form = {ff.name: ff for ff in options.form_fields()}  # the form and the flag offer it, no other edit
+    assert form["languages"].choices == ("cuda", "triton", "toy", "cuda,triton,toy")
+    assert options.language_metavar() == "cuda|triton|toy|cuda,triton,toy"
     with pytest.raises(UsageError, match="choose from cuda, triton, toy"):
         parse_languages("rust")
 

@@ -111,7 +111,7 @@ def test_a_live_set_gives_the_same_verdict_as_a_cached_one(monkeypatch):
     work = {"flops": softmax.cost("cpu").flops, "bytes": softmax.cost("cpu").bytes}
 
     async def judge() -> Verdict:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120, worker=True)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120, worker=True)
         evaluator._input_seed = 12345  # the same draws both times
         try:
             job = evaluator.job(softmax.path, source, softmax.sizes_for("cpu"), **work)
@@ -143,7 +143,7 @@ def test_an_out_of_memory_in_the_candidates_own_call_is_its_runtime_error():
     softmax = load_problem("softmax")
 
     async def judge() -> Verdict:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120, worker=True)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120, worker=True)
         try:
             return await evaluator.evaluate(evaluator.job(softmax.path, OOM_CANDIDATE, softmax.sizes_for("cpu"),
                                                           flops=None, bytes=None))

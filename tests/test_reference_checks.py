@@ -40,7 +40,7 @@ SNOOP = textwrap.dedent("""
 
 def test_second_evaluation_in_a_worker_reuses_the_references_with_the_same_verdict():
     async def go() -> list:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120, worker=True)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120, worker=True)
         try:
             out = []
             for _ in range(2):

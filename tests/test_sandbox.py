@@ -54,7 +54,7 @@ def evaluate_then_honest(body: str, *, isolation: str = "auto", limits: Limits |
     `CPU-RECOVER <status> <seconds to the crash's verdict> <seconds to recover>` (see with -s)."""
 
     async def go() -> tuple[Verdict, Verdict, float]:
-        ev = LocalEvaluator("cpu", compile_timeout_s=timeout_s, run_timeout_s=timeout_s,
+        ev = LocalEvaluator("cpu", compile_timeout_s=timeout_s, eval_timeout=timeout_s,
                        isolation=isolation, limits=limits)
         t0 = time.monotonic()
         bad = await ev.evaluate(ev.job(SOFTMAX.path, HEADER + textwrap.dedent(body),

@@ -34,7 +34,7 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
         phases.append(name)
 
     async def go() -> tuple[list, list]:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=3)
+        evaluator = LocalEvaluator("cpu", eval_timeout=60, worker=True, worker_max_jobs=3)
         worker = evaluator.worker
         assert worker is not None
         seen = []
@@ -72,12 +72,12 @@ def test_one_worker_serves_many_evaluations_and_is_replaced_when_it_cannot_be_tr
 @pytest.mark.slow
 def test_a_hung_candidate_is_killed_and_the_next_one_runs_in_a_fresh_worker():
     async def go() -> tuple[str, str, list[str], int]:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=15, worker=True)
+        evaluator = LocalEvaluator("cpu", eval_timeout=15, worker=True)
         assert evaluator.worker is not None
         try:
             hung = await evaluator.evaluate(evaluator.job(
                 SOFTMAX.path, PYTHON_ONLY.format(body="while True: pass"), SOFTMAX.sizes_for("cpu"), **WORK))
-            evaluator.run_timeout_s = 300  # the honest one has all the time it needs on a busy machine
+            evaluator.eval_timeout = 300  # the honest one has all the time it needs on a busy machine
             after = await evaluator.evaluate(
                 evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK))
             return hung.status, after.status, evaluator.worker.restarts, evaluator.worker.starts
@@ -95,7 +95,7 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
     from engine.evaluate.child.evaluation import build_key
 
     async def go():
-        evaluator = LocalEvaluator("cpu", run_timeout_s=120, compile_timeout_s=300, worker=True)
+        evaluator = LocalEvaluator("cpu", eval_timeout=120, compile_timeout_s=300, worker=True)
         job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
         stale = Path(job.cache_dir) / build_key(job) / "ktree_softmax_online_1_cpu" / "lock"
         stale.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
     cores from the timing it overlaps)."""
 
     async def go() -> tuple[list[str], Any, list[str]]:
-        evaluator = LocalEvaluator("cpu", run_timeout_s=60, worker=True, worker_max_jobs=2)
+        evaluator = LocalEvaluator("cpu", eval_timeout=60, worker=True, worker_max_jobs=2)
         worker = evaluator.worker
         assert worker is not None and not worker.standby  # off on the cpu backend
         worker.standby, worker.standby_depth = "always", GPU_STANDBYS  # as on a GPU

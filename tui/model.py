@@ -21,6 +21,7 @@ from engine.domain import (
     WORK_STATUSES,
     Node,
     best_variant,
+    builds_header,
     counted,
     library_excluded,
     session_library_ops,
@@ -188,10 +189,15 @@ class ScreenModel:
     def status(self) -> str:
         return str(self.info.get("status", ""))
 
+    @property
+    def library_ops(self) -> str:
+        """The session's `library_ops` (engine.domain.session_library_ops)."""
+        return session_library_ops(self.info.get("config"))
+
     def library_excluded(self, node: Node) -> bool:
         """A correct, library-marked variant of a search that excludes library ops: neither a parent
         nor the best (engine.domain.library_excluded), never a hack."""
-        return node.status == "correct" and library_excluded(node, session_library_ops(self.info.get("config")))
+        return node.status == "correct" and library_excluded(node, self.library_ops)
 
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
@@ -467,8 +473,8 @@ class ScreenModel:
     def _watch_first_build(self, old: Node, node: Node, changes: Changes) -> None:
         """The session's first build: on a cold cache it makes the precompiled header, said on the
         status line and beside each build until a build ends (the header is there, or failed)."""
-        cpp = node.language != "triton"  # a Triton kernel's build includes no torch header
-        if node.status == "compiling" and cpp and not self._build_seen and self.status == "running":
+        header = builds_header(node.language)  # (a Triton kernel's build includes no torch header)
+        if node.status == "compiling" and header and not self._build_seen and self.status == "running":
             self._build_seen = True
             built = any(n.status in GPU_QUEUE for n in self.nodes.values()) or bool(self.verdicts)
             if not built and self.cold_cache():
@@ -504,7 +510,7 @@ class ScreenModel:
                 changes.panes.add("plot")
 
     def _refresh_best(self, changes: Changes) -> None:
-        best = best_variant(self.nodes, session_library_ops(self.info.get("config")))
+        best = best_variant(self.nodes, self.library_ops)
         old, self.best_id = self.best_id, best.id if best else None
         if old != self.best_id:
             changes.relabel.update(i for i in (old, self.best_id) if i is not None)

@@ -27,10 +27,10 @@ from typing import Any
 
 from engine.bench.honest import SEED_PROBLEMS, honest_variants
 from engine.bench.summary import cell, markdown_table, median
+from engine.evaluate import noise
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
-WARMUP = 3  # engine.evaluate.timing.WARMUP, as the floor counts it
 PHASES = ("load", "ref", "check", "time", "profile", "baseline", "other")
 
 
@@ -38,7 +38,7 @@ def floor_s(verdict: Any) -> float | None:
     """The timing floor of one verdict, in seconds (None: not timed)."""
     if not verdict.reps or verdict.time_ms is None or verdict.ref_eager_ms is None:
         return None
-    return ((WARMUP + verdict.reps) * (verdict.ref_eager_ms + verdict.time_ms)
+    return ((noise.WARMUP + verdict.reps) * (verdict.ref_eager_ms + verdict.time_ms)
             + (verdict.trials or 0) * verdict.time_ms) / 1e3
 
 

@@ -308,7 +308,7 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
     new: dict[str, dict[str, Any]] = {}
     own = evaluator is None and any(solutions is None or solution_for(solutions, p) for p in todo)
     if own:
-        evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, run_timeout_s=timeout_s,
+        evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, eval_timeout=timeout_s,
                                    compile_baseline=False)
     # Every device's worker sees every problem file from its start, as a suite's: a new problem then
     # takes the standby started beside the last one, not a fresh process (Python, torch, the CUDA

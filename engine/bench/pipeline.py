@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.bench.summary import markdown_table, quantile
-from engine.domain import DEVICE_PHASES, language_label
+from engine.domain import DEFAULT_LANGUAGE, DEVICE_PHASES, language_label
+from engine.evaluate import languages as kernel_languages
 from engine.evaluate.base import Evaluator
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
@@ -106,7 +107,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                          cold: bool = False, log: TextIO | None = None, evaluator: Evaluator | None = None,
                          gpus: list[int] | None = None, devices: int = 1,
                          repeat_sources: bool = False, llm_latency: str | None = None, suite: int = 1,
-                         llm_concurrency: int = 8, language: str = "cuda",
+                         llm_concurrency: int = 8, language: str = DEFAULT_LANGUAGE,
                          keep_evaluator: bool = False) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's, or a warm one) instead of a local one; closed
@@ -301,7 +302,7 @@ def format_pipeline(r: dict[str, Any]) -> str:
     ]
     per = r.get("compile_s_per_variant") or {}
     if per.get("n"):
-        what_build = "import + JIT + autotune" if r.get("language") == "triton" else "build"
+        what_build = kernel_languages.get(r.get("language") or "").build_words
         rows.append((f"{what_build} seconds per variant, median / p90 (n={per['n']})",
                      f"{per['median']:.2f} / {per['p90']:.2f} s", ""))
     lines = [

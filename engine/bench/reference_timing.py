@@ -54,7 +54,7 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
         sizes = p.sizes_for(backend)
         flops, nbytes = cost(p, sizes)
         job = evaluator.job(p.path, "", sizes, mode="agreement", flops=flops, bytes=nbytes)
-        outcome, result, log = await run_child(job, evaluator.run_timeout_s or UNKNOWN_S, evaluator._run_env)
+        outcome, result, log = await run_child(job, evaluator.eval_timeout or UNKNOWN_S, evaluator._run_env)
         rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
     return rows
 

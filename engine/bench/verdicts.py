@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.summary import markdown_table
+from engine.evaluate import languages
 from engine.evaluate.evaluator import LocalEvaluator
 from engine.evaluate.verdict import is_timing_flag
 from engine.problems import load_problem
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "realworld"
 KINDS = ("honest", "hack")
-LANGUAGES = ("cuda", "triton")
 MARKS = ("note", "library")
 # Each case's timing budget: the bench measures verdicts, not speedups (the recheck on the timed
 # inputs and the speed-of-light floor still see a timed run). No torch.compile baseline either.
@@ -50,7 +50,7 @@ class Case:
     klass: str  # what kind of kernel or hack it is ("epilogue", "torch-fallback", ...)
     cpu: Path
     gpu: Path
-    language: str  # the gpu file's: cuda | triton
+    language: str  # the gpu file's (engine.evaluate.languages)
     expect: str = ""  # honest: the mark a correct verdict carries (note | library), "" none said
     caught_by: str = ""  # hack: the check meant to catch it (for the reader)
 
@@ -75,8 +75,8 @@ def load_cases(corpus: Path | None = None) -> list[Case]:
             raise CorpusError(f"{manifest}: case {name}: missing {', '.join(missing)}")
         if entry["kind"] not in KINDS:
             raise CorpusError(f"{manifest}: case {name}: kind must be one of {', '.join(KINDS)}")
-        if entry["language"] not in LANGUAGES:
-            raise CorpusError(f"{manifest}: case {name}: language must be one of {', '.join(LANGUAGES)}")
+        if entry["language"] not in (known := languages.names()):
+            raise CorpusError(f"{manifest}: case {name}: language must be one of {', '.join(known)}")
         expect = str(entry.get("expect") or "")
         if expect and (expect not in MARKS or entry["kind"] != "honest"):
             raise CorpusError(f"{manifest}: case {name}: expect is for honest cases: {', '.join(MARKS)}")

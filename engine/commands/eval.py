@@ -66,7 +66,7 @@ def evaluate(args: argparse.Namespace) -> int:
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
     evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile,
-                                run_timeout_s=args.eval_timeout)
+                                eval_timeout=args.eval_timeout)
 
     from engine.commands._eval_progress import EvalProgress, labels
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.commands._common import db_path, no_database, open_store
 from engine.commands._output import emit, emit_json, say
-from engine.domain import best_variant, session_library_ops
+from engine.domain import best_variant, library_excluded, session_library_ops
 from engine.launch import UsageError
 
 
@@ -59,8 +59,8 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
     """One session's variants as rows, with its nodes and verdicts for the outline."""
     evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
     nodes = await store.nodes(s["id"])
-    exclude = session_library_ops(s.get("config")) == "exclude"
-    best = best_variant(nodes, session_library_ops(s.get("config")))  # the one export writes
+    library_ops = session_library_ops(s.get("config"))
+    best = best_variant(nodes, library_ops)  # the one export writes
     rows = []
     for n in nodes:
         if n.kind != "variant":
@@ -78,7 +78,8 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
                      "profile": (v.profile or None) if v else None,
                      "sanitizer": (v.sanitizer or None) if v else None,
                      "library": (v.library or None) if v else None,
-                     "library_excluded": bool(v and v.library and n.status == "correct" and exclude)})
+                     "library_excluded": v is not None and n.status == "correct"
+                     and library_excluded(v, library_ops)})
     return {"session": s, "variants": rows, "nodes": nodes, "verdicts": evals,
             "profiles_per_round": await store.profiles_per_round(s["id"])}
 

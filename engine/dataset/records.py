@@ -14,6 +14,7 @@ from typing import Any
 from engine import prompts
 from engine.dataset import source as db
 from engine.dataset.hygiene import source_hash
+from engine.domain import DEFAULT_LANGUAGE
 from engine.evaluate.verdict import STATUSES
 
 # Outcomes from worst to best: the best of an idea's variants is the last of these it reached.
@@ -84,7 +85,7 @@ class SessionReader:
             record = {
                 **self._where(), "node_id": node["id"], "problem_path": s.problem_path,
                 "reference_source": self.reference, "sizes": json.dumps(verdict.get("sizes") or s.sizes),
-                "backend": s.backend, "language": node["language"] or "cuda",
+                "backend": s.backend, "language": node["language"] or DEFAULT_LANGUAGE,
                 "precision": config.get("precision"), "atol": _num(config.get("atol")),
                 "rtol": _num(config.get("rtol")), "gpu": gpu, "round": node["round"],
                 "origin": node["origin"],

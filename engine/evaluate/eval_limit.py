@@ -32,17 +32,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.evaluate.noise import MAX_RETIMES
+from engine.evaluate.noise import ESCAPE_REPS, MAX_RETIMES, MIN_REPS, SAMPLES, WARMUP
 
 FLOOR_S = {"cpu": 60.0, "cuda": 120.0}
 CAP_S = 900.0
 UNKNOWN_S = 300.0  # no reference time known yet
 FACTOR = 4.0
 SLOWER_X = 20.0  # a correct candidate this many times slower than the reference still finishes
-WARMUP_AND_LEAST_REPS = 3 + 5  # engine.evaluate.timing.WARMUP + MIN_REPS (timing imports torch)
+WARMUP_AND_LEAST_REPS = WARMUP + MIN_REPS
 SIZE_PASSES = 200
 SIZE_RATE = {"cpu": 2e9, "cuda": 1e11}  # bytes per second a pass over the problem's memory takes at worst
-EXTRA_CALLS = 7 + 12  # the escaping-work check's calls, the sampled timed outputs' fp64 answers
+EXTRA_CALLS = ESCAPE_REPS + SAMPLES * (1 + MAX_RETIMES)  # the escaping-work check's calls, the
+# sampled timed outputs' fp64 answers
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,14 @@ def size_s(backend: str, nbytes: float | None) -> float:
 
 
 def eval_limit(backend: str, ref_ms: float | None, *, time_budget_s: float, trials: int,
-               floor_s: float | None = None, given_s: float | None = None,
+               floor_s: float | None = None, eval_timeout: float | None = None,
                nbytes: float | None = None) -> EvalLimit:
-    """The limit for one evaluation: `given_s` (the flag) when set, else from `ref_ms`, the
+    """The limit for one evaluation: `eval_timeout` (the flag) when set, else from `ref_ms`, the
     reference's eager median (None: unknown). `floor_s`: the kernel language's own floor, where it
     has one (engine.evaluate.languages: Triton's JIT and interpreter), else the backend's; the
     problem's size (`nbytes`, its inputs and outputs) adds to it."""
-    if given_s:
-        return EvalLimit(float(given_s), "flag", f"--eval-timeout {given_s:g}")
+    if eval_timeout:
+        return EvalLimit(float(eval_timeout), "flag", f"--eval-timeout {eval_timeout:g}")
     size = round(size_s(backend, nbytes), 1)
     said = f" + {size:g} s for its {nbytes / 1e9:.3g} GB" if nbytes and size >= 1 else ""
     base = floor_s or FLOOR_S.get(backend, 60.0)

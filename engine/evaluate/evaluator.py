@@ -35,7 +35,7 @@ from engine.evaluate.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.hostlock import describe_holder, gpu_key
 from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.languages import for_source, registry
+from engine.evaluate.languages import for_job, registry
 from engine.evaluate.noise import timer_cores as timer_cores_now
 from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
 from engine.evaluate.reference_history import ReferenceHistory
@@ -62,7 +62,7 @@ class LocalEvaluator(ReferenceTimings):
         cache_dir: str | Path | None = None,
         compile_workers: int | None = None,
         compile_timeout_s: float | None = None,
-        run_timeout_s: float | None = None,
+        eval_timeout: float | None = None,
         cuda_arch: str | None = None,
         isolation: str = "auto",
         limits: Limits | None = None,
@@ -101,7 +101,7 @@ class LocalEvaluator(ReferenceTimings):
         self.compile_workers = compile_workers or default_compile_workers()
         default_compile = DEFAULT_TIMEOUTS[backend]
         self.compile_timeout_s = compile_timeout_s or default_compile
-        self.run_timeout_s = run_timeout_s  # --eval-timeout; None: from the problem (eval_limit)
+        self.eval_timeout = eval_timeout  # --eval-timeout; None: from the problem (eval_limit)
         self.history = ReferenceHistory()  # the reference's measured times (reference_history)
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
@@ -255,7 +255,7 @@ class LocalEvaluator(ReferenceTimings):
 
         pending: dict[str, dict] = {}
         prelock: dict[str, Any] = {}  # what was done before the device's lock (Triton's JIT)
-        language = for_source(job.solution_source)
+        language = for_job(job)
         prewarm = job.mode == "evaluate" and language.prewarms(self.backend)
 
         async def prepare(device: Device) -> None:
@@ -316,7 +316,7 @@ class LocalEvaluator(ReferenceTimings):
                 if device.worker is not None:
                     starts = device.worker.starts
                     t_run = time.monotonic()
-                    outcome, result, log = await device.worker.run(run, limit.seconds, on_phase)
+                    outcome, result, log = await device.worker.run(run, limit, on_phase)
                     if device.worker.starts != starts:  # started while holding the lock
                         held["start"] = device.worker.last_start_s
                     held["worker"] = time.monotonic() - t_run
@@ -327,12 +327,10 @@ class LocalEvaluator(ReferenceTimings):
                     if on_phase is not None:
                         await on_phase("evaluating")
                     t_run = time.monotonic()
-                    outcome, result, log = await run_child(run, limit.seconds, device.env, self.sandbox)
+                    outcome, result, log = await run_child(run, limit, device.env, self.sandbox)
                 run_wall = time.monotonic() - t_run
                 device.jobs += 1
                 if outcome != "ok" or result is None:  # killed at its own limit: the device is let go now
-                    if outcome == "timeout":
-                        log = "\n".join([limit.killed(), *log.splitlines()[1:]])
                     return dataclasses.replace(failed_verdict(outcome, log, run), gpu=device.describe(),
                                                timing={"eval_limit": limit.to_dict()})
                 verdict = Verdict.from_dict(result)
@@ -366,7 +364,7 @@ class LocalEvaluator(ReferenceTimings):
         else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
-                          floor_s=for_source(job.solution_source).eval_floor_s, given_s=self.run_timeout_s,
+                          floor_s=for_job(job).eval_floor_s, eval_timeout=self.eval_timeout,
                           nbytes=job.bytes)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,

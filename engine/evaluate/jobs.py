@@ -44,6 +44,10 @@ class EvalJob:
     # (and per `ktree eval` run), set by the evaluator as it sends the job and never recorded;
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
+    # The solution's kernel language (engine.evaluate.languages), decided once where the job is
+    # made (`make_job`: the caller's choice, else the source's) and read by the evaluator and the
+    # evaluation child alike; "": none decided (a job built by hand), told from the source.
+    language: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -66,8 +70,13 @@ def make_job(problem_path: str | os.PathLike[str], source: str, sizes: dict[str,
     lose the speed-of-light fraction. Zero counts as unknown, as the cost model means it.
     `options`: any other EvalJob field (atol, rtol, trials, seed, mode, ...); an unknown one is
     a TypeError. The problem path is made absolute (the job runs in another working dir); an
-    empty one (a build with no problem) stays empty."""
+    empty one (a build with no problem) stays empty. `language`: the caller's choice (the search:
+    its variant's); none given, the one the source is written in, told here once for the job's
+    whole way (the evaluator and the evaluation child read it from the job)."""
+    from engine.evaluate.languages import kernel_language
+
     path = str(Path(problem_path).resolve()) if str(problem_path) else ""
+    language = options.pop("language", None) or kernel_language(source)
     return EvalJob(problem_path=path, solution_source=source, backend=backend, cache_dir=cache_dir,
                    sizes=dict(sizes), flops=float(flops) if flops else None,
-                   bytes=float(bytes) if bytes else None, **options)
+                   bytes=float(bytes) if bytes else None, language=language, **options)

@@ -29,6 +29,12 @@ NOISE_REL = 0.10  # a median's 95 % interval wider than this fraction of it: noi
 CPU_WAIT_MAX = 0.10  # the CPU timer waited for a core longer than this fraction of its wall time
 MIN_WAIT_WALL_S = 0.02  # shorter passes are not judged by their wait (one time slice is most of it)
 MAX_RETIMES = 2  # re-timing passes after the first, at most
+# The timing's counts, here (standard library) so that what reads them without torch (the
+# evaluation's time limit, engine.evaluate.eval_limit; the benches) reads these very numbers.
+WARMUP = 3  # untimed calls before a pass (engine.evaluate.timing)
+MIN_REPS = 5  # timed reps of a pass, at least
+ESCAPE_REPS = 7  # calls of the escaping-work check (engine.evaluate.timing.check_escaping_work)
+SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most (engine.evaluate.rotation)
 Z95 = 1.96
 
 

@@ -39,12 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks, settings
+from engine.evaluate import clocks, noise, settings
 from engine.evaluate.memory import MIN_SETS, WINDOW_BYTES, stream_sum, tensor_bytes
 
 MAX_SETS = 4
-SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most
-MAX_PASSES = 3  # engine.evaluate.noise: one pass and at most two re-timings
+SAMPLES = noise.SAMPLES  # sampled (checked) candidate reps per timing pass, at most
+MAX_PASSES = 1 + noise.MAX_RETIMES  # one pass and its re-timings
 CPU_BUDGET_MB = 256
 CUDA_BUDGET_MIN_MB = 2048
 DRAW_SHARE = 0.05  # the extra sets' draws may take this share of the timing budget (at least MIN_SETS)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate import settings
+from engine.evaluate.eval_limit import EvalLimit
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
@@ -30,15 +31,18 @@ def default_cache_dir() -> Path:
 
 
 async def run_child(
-    job: EvalJob, timeout_s: float, extra_env: dict[str, str] | None = None,
+    job: EvalJob, timeout: float | EvalLimit, extra_env: dict[str, str] | None = None,
     sandbox: Sandbox | None = None,
 ) -> tuple[str, dict[str, Any] | None, str]:
-    """Run one child in the sandbox (default: the best isolation available, default limits).
-    Returns (outcome, result, log tail).
+    """Run one child in the sandbox (default: the best isolation available, default limits), for
+    at most `timeout`: seconds (a build, a reference), or an evaluation's time limit (its seconds,
+    and its words on a timed-out log). Returns (outcome, result, log tail).
 
     outcome: "ok" (result holds the child's JSON), "timeout", or "crashed" (died, or killed by the
     watchdog for breaking a memory or process limit).
     """
+    limit = timeout if isinstance(timeout, EvalLimit) else None
+    timeout_s = limit.seconds if limit is not None else timeout
     sandbox = sandbox or Sandbox(backend=job.backend)
     if job.mode in ("reference", "warm"):
         # The user's own problem file, not generated code; torch.compile's on-disk caches must
@@ -84,7 +88,8 @@ async def run_child(
                 text = _read_tail(log_path)
                 if watcher in done:
                     return "crashed", None, f"killed: {watcher.result()}\n{text}"
-                return "timeout", None, f"killed after {timeout_s:g} s\n{text}"
+                killed = limit.killed() if limit is not None else f"killed after {timeout_s:g} s"
+                return "timeout", None, f"{killed}\n{text}"
         _kill_group(proc.pid)  # anything the candidate left behind
         text = _read_tail(log_path)
         if result_path.exists():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluate import clocks, noise, settings
+from engine.evaluate.noise import ESCAPE_REPS, MIN_REPS, WARMUP  # (read as timing.WARMUP, ... too)
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,6 @@ def driver_version() -> str | None:
             return f"CUDA {version.value // 1000}.{version.value % 1000 // 10}"
     return None
 
-
-WARMUP = 3
-MIN_REPS = 5
 
 
 def time_pair(
@@ -212,7 +210,6 @@ def flush_bytes() -> int:
 
 ESCAPE_SLACK_MS = 0.05  # what the wait after the return may exceed the events by, at least
 ESCAPE_REL = 0.25  # ... and at least this fraction of the events' time
-ESCAPE_REPS = 7
 
 
 def check_escaping_work(fn: Callable[..., object], event_median_ms: float | None = None,

@@ -37,6 +37,7 @@ from typing import Any
 
 from engine.evaluate import settings
 from engine.evaluate.base import PhaseCallback
+from engine.evaluate.eval_limit import EvalLimit
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.runner import _read_tail
 from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Sandbox, evaluation_binds, kill_tree, make_workdir, watch
@@ -309,20 +310,21 @@ class Worker:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     async def run(
-        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None = None
+        self, job: EvalJob, limit: EvalLimit, on_phase: PhaseCallback | None = None
     ) -> tuple[str, dict[str, Any] | None, str]:
-        """(outcome, result, log) as runner.run_child returns them. A process that dies before it
-        takes the job (killed while idle: not the job's doing) is replaced and the job sent again,
-        once."""
-        outcome = await self._attempt(job, timeout_s, on_phase)
+        """(outcome, result, log) as runner.run_child returns them, within the evaluation's time
+        limit (`limit`, engine.evaluate.eval_limit: a timed-out log starts with its words). A
+        process that dies before it takes the job (killed while idle: not the job's doing) is
+        replaced and the job sent again, once."""
+        outcome = await self._attempt(job, limit, on_phase)
         if outcome is None:
-            outcome = await self._attempt(job, timeout_s, on_phase)
+            outcome = await self._attempt(job, limit, on_phase)
         if outcome is None:
             return "crashed", None, "the evaluation worker died twice before taking the job"
         return outcome
 
     async def _attempt(
-        self, job: EvalJob, timeout_s: float, on_phase: PhaseCallback | None
+        self, job: EvalJob, limit: EvalLimit, on_phase: PhaseCallback | None
     ) -> tuple[str, dict[str, Any] | None, str] | None:
         """One try; None when the process died before taking the job."""
         # A process for this problem file (seeing the earlier ones too), alive: killed while idle
@@ -339,7 +341,7 @@ class Worker:
         try:
             self.proc.stdin.write((json.dumps({k: str(v) for k, v in paths.items()}) + "\n").encode())
             await self.proc.stdin.drain()
-            deadline = started + timeout_s
+            deadline = started + limit.seconds
             watcher = asyncio.ensure_future(watch(self.proc.pid, self.sandbox.limits))
             try:
                 while True:
@@ -377,7 +379,7 @@ class Worker:
                 raise
             if isinstance(exc, TimeoutError):
                 await self.stop("timeout")
-                return "timeout", None, f"killed after {timeout_s:g} s\n{_read_tail(paths['log'])}"
+                return "timeout", None, f"{limit.killed()}\n{_read_tail(paths['log'])}"
             await self.stop("died")
             return None  # it never read the job
         finally:

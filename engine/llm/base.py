@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+LLM_TIMEOUT_S = 600.0  # the seconds one call may take, unless told (--llm-timeout)
+
 
 @dataclass(frozen=True)
 class Message:

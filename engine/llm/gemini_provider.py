@@ -18,9 +18,10 @@ import pydantic
 from google import genai
 from google.genai import errors, types
 
-from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.llm.base import LLM_TIMEOUT_S, Completion, LLMError, Message, Usage
 from engine.llm.common import Failure, HTTPProvider, clean_message, count, short
 from engine.llm.prices import Prices
+from engine.llm.providers import Setup
 
 try:  # the SDK's async transport when installed (it falls back to httpx2)
     import aiohttp
@@ -95,7 +96,7 @@ class GeminiProvider(HTTPProvider):
         api_key: str,
         base_url: str | None = None,
         name: str = "gemini",
-        timeout_s: float = 600.0,
+        timeout_s: float = LLM_TIMEOUT_S,
         max_attempts: int = 5,
         backoff_s: float = 1.0,
         max_concurrency: int = 8,
@@ -193,3 +194,9 @@ class GeminiProvider(HTTPProvider):
             reasoning=count(getattr(meta, "thoughts_token_count", None)),
         )
         return text, usage
+
+
+def make(setup: Setup) -> GeminiProvider:
+    """The `gemini` provider (engine.llm.providers)."""
+    return GeminiProvider(api_key=setup.key or "", base_url=setup.base_url, timeout_s=setup.timeout_s,
+                          prices=setup.prices)

@@ -17,9 +17,10 @@ from typing import Any
 import openai
 import pydantic
 
-from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.llm.base import LLM_TIMEOUT_S, Completion, LLMError, Message, Usage
 from engine.llm.common import RETRY_STATUSES, Failure, HTTPProvider, count, short
 from engine.llm.prices import Prices
+from engine.llm.providers import ProviderSetupError, Setup
 
 # -- the provider ----------------------------------------------------------------------------------
 
@@ -42,7 +43,7 @@ class OpenAIProvider(HTTPProvider):
         api_key: str,
         base_url: str | None = None,
         name: str = "openai",
-        timeout_s: float = 600.0,
+        timeout_s: float = LLM_TIMEOUT_S,
         max_attempts: int = 5,
         backoff_s: float = 1.0,
         max_concurrency: int = 8,
@@ -124,3 +125,21 @@ class OpenAIProvider(HTTPProvider):
 
     def _malformed(self, what: str) -> LLMError:
         return self._fail(f"malformed reply: {what}")
+
+
+def make(setup: Setup) -> OpenAIProvider:
+    """The `openai` provider (engine.llm.providers)."""
+    return OpenAIProvider(api_key=setup.key or "", base_url=setup.base_url, timeout_s=setup.timeout_s,
+                          prices=setup.prices)
+
+
+def make_compatible(setup: Setup) -> OpenAIProvider:
+    """The `openai-compatible` provider: an OpenAI-style server at --base-url (vLLM, Ollama,
+    llama.cpp), which takes any key (the SDK wants a non-empty one)."""
+    url = setup.base_url or setup.config.base_url
+    if not url:
+        raise ProviderSetupError(
+            "provider openai-compatible needs --base-url (or [openai-compatible] base_url"
+            " in the config file)")
+    return OpenAIProvider(api_key=setup.key or "none", base_url=url, name=setup.name,
+                          timeout_s=setup.timeout_s, prices=setup.prices)

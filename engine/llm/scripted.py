@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine import scripted_library
-from engine.evaluate import languages
+from engine.evaluate import languages, settings
 from engine.llm.base import Completion, LLMError, Message, Usage
+from engine.llm.providers import ProviderSetupError, Setup
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
 from engine.scripted_library import NoAnswers, ScriptedIdea, available, language_dir
 
@@ -234,3 +235,12 @@ class ScriptedProvider:
                     return (f"Here is the corrected {path.name}.\n\n"
                             f"```python\n{self._stamped(fixed.read_text().rstrip())}\n```\n")
         return "I cannot tell what is wrong with this build from the log."
+
+
+def make(setup: Setup) -> ScriptedProvider:
+    """The `scripted` provider (engine.llm.providers): canned answers for the problem, no key."""
+    try:
+        return ScriptedProvider(setup.problem, setup.backend, seed=setup.seed,
+                                latency_s=float(settings.get("KTREE_SCRIPTED_LATENCY", "0")))
+    except LLMError as exc:
+        raise ProviderSetupError(str(exc)) from None

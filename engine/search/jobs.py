@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.domain import Node
 from engine.evaluate.base import Evaluator
 from engine.evaluate.jobs import EvalJob
 from engine.search.config import SearchConfig
 
 
-def variant_job(evaluator: Evaluator, problem_path: str | Path, source: str, sizes: dict[str, int],
+def variant_job(evaluator: Evaluator, problem_path: str | Path, node: Node, sizes: dict[str, int],
                 config: SearchConfig, flops: float | None, bytes: float | None) -> EvalJob:
-    """A variant's evaluation job, as the search builds it (and a later profile rebuilds it)."""
+    """A variant's evaluation job, as the search builds it (and a later profile rebuilds it): its
+    source in its kernel language, carried to the evaluation (a node recorded before variants had
+    one: the source's)."""
     return evaluator.job(
-        str(problem_path), source, sizes, flops=flops or None, bytes=bytes or None,
-        **config.checks.job_settings())
+        str(problem_path), node.source, sizes, flops=flops or None, bytes=bytes or None,
+        language=node.language, **config.checks.job_settings())

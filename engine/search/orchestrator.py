@@ -25,6 +25,8 @@ from typing import Any
 from engine import crash, prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
 from engine.evaluate.base import Evaluator
+from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
+from engine.evaluate.languages import kernel_language
 from engine.evaluate.reference_history import is_disturbed
 from engine.evaluate.verdict import Verdict
 from engine.events import (
@@ -308,7 +310,10 @@ class Search(SessionLifecycle):
             except prompts.ReplyError as exc:
                 await self.update(node.id, status="failed", text=str(exc))
                 return
-            await self.update(node.id, source=source, status="queued")
+            # A reply written in another language than asked is evaluated, and shown, in its own.
+            language = kernel_language(source)
+            await self.update(node.id, source=source, status="queued",
+                              **({"language": language} if language != node.language else {}))
         verdict = await self._evaluate(self.nodes[node.id])
         if verdict.status == "compile_error" or (verdict.status == "runtime_error" and verdict.sanitizer):
             await self._maybe_fix(self.nodes[node.id])
@@ -328,7 +333,7 @@ class Search(SessionLifecycle):
     def languages_for(self, m: int) -> list[str]:
         """The kernel languages of one idea's m variants: the search's languages in turn, each
         idea starting one further along (so that with one variant per idea, ideas alternate)."""
-        langs = self.config.shape.languages or ("cuda",)
+        langs = self.config.shape.languages or (DEFAULT_LANGUAGE,)
         start = self._spread
         self._spread += 1
         return [langs[(start + i) % len(langs)] for i in range(m)]
@@ -347,11 +352,11 @@ class Search(SessionLifecycle):
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
                                       verdict.log if verdict else "", self.backend, self.config.checks.rtol,
                                       sanitizer=verdict.sanitizer if verdict else "",
-                                      language=node.language or "cuda")
+                                      language=node.language)
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
-                                        self.config.checks.rtol, language=node.language or "cuda")
+                                        self.config.checks.rtol, language=node.language)
 
     async def _evaluate(self, node: Node) -> Verdict:
         verdict = self.verdicts.get(node.id)
@@ -381,7 +386,7 @@ class Search(SessionLifecycle):
         return verdict
 
     def _job(self, node: Node) -> Any:
-        return variant_job(self.evaluator, self.problem.path, node.source, self.sizes, self.config,
+        return variant_job(self.evaluator, self.problem.path, node, self.sizes, self.config,
                            self.cost.flops, self.cost.bytes)
 
     # -- profiles (engine.search.profile_requests) ----------------------------------------------------

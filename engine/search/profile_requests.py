@@ -64,7 +64,7 @@ async def profile_recorded(store: Store, target: ProfileTarget, evaluator: Evalu
     session's last round). The verdict as recorded: unchanged when profiling is off."""
     session, node = target.session, target.node
     config = SearchConfig.from_dict(session["config"])
-    job = variant_job(evaluator, session["problem_path"], node.source, session["sizes"], config,
+    job = variant_job(evaluator, session["problem_path"], node, session["sizes"], config,
                       session["config"].get("flops"), session["config"].get("bytes"))
     profiled = await evaluator.profile(job, target.verdict, on_phase)
     if profiled.profile:

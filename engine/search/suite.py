@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.domain import session_library_ops
+from engine.domain import DEFAULT_LANGUAGE, library_excluded, session_library_ops
 from engine.evaluate.base import Evaluator
 from engine.events import EventBus
 from engine.llm.base import Provider
@@ -56,7 +56,7 @@ class SuiteEntry:
 def unanswered(entry: SuiteEntry) -> str | None:
     """Why no model of the entry can answer its problem (the scripted provider on a problem its
     library has no kernels for, in the search's languages); None when they can."""
-    languages = entry.config.shape.languages if entry.config is not None else ("cuda",)
+    languages = entry.config.shape.languages if entry.config is not None else (DEFAULT_LANGUAGE,)
     for provider, _ in entry.models or []:
         check = getattr(provider, "unanswered", None)
         if check is not None and (reason := check(languages)) is not None:
@@ -199,9 +199,9 @@ async def suite_results(store: Store, suite_id: int) -> list[ProblemResult]:
     out = []
     sessions = await store.suite_sessions(suite_id)
     for s in sessions:
-        exclude = session_library_ops(s.get("config")) == "exclude"
+        library_ops = session_library_ops(s.get("config"))
         correct = [e["verdict"] for e in await store.evaluations(s["id"])
-                   if e["verdict"].status == "correct" and not (exclude and e["verdict"].library)]
+                   if e["verdict"].status == "correct" and not library_excluded(e["verdict"], library_ops)]
         eager = [v.speedup_eager for v in correct if v.speedup_eager is not None]
         compiled = [v.speedup_compile for v in correct if v.speedup_compile is not None]
         totals = await store.llm_totals(s["id"])

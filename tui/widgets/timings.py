@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from engine.domain import Node
+from engine.domain import DEFAULT_LANGUAGE, Node
 from engine.evaluate.verdict import Verdict, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.resize import KeepsLinesAtSize, SteadyScrollBars
@@ -43,7 +43,7 @@ def row_cells(node: Node, verdict: Verdict | None) -> dict[str, str | Text]:
         "speedup_compile": num("speedup_compile", ".3g", "x"),
         "sol": "-" if sol is None else f"{100 * sol:.1f}",
         "bound": (verdict.bound if verdict is not None else "") or "-",
-        "language": node.language or "cuda",
+        "language": node.language or DEFAULT_LANGUAGE,
     }
 
 

@@ -54,7 +54,7 @@ from engine.evaluate.child.measure import (
     timing_floor_s,
 )
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.languages import for_source
+from engine.evaluate.languages import for_job
 from engine.evaluate.loading import load_module_from_path
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
@@ -151,7 +151,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("backend cuda requested but no GPU is visible")
     num_threads = timing.fix_threads()
-    language = for_source(job.solution_source)
+    language = for_job(job)
     base: dict[str, Any] = {"backend": job.backend, "device": timing.device_name(job.backend),
                             "gpu": timing.device_info(job.backend), "sizes": dict(job.sizes),
                             "language": language.name}

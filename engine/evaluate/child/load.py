@@ -28,7 +28,7 @@ from engine.evaluate.loading import load_module_from_path
 def load_solution(job: EvalJob) -> Any:
     """Build (or reuse) and import the solution module in its language
     (engine.evaluate.languages); classify any failure."""
-    return languages.for_source(job.solution_source).load(job, *solution_build_dir(job))
+    return languages.for_job(job).load(job, *solution_build_dir(job))
 
 
 def retarget_note(job: EvalJob) -> dict[str, Any] | None:

@@ -116,10 +116,10 @@ def _write_result(path: str, data: dict[str, Any]) -> None:
 
 
 def _prewarm(job: EvalJob) -> dict[str, Any]:
-    from engine.evaluate.languages import for_source
+    from engine.evaluate.languages import for_job
 
     try:
-        return for_source(job.solution_source).prewarm(job)
+        return for_job(job).prewarm(job)
     except BaseException as exc:  # noqa: BLE001  (never the verdict's business)
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import importlib
 import os
 from functools import cache
+from typing import Any
 
-from engine.evaluate import settings
 from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_file
+from engine.evaluate.settings import get as setting
 
 BUILT_IN = ("engine.evaluate.languages.cuda", "engine.evaluate.languages.triton")
 DEFAULT = "cuda"
@@ -38,11 +39,18 @@ def _registry(extra: str) -> dict[str, Language]:
 
 def registry() -> dict[str, Language]:
     """Every language, by name: the built-in ones, then KTREE_LANGUAGES' in its order."""
-    return _registry(settings.get("KTREE_LANGUAGES") or "")
+    return _registry(setting("KTREE_LANGUAGES") or "")
 
 
 def names() -> tuple[str, ...]:
     return tuple(registry())
+
+
+def choices() -> tuple[str, ...]:
+    """What `--language` offers to pick from (the form's list, the flag's metavar): each language
+    alone, then all of them together (comma-separated) where there are several."""
+    known = names()
+    return (*known, ",".join(known)) if len(known) > 1 else known
 
 
 def get(name: str) -> Language:
@@ -58,6 +66,12 @@ def for_source(source: str) -> Language:
         if language.name != DEFAULT and language.detects(source):
             return language
     return registry()[DEFAULT]
+
+
+def for_job(job: Any) -> Language:
+    """An evaluation job's (an EvalJob's) language: the one it carries (make_job decides it),
+    else, for a job written before it carried one, the one its source is written in."""
+    return get(job.language) if job.language else for_source(job.solution_source)
 
 
 def kernel_language(source: str) -> str:

@@ -22,6 +22,7 @@ from engine.evaluate.loading import load_module_from_source
 class CudaCpp(Language):
     name = "cuda"
     title = "CUDA C++"
+    precompiled_header = True
 
     def detects(self, source: str) -> bool:
         return True
@@ -31,6 +32,9 @@ class CudaCpp(Language):
 
     def contract_template(self, backend: str) -> str:
         return f"contract_{backend}.txt"
+
+    def library_dir(self, backend: str) -> str:
+        return backend  # the default language's kernels sit under the backend's own dir
 
     def load(self, job: EvalJob, key: str, build_dir: str) -> Any:
         from engine.evaluate import fastbuild

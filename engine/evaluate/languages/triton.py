@@ -47,6 +47,7 @@ class Triton(Language):
     requires = "triton"
     contract_mark = "Write the kernels in Triton"  # engine/templates/contract_triton.txt
     first_call_limit_s = TRITON_WARMUP_S
+    build_words = "import + JIT + autotune"
     eval_floor_s = 300.0  # its JIT and autotuning on a GPU, its interpreter (slow) on the cpu
     fix_words = ("failed: Triton's JIT compiler rejected one of its kernels at the first call",
                  "Triton JIT error (tail)")
@@ -222,7 +223,9 @@ def triton_prewarm(job: EvalJob) -> dict[str, Any]:
     compiling each of its configs instead of timing them. Whatever fails here (an API this Triton
     lacks, a forward that reads its outputs) is only reported: the warm-up under the lock compiles
     what is left. {} for anything but a Triton solution on cuda."""
-    if job.backend != "cuda" or not LANGUAGE.detects(job.solution_source):
+    from engine.evaluate.languages import for_job
+
+    if job.backend != "cuda" or for_job(job).name != LANGUAGE.name:
         return {}
     import torch
 

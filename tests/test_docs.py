@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Flags the pages name that belong to other tools, with the tool.
 FOREIGN = {"--index-url": "pip", "--head": "ray start", "--address": "ray start", "--tool": "compute-sanitizer",
-           "--nodes": "scripts/bench-tui", "--moves": "scripts/bench-tui"}
+           "--nodes": "scripts/bench-tui", "--moves": "scripts/bench-tui", "--part": "scripts/bench-tui",
+           "--sizes": "scripts/bench-tui"}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 

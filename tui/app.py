@@ -145,7 +145,7 @@ class KtreeApp(App[int]):
             prepared, self._prepared = self._prepared, None
             if prepared is not None:
                 self.uninstall_screen(PREPARED)
-                if prepared.model.session_id == session_id and not follow:
+                if prepared.model.session_id == session_id and prepared.model.follow == follow:
                     return prepared
                 await prepared.remove()
         spare, self._spare = self._spare, None
@@ -219,21 +219,22 @@ class KtreeApp(App[int]):
                 await spare.take(a, b)
                 await self._draw_ahead(spare)
 
-    def prepare_session(self, session_id: int) -> None:
-        """An interrupted session under the sessions screen's cursor a moment: its recorded tree
-        read and drawn into the search screen built ahead (~0.2 s of the loop's time on this host),
-        so that R (or Enter) only shows it. The cursor moved on soon after: the last one."""
+    def prepare_session(self, session_id: int, follow: bool = False) -> None:
+        """An interrupted (or running: `follow`) session under the sessions screen's cursor a
+        moment: its recorded tree read and drawn into the search screen built ahead (~0.2 s of the
+        loop's time on this host), so that R or Enter only shows it. The cursor moved on soon
+        after: the last one."""
         self._session_wanted = session_id
-        self.run_worker(self._prepare_session(session_id), name="session-ahead", group="session-ahead",
+        self.run_worker(self._prepare_session(session_id, follow), name="session-ahead", group="session-ahead",
                         exit_on_error=False)
 
-    async def _prepare_session(self, session_id: int) -> None:
+    async def _prepare_session(self, session_id: int, follow: bool) -> None:
         await asyncio.sleep(SESSION_AHEAD_DELAY_S)
         async with self._building:
             if self._session_wanted != session_id or self.store is None:
                 return
             if self._prepared is not None:
-                if self._prepared.model.session_id == session_id:
+                if self._prepared.model.session_id == session_id and self._prepared.model.follow == follow:
                     return
                 old, self._prepared = self._prepared, None
                 self.uninstall_screen(PREPARED)
@@ -245,7 +246,7 @@ class KtreeApp(App[int]):
                 self.uninstall_screen(SPARE)
                 self.install_screen(screen, PREPARED)
             self._prepared = screen
-            await screen.take(session_id)
+            await screen.take(session_id, follow=follow)
             await self._draw_ahead(screen)
         self.build_ahead()  # a spare again, for another session
 

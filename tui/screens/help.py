@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
-from rich.table import Table
+import textwrap
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -30,6 +34,40 @@ def screen_bindings(screen: Screen) -> list[tuple[str, str, str]]:
     return rows
 
 
+class KeyTable:
+    """The help's table, laid out by hand: key and id columns as wide as their widest cell, the
+    description wrapped in the rest. (A rich Table measures every cell of it each time it is drawn,
+    and a Static draws it twice to show it once: ~40 ms of each `?` on this host.)"""
+
+    HEADER = ("key", "id (rebind in [bindings])", "what it does")
+
+    def __init__(self, title: str, rows: list[tuple[str, str, str]]) -> None:
+        self.title, self.rows = title, rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        keys = max(cell_len(r[0]) for r in [self.HEADER, *self.rows])
+        ids = max(cell_len(r[1]) for r in [self.HEADER, *self.rows])
+        room = max(10, width - keys - ids - 4)
+        key_style, id_style, bold = Style(bold=True, color="cyan"), Style(dim=True), Style(bold=True)
+        yield Segment(self.title.center(width).rstrip(), Style(italic=True))
+        yield Segment.line()
+        rows = [(self.HEADER, (bold, bold, bold)), *((row, (key_style, id_style, None)) for row in self.rows)]
+        for (key, binding_id, description), (ks, ids_style, ds) in rows:
+            for n, part in enumerate(textwrap.wrap(description, room) or [""]):
+                first = n == 0
+                yield Segment(pad(key if first else "", keys), ks)
+                yield Segment("  ")
+                yield Segment(pad(binding_id if first else "", ids), ids_style)
+                yield Segment("  ")
+                yield Segment(part, ds)
+                yield Segment.line()
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * (width - cell_len(text))
+
+
 class HelpScreen(ModalScreen[None]):
     """Closes on Escape or `?` again."""
 
@@ -41,14 +79,8 @@ class HelpScreen(ModalScreen[None]):
         self.title_text = f"Keys — {type(below).__name__.removesuffix('Screen').lower()} screen"
 
     def compose(self) -> ComposeResult:
-        table = Table(title=self.title_text, expand=True, box=None, header_style="bold")
-        table.add_column("key", style="bold cyan", no_wrap=True)
-        table.add_column(escape("id (rebind in [bindings])"), style="dim", no_wrap=True)
-        table.add_column("what it does")
-        for key, binding_id, description in self.rows:
-            table.add_row(key, binding_id, description)
         with VerticalScroll(classes="dialog help"):
-            yield Static(table, id="help-table")
+            yield Static(KeyTable(self.title_text, self.rows), id="help-table")
             yield Static("Esc or ? closes · every key can be rebound by its id in the config file",
                          classes="hint")
 

@@ -25,7 +25,7 @@ from engine.domain import Node
 from engine.events import Event
 from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, isolation_words, read_rows
-from tui.screens.ahead import StyledAhead
+from tui.screens.ahead import SteadyBelow, StyledAhead
 from tui.screens.filtering import FilterBar, matches, number
 from tui.screens.steering import STEERING, SteeringMixin
 from tui.widgets.banner import banner_text, status_text
@@ -58,7 +58,7 @@ class EngineEvent(Message):
         self.event = event
 
 
-class SearchScreen(StyledAhead, SteeringMixin, Screen):
+class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
         Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
@@ -376,7 +376,7 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
 
     @on(TabbedContent.TabActivated, "#details")
     def _tab(self, event: TabbedContent.TabActivated) -> None:
-        self.set_class(event.pane.id == "tab-llm", "llm-tab")  # prompts get more room than timings
+        self.query_one("#details").set_class(event.pane.id == "tab-llm", "llm-tab")  # prompts: more room
         llm = self.query_one(LLMPane)
         if event.pane.id == "tab-llm" and self.selected is not None and llm.shown_for != self.selected:
             self._load_llm(self.model.nodes[self.selected])
@@ -425,7 +425,7 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
 
     def action_diff(self) -> None:
         self.show_diff = not self.show_diff
-        self.set_class(self.show_diff, "diff")
+        self.query_one(CodePane).set_class(self.show_diff, "diff")  # (the pane's class: see _panes)
         if self.selected is not None:
             self._show(self.selected)
 
@@ -435,14 +435,25 @@ class SearchScreen(StyledAhead, SteeringMixin, Screen):
             return
         self.select_node(self.model.best_id)
 
+    def _panes(self) -> list[Widget]:
+        """What `t` resizes: the tabs, and the panes that give them room (compact). The view keys'
+        classes go on the panes they restyle, not on the screen: a class changed on the screen
+        restyles every widget of it and draws each again from scratch (~100 ms a key here)."""
+        return [self.query_one("#details"), self.query_one(ProgressPane), self.query_one(VerdictPane)]
+
+    @property
+    def details_shown(self) -> bool:
+        """Whether `t` was pressed to show the tabs (an odd number of times, or `1`, `2`)."""
+        return self.query_one("#details").has_class("show-details")
+
     def action_details(self) -> None:
-        self.toggle_class("show-details")
-        self.toggle_class("hide-details")
+        for pane in self._panes():
+            pane.toggle_class("show-details", "hide-details")
 
     def action_tab(self, pane: str) -> None:
         """Show the tabs (if hidden) on this one, and focus its content."""
-        self.add_class("show-details")
-        self.remove_class("hide-details")
+        for widget in self._panes():
+            widget.add_class("show-details").remove_class("hide-details")
         self.query_one("#details", TabbedContent).active = pane
         self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
 

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
+from tui.screens.ahead import SteadyBelow
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
 from tui.widgets.footer import SteadyFooter
@@ -36,7 +37,7 @@ STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "
                  "failed": "red"}
 
 
-class SessionsScreen(Screen):
+class SessionsScreen(SteadyBelow, Screen):
     BINDINGS = [
         Binding("enter", "open", "Open", id="sessions.open"),
         Binding("n", "new", "New search", id="sessions.new"),
@@ -116,12 +117,19 @@ class SessionsScreen(Screen):
         suite = self._current_suite()
         banner = self.BANNER if suite is None else f"suite {suite['id']} {suite['name']}: {suite['line']}"
         self.query_one("#banner", Static).update(banner)
+        self._prepare_current()
+
+    def _prepare_current(self) -> None:
+        """The session under the cursor drawn ahead of R or Enter, where it is interrupted (its
+        recorded tree) or running (followed, as Enter opens it)."""
         row = self._current()
-        if row is not None and session_status(row) == "interrupted":  # drawn ahead of R
-            self.app.prepare_session(row["id"])  # type: ignore[attr-defined]
+        status = session_status(row) if row is not None else None
+        if row is not None and status in ("interrupted", "running"):
+            self.app.prepare_session(row["id"], follow=status == "running")  # type: ignore[attr-defined]
 
     async def on_screen_resume(self) -> None:
         await self.action_reload()
+        self._prepare_current()  # (the cursor rests where it was: no highlight says so)
         self.app.build_ahead(delay=AHEAD_DELAY_S)  # type: ignore[attr-defined]  # for the next R or Enter
         if len(self.marked) == 2:  # still marked: their comparison drawn ahead again, for the next `c`
             self.app.prepare_compare(*self.marked)  # type: ignore[attr-defined]

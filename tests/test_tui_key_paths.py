@@ -1,0 +1,102 @@
+"""What a key of the search screen does on its way to the frame (issue 46, item 4: `d`, `t`, `1`,
+`2`, `?`, Enter on a session over 100 ms in scripts/bench-tui --part keys). Not timed tests: each
+asserts on the work a key causes, which is what made it slow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import DataTable
+
+from tests.tui_helpers import app_on, fake_db, running_db, screen_lines, wait_until
+from tui.screens.help import HelpScreen
+from tui.screens.search import SearchScreen
+from tui.screens.sessions import SessionsScreen
+
+
+def restyled(app: Any) -> list[Any]:
+    """Every node the app is asked to restyle from now on (with its whole subtree)."""
+    seen: list[Any] = []
+    update = app.update_styles
+
+    def spy(node: Any = None, **kw: Any) -> None:
+        seen.append(node)
+        update(node, **kw)
+
+    app.update_styles = spy
+    return seen
+
+
+async def test_view_keys_restyle_their_panes_not_the_screen(tmp_path: Path):
+    """`d`, `t`, `1`, `2` changed a class on the screen, and Textual restyled and redrew every
+    widget of it (~100 ms a key): the class goes on the panes it changes."""
+    db, sid = await fake_db(tmp_path / "k.db", 30)
+    async with app_on(db, session_id=sid, size=(120, 35)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        variant = max(i for i, n in screen.model.nodes.items() if n.kind == "variant" and n.source)
+        screen.select_node(variant)
+        await pilot.pause()
+        seen = restyled(app)
+        details = screen.query_one("#details")
+        await pilot.press("d")
+        assert screen.show_diff and screen.query_one("#code").has_class("diff")
+        await pilot.press("t")
+        assert screen.details_shown and not details.display  # full layout: `t` hides the tabs
+        await pilot.press("t", "2")
+        assert details.display and details.has_class("llm-tab")
+        await pilot.press("1")
+        assert not details.has_class("llm-tab")
+        await pilot.pause()
+        assert screen not in seen and app.screen not in seen
+        await pilot.press("q")
+
+
+async def test_compact_tabs_still_take_the_progress_panes_room(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 30)
+    async with app_on(db, session_id=sid, size=(80, 24)) as (app, pilot):
+        screen = app.screen
+        details, progress = screen.query_one("#details"), screen.query_one("#progress")
+        assert not details.display and progress.display
+        await pilot.press("t")
+        await pilot.pause()
+        assert details.display and not progress.display
+        await pilot.press("t")
+        await pilot.pause()
+        assert not details.display and progress.display
+        await pilot.press("q")
+
+
+async def test_help_lists_each_key_with_its_id_and_what_it_does(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 12)
+    async with app_on(db, session_id=sid, size=(120, 35)) as (app, pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        lines = [" ".join(line.split()) for line in screen_lines(app)]
+        assert any("Keys — search screen" in line for line in lines)
+        assert any("key id (rebind in [bindings]) what it does" in line for line in lines)
+        assert any("x prune cancel the selected node's queued work;" in line for line in lines)  # (wrapped)
+        await pilot.press("escape", "q")
+
+
+async def test_enter_on_a_running_session_shows_the_screen_drawn_ahead(tmp_path: Path):
+    """The cursor resting on a running session: its followed screen is read and drawn ahead (as an
+    interrupted one's is for R), and Enter only shows it."""
+    db, sid = await running_db(tmp_path / "k.db", 30)
+    async with app_on(db, size=(120, 35)) as (app, pilot):
+        sessions = app.screen
+        assert isinstance(sessions, SessionsScreen)
+        table = sessions.query_one("#sessions", DataTable)
+        table.move_cursor(row=table.get_row_index(str(sid)))
+        await wait_until(pilot, lambda: app._prepared is not None and app._prepared.model.session_id == sid)
+        prepared = app._prepared
+        assert prepared.model.follow
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is prepared and prepared.model.follow and prepared.selected is not None
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app._prepared is not None and app._prepared is not prepared
+                         and app._prepared.model.session_id == sid)  # back: drawn ahead again
+        await pilot.press("q")

@@ -298,10 +298,12 @@ def estimate_run(request: RunRequest, backend: str | None = None,
     return estimate(problem, config, models, backend, settings.prices, reasoning_history)
 
 
-def check_scripted(problem: str, backend: str, languages: Sequence[str]) -> None:
+def check_scripted(problem: str, backend: str, languages: Sequence[str] | None = None) -> None:
     """The scripted provider answers only for the problems its library has kernels for: say so
-    before an estimate, not when Start fails."""
+    before an estimate, not when Start fails (`languages`: the default one where not given)."""
     from engine.evaluate import languages as kernel_languages
+
+    languages = (kernel_languages.DEFAULT,) if languages is None else languages
     from engine.llm.scripted import has_scripted, scripted_backends, scripted_problems
 
     for language in languages:

@@ -57,11 +57,11 @@ class NewSearchScreen(StyledAhead, Screen):
                 with Horizontal():
                     yield Label(ff.label)
                     if ff.choices is not None:
-                        yield Select([(self._label(ff.name, c), c) for c in ff.choices], value=ff.default,
-                                     id=ff.name, allow_blank=False, compact=True)
+                        yield Select([(c, c) for c in ff.choices], value=ff.default, id=ff.name,
+                                     allow_blank=False, compact=True)  # (languages: relabelled on mount)
                     else:
                         yield OrderedInput(ff.default, placeholder=ff.hint, type=ff.kind, id=ff.name,  # type: ignore[arg-type]
-                                    compact=True)
+                                           compact=True)
             yield Static("", id="estimate")
             yield Static("", id="form-error", classes="error")
             yield Button("Start", id="start", variant="success")
@@ -82,11 +82,9 @@ class NewSearchScreen(StyledAhead, Screen):
             self._relabel_languages()
             self._update_estimate()
 
-    def _label(self, field: str, choice: str) -> str:
-        """A choice as the form shows it: a kernel language by what it is on the backend the run
-        will use ("cuda" is C++ on the cpu backend), anything else as typed on the command line."""
-        if field != "languages":
-            return choice
+    def _label(self, choice: str) -> str:
+        """A language choice as the form shows it: what it is on the backend the run will use ("cuda"
+        is C++ on the cpu backend)."""
         from engine.evaluate import languages
 
         backend = self._backend()
@@ -96,10 +94,7 @@ class NewSearchScreen(StyledAhead, Screen):
 
     def _backend(self) -> str:
         """The backend the form's run would use (`auto` as resolved on this machine)."""
-        try:
-            chosen = str(self.query_one("#backend", Select).value)
-        except Exception:  # (composing: the backend field is not there yet)
-            chosen = "auto"
+        chosen = str(self.query_one("#backend", Select).value)
         return chosen if chosen in ("cpu", "cuda") else self.auto_backend
 
     def _relabel_languages(self) -> None:
@@ -108,7 +103,7 @@ class NewSearchScreen(StyledAhead, Screen):
         value = select.value
         with select.prevent(Select.Changed):
             choices = next(ff.choices or () for ff in options.form_fields() if ff.name == "languages")
-            select.set_options([(self._label("languages", c), c) for c in choices])
+            select.set_options([(self._label(c), c) for c in choices])
             select.value = value
 
     @on(Select.Changed, "#backend")

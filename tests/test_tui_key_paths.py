@@ -45,11 +45,35 @@ async def test_view_keys_restyle_their_panes_not_the_screen(tmp_path: Path):
         await pilot.press("t")
         assert screen.details_shown and not details.display  # full layout: `t` hides the tabs
         await pilot.press("t", "2")
-        assert details.display and details.has_class("llm-tab")
+        assert details.display and details.active == "tab-llm"
         await pilot.press("1")
-        assert not details.has_class("llm-tab")
+        assert details.active == "tab-timings"
         await pilot.pause()
         assert screen not in seen and app.screen not in seen
+        assert details not in seen  # the LLM tab's room: a style on the tabs, not a class (restyled them)
+        await pilot.press("q")
+
+
+async def test_the_llm_tab_takes_its_room_without_restyling_the_tabs(tmp_path: Path):
+    db, sid = await fake_db(tmp_path / "k.db", 30)
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        details = screen.query_one("#details")
+        rows = details.outer_size.height
+        seen = restyled(app)
+        await pilot.press("2")
+        await pilot.pause()
+        assert details.outer_size.height >= 20 > rows  # 45 % of the screen, was 12 rows
+        await pilot.press("1")
+        await pilot.pause()
+        assert details.outer_size.height == rows
+        assert details not in seen and screen not in seen
+        await pilot.resize_terminal(80, 24)  # compact: `2` shows the tabs, 11 rows
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        assert details.display and details.outer_size.height == 11
         await pilot.press("q")
 
 

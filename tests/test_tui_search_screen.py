@@ -10,16 +10,17 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, RichLog, Static, Tree
+from textual.widgets import DataTable, Static, Tree
 
 from engine.evaluate.verdict import Verdict
 from engine.store import Store
 from tests.conftest import run_ktree
 from tests.fake_session import T0
-from tests.tui_helpers import Forever, app_on, fake_db, label_of, log_text, shown_text, wait_until
+from tests.tui_helpers import Forever, app_on, fake_db, label_of, shown_text, wait_until
 from tui.model import PCH_DONE, PCH_NOTE
 from tui.screens.search import SearchScreen
 from tui.widgets.code_pane import CodePane
+from tui.widgets.llm import LLMPane
 from tui.widgets.timings import COLUMNS
 from tui.widgets.tree import SearchTree
 
@@ -62,7 +63,9 @@ async def test_llm_pane_shows_the_calls_of_the_node(tmp_path: Path):
         await pilot.pause()
         await app.workers.wait_for_complete()
         await pilot.pause()
-        text = log_text(screen.query_one("#llm", RichLog))
+        llm = screen.query_one("#llm", LLMPane)
+        text = llm.content.plain  # what it shows; it draws the lines in view
+        assert llm.render_line(0).text.startswith(f"#{vid}: the call(s) that wrote this code")
         assert "implement · scripted:synthetic · ok" in text
         assert "tokens in 1200 · out 800" in text and "$0.0021" in text and "1.50 s" in text
         assert "── prompt ──" in text and "Implement idea" in text and "class ModelNew" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,10 @@ class KtreeApp(App[int]):
                  session_id: int | None = None, follow: bool = False,
                  keymap: dict[str, str] | None = None):
         super().__init__()
+        if "TEXTUAL_ANIMATIONS" not in os.environ:  # (a user's own choice holds)
+            # no sliding: a tab's underline slid for 0.3 s after `1` or `2`, a frame each 16 ms
+            # drawn while the next key waited; a terminal tool has no use for the motion
+            self.animation_level = "none"
         self.db_path = db_path
         self.search_factory = search_factory
         self.open_session_id = session_id

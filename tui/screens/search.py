@@ -105,6 +105,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self._sorted: tuple[str, bool] | None = None  # the timings' chosen order, kept through a filter
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
+        self._tabs = (False, False)  # (shown by `t` or a tab's key, hidden by `t`): _apply_tabs
         self.query_text = ""  # the timings' `/` filter: only the rows it matches
         self._filter_pane = "tree"  # where `/` was pressed
         self._timing_rows: set[int] = set()  # every node the timings table has a row for, filtered or not
@@ -212,6 +213,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         compact = width < 110 or height < 32
         self.set_class(compact, "compact")
         self.set_class(not compact and height < SNUG_BELOW, "snug")
+        self._apply_tabs()
         self._progress_dirty = True  # its height depends on the layout
         tree = self.query_one(SearchTree)
         tree.set_wide(width >= WIDE)
@@ -376,7 +378,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
 
     @on(TabbedContent.TabActivated, "#details")
     def _tab(self, event: TabbedContent.TabActivated) -> None:
-        self.query_one("#details").set_class(event.pane.id == "tab-llm", "llm-tab")  # prompts: more room
+        self._apply_tabs()
         llm = self.query_one(LLMPane)
         if event.pane.id == "tab-llm" and self.selected is not None and llm.shown_for != self.selected:
             self._load_llm(self.model.nodes[self.selected])
@@ -435,27 +437,44 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
             return
         self.select_node(self.model.best_id)
 
-    def _panes(self) -> list[Widget]:
-        """What `t` resizes: the tabs, and the panes that give them room (compact). The view keys'
-        classes go on the panes they restyle, not on the screen: a class changed on the screen
-        restyles every widget of it and draws each again from scratch (~100 ms a key here)."""
-        return [self.query_one("#details"), self.query_one(ProgressPane), self.query_one(VerdictPane)]
-
     @property
     def details_shown(self) -> bool:
         """Whether `t` was pressed to show the tabs (an odd number of times, or `1`, `2`)."""
-        return self.query_one("#details").has_class("show-details")
+        return self._tabs[0]
 
     def action_details(self) -> None:
-        for pane in self._panes():
-            pane.toggle_class("show-details", "hide-details")
+        show, hide = self._tabs
+        self._tabs = (not show, not hide)
+        self._apply_tabs()
 
     def action_tab(self, pane: str) -> None:
         """Show the tabs (if hidden) on this one, and focus its content."""
-        for widget in self._panes():
-            widget.add_class("show-details").remove_class("hide-details")
+        self._tabs = (True, False)
         self.query_one("#details", TabbedContent).active = pane
+        self._apply_tabs()
         self.query_one("#timings" if pane == "tab-timings" else "#llm").focus()
+
+    def _apply_tabs(self) -> None:
+        """The tabs' room, from `t` (`self._tabs`), the layout and the tab open. Compact, the tabs
+        hide until `t` and take the progress pane's and part of the verdict's room when shown (the
+        tree and the code keep usable heights); otherwise `t` hides them. The LLM tab gets more
+        room (a prompt needs more than a dozen lines; `z` zooms), snug excepted.
+
+        Set on the panes' own styles, not as classes: a class changed on the tabs restyled every
+        widget inside them (~40 ms of `1`, `2` or `t` here); a style set only lays them out again
+        (a value set again as it was does nothing). None: the stylesheet's, by layout."""
+        show, hide = self._tabs
+        compact = self.has_class("compact")
+        shown = show if compact else not hide
+        details = self.query_one("#details", TabbedContent)
+        llm = details.active == "tab-llm"
+        details.styles.display = "block" if shown else "none"
+        if compact and shown:
+            details.styles.height = 11 if llm else 8
+        else:
+            details.styles.height = "45%" if llm and shown and not self.has_class("snug") else None
+        self.query_one(ProgressPane).styles.display = "none" if compact and shown else None
+        self.query_one(VerdictPane).styles.height = 4 if compact and shown else None
 
     def action_zoom(self) -> None:
         """The focused pane (tree, code, timings, LLM calls) fills the screen; again: back."""

@@ -4,6 +4,7 @@ asserts on the work a key causes, which is what made it slow."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,40 @@ async def test_help_lists_each_key_with_its_id_and_what_it_does(tmp_path: Path):
         assert any("key id (rebind in [bindings]) what it does" in line for line in lines)
         assert any("x prune cancel the selected node's queued work;" in line for line in lines)  # (wrapped)
         await pilot.press("escape", "q")
+
+
+async def test_a_dialog_or_the_help_is_laid_out_once_when_it_opens(tmp_path: Path):
+    """Textual laid a pushed screen out on resume and again on the Resize that follows at the
+    same size: two full frames, each drawing the dimmed screen below through its tint."""
+    from textual.screen import Screen
+
+    laid_out: list[Any] = []
+    original = Screen._refresh_layout
+
+    def spy(screen: Any, *args: Any, **kw: Any) -> None:
+        laid_out.append((type(screen).__name__, sys._getframe(1).f_code.co_name))  # (by whom)
+        original(screen, *args, **kw)
+
+    db, sid = await running_db(tmp_path / "k.db", 12)  # (running: E opens its editor)
+    async with app_on(db, session_id=sid, follow=True, size=(120, 35)) as (app, pilot):
+        screen = app.screen
+        screen.select_node(max(i for i, n in screen.model.nodes.items() if n.kind == "variant" and n.source))
+        await pilot.pause()
+        Screen._refresh_layout = spy  # type: ignore[method-assign]
+        try:
+            for key, name in (("question_mark", "HelpScreen"), ("E", "EditSource")):
+                laid_out.clear()
+                await pilot.press(key)
+                await pilot.pause()
+                await pilot.pause()
+                assert type(app.screen).__name__ == name
+                assert (name, "_on_screen_resume") in laid_out  # laid out when shown ...
+                assert (name, "_screen_resized") not in laid_out, laid_out  # ... not again at that size
+                await pilot.press("escape")
+                await pilot.pause()
+        finally:
+            Screen._refresh_layout = original  # type: ignore[method-assign]
+        await pilot.press("q")
 
 
 async def test_enter_on_a_running_session_shows_the_screen_drawn_ahead(tmp_path: Path):

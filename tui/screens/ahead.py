@@ -58,6 +58,21 @@ class SteadyBelow:
         super()._screen_resized(size)  # type: ignore[misc]
 
 
+class LaidOutOnce:
+    """Mixed into a modal screen (a dialog, the help).
+
+    Textual lays a screen out when it is pushed (`ScreenResume`), then again on the Resize it
+    sends the screen right after, at the same size: a second full frame, the dimmed screen below
+    drawn through the tint again (~30 ms of each key that opens a dialog on this host). The second
+    is skipped where the screen is laid out at that size already."""
+
+    def _screen_resized(self, size: Size) -> None:
+        screen: Any = self
+        if screen.is_attached and screen._compositor.size == size:  # (0x0 until first laid out)
+            return
+        super()._screen_resized(size)  # type: ignore[misc]
+
+
 def lay_out_ahead(screen: Screen, size: Size) -> None:
     """Lay a screen built ahead out at the app's size, not shown: each widget gets its size (and
     its Resize) now, so that its first showing finds the arrangement made (a first frame's layout

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
+from tui.screens.ahead import LaidOutOnce
 from tui.widgets.inline_keys import OrderedInput, OrderedTextArea
 
 # A question wraps inside its dialog, however long (a Label sizes to its text and was cut at the
@@ -25,7 +26,7 @@ WRAP_PROMPT = """
 """
 
 
-class AskNumber(ModalScreen[int | None]):
+class AskNumber(LaidOutOnce, ModalScreen[int | None]):
     """How many (ideas or variants); Enter accepts, Escape cancels."""
 
     DEFAULT_CSS = WRAP_PROMPT
@@ -57,7 +58,7 @@ class AskNumber(ModalScreen[int | None]):
         self.dismiss(None)
 
 
-class AskText(ModalScreen[str | None]):
+class AskText(LaidOutOnce, ModalScreen[str | None]):
     DEFAULT_CSS = WRAP_PROMPT
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
 
@@ -82,7 +83,7 @@ class AskText(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class Confirm(ModalScreen[bool]):
+class Confirm(LaidOutOnce, ModalScreen[bool]):
     DEFAULT_CSS = WRAP_PROMPT
     BINDINGS = [Binding("escape", "no", "No", id="dialog.no"), Binding("y", "yes", "Yes", id="dialog.yes"),
                 Binding("n", "no", "No", show=False)]
@@ -109,7 +110,7 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class EditSource(ModalScreen[str | None]):
+class EditSource(LaidOutOnce, ModalScreen[str | None]):
     """The variant's source in an editor pane; Ctrl+S re-queues it as a new variant. With $EDITOR
     set, Ctrl+O opens it there (the app suspends until the editor exits)."""
 

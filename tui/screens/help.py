@@ -14,6 +14,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from tui.screens.ahead import LaidOutOnce
+
 
 def screen_bindings(screen: Screen) -> list[tuple[str, str, str]]:
     """(key, id, description) of every binding that works on `screen` now: the focused widget's
@@ -68,7 +70,7 @@ def pad(text: str, width: int) -> str:
     return text + " " * (width - cell_len(text))
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(LaidOutOnce, ModalScreen[None]):
     """Closes on Escape or `?` again."""
 
     BINDINGS = [Binding("escape,question_mark", "close", "Close", id="help.close")]

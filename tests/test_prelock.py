@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.host.sandbox import Sandbox
+from engine.evaluate.host.worker import Worker
 from engine.evaluate.languages.triton import _compile_only, triton_prewarm
-from engine.evaluate.sandbox import Sandbox
-from engine.evaluate.worker import Worker
 
 REPO = Path(__file__).resolve().parents[1]
 SOFTMAX = REPO / "problems/level1/softmax.py"

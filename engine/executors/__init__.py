@@ -1,4 +1,4 @@
-"""Where evaluations run. `local` (the default): engine.evaluate.evaluator.LocalEvaluator, on this
+"""Where evaluations run. `local` (the default): engine.evaluate.host.evaluator.LocalEvaluator, on this
 host's GPUs (or its cores, on the cpu backend). `ray`: engine.executors.ray_executor.RayEvaluator,
 one actor per GPU of a Ray cluster, each running that same local evaluator on its node.
 

@@ -123,6 +123,27 @@ def test_the_languages_do_not_import_the_child() -> None:
     assert _offenders("engine.evaluate.languages", "engine.evaluate.child") == []
 
 
+def _evaluate_folders() -> list[str]:
+    """engine/evaluate/'s packages, as module names (a new folder is one of them at once)."""
+    evaluate = REPO / "engine" / "evaluate"
+    return sorted(f"engine.evaluate.{p.parent.name}" for p in evaluate.glob("*/__init__.py"))
+
+
+def test_evaluate_s_top_imports_none_of_its_folders() -> None:
+    """The top is the floor every folder stands on (the job, the verdict, the settings): a module
+    there that imported a folder (the languages, to tell a job's language; the host, ...) would be
+    an arrow back up, and through the package's __init__ a circle."""
+    folders = _evaluate_folders()
+    assert {"engine.evaluate.host", "engine.evaluate.harness", "engine.evaluate.child",
+            "engine.evaluate.languages", "engine.evaluate.profile"} <= set(folders)
+    top = [mod for mod in GRAPH if _within(mod, "engine.evaluate")
+           and not any(_within(mod, folder) for folder in folders)]
+    assert "engine.evaluate" in top and "engine.evaluate.jobs" in top
+    offenders = sorted(f"{mod} imports {dep}" for mod in top for dep in GRAPH[mod]
+                       if any(_within(dep, folder) for folder in folders))
+    assert offenders == []
+
+
 def test_evaluate_s_top_holds_few_modules() -> None:
     """The records both sides share; everything else lives in the folder of where it runs."""
     top = sorted(p.name for p in (REPO / "engine" / "evaluate").glob("*.py"))
@@ -148,6 +169,8 @@ def test_evaluate_s_top_holds_few_modules() -> None:
     ("engine.evaluate.harness", "engine.evaluate.languages"),
     ("engine.evaluate.harness", "engine.evaluate.profile"),
     ("engine.evaluate.profile", "engine.evaluate.host"),
+    ("engine.evaluate.child", "engine.evaluate.profile"),
+    ("engine.evaluate.languages", "engine.evaluate.profile"),
 ])
 def test_no_import_points_back_up(lower: str, higher: str) -> None:
     assert _offenders(lower, higher) == []

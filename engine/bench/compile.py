@@ -23,9 +23,9 @@ from typing import Any
 
 from engine import scripted_library
 from engine.bench.summary import markdown_table, median
+from engine.evaluate.host.jobs import make_job
 from engine.evaluate.host.runner import run_child
 from engine.evaluate.host.sandbox import scrubbed_env
-from engine.evaluate.jobs import make_job
 
 HERE = Path(__file__).resolve().parents[1]  # engine/
 SCRIPTED = scripted_library.ROOT

@@ -36,12 +36,13 @@ from engine.evaluate.host.devices import (
 )
 from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
+from engine.evaluate.host.jobs import make_job
 from engine.evaluate.host.reference_history import ReferenceHistory
 from engine.evaluate.host.reference_times import ReferenceTimings
 from engine.evaluate.host.runner import default_cache_dir, failed_verdict, run_child, run_tool
 from engine.evaluate.host.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
 from engine.evaluate.host.worker import GPU_STANDBYS, Worker, ledger_dir, memory_env
-from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages import for_job, registry
 from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, wants_sanitizer
 from engine.evaluate.verdict import Verdict

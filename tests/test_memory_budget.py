@@ -170,7 +170,7 @@ def test_ktrees_own_out_of_memory_is_told_apart():
     theirs = expected_cache.label_oom(Verdict(status="runtime_error", log=traceback_of.replace(
         'File "/p/problem.py"', 'File "<ktree_solution_abc>"')), job)
     assert theirs.status == "runtime_error" and theirs.log.startswith("out of memory in the candidate")
-    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.expected_cache.KtreeOutOfMemory:"
+    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.harness.expected_cache.KtreeOutOfMemory:"
             " ktree out of memory while preparing the reference (trial 0's inputs and fp64 answers):"
             " CUDA out of memory")
     prep = expected_cache.label_oom(Verdict(status="runtime_error", log=said), job)

@@ -41,7 +41,7 @@ class Node:
     # library, joined ("aten.convolution"); "" for one whose own kernels do the main work.
     library: str = ""
     # Its verdict's reference time disagreed with the reference's history (`reference-disturbed`,
-    # engine.evaluate.reference_history): its speedup is not trusted to rank it ahead of undisturbed ones.
+    # engine.evaluate.host.reference_history): its speedup is not trusted to rank it ahead of undisturbed ones.
     disturbed: bool = False
 
 

@@ -28,7 +28,7 @@ from engine.options import Budgets, CheckSettings, LLMSettings, Placement, Shape
 
 if TYPE_CHECKING:
     from engine.evaluate.base import Evaluator
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.events import EventBus
     from engine.llm.base import Provider
     from engine.problems import Problem
@@ -135,7 +135,7 @@ def resolve_isolation(requested: str) -> tuple[str, str | None]:
     """(level, note): the isolation level generated code runs under, and, when `auto` had to
     fall back from strict, why, in words. Saying the note is the caller's business: the CLI
     prints it once; the TUI does not (it would garble the screen)."""
-    from engine.evaluate import sandbox
+    from engine.evaluate.host import sandbox
 
     if requested == "auto":
         level, why = sandbox.available()
@@ -156,7 +156,7 @@ def checked_gpus(backend: str, gpus: Sequence[int] | None) -> list[int] | None:
         return None
     if backend != "cuda":
         raise UsageError("--gpus needs the cuda backend (no GPU in use here)")
-    from engine.evaluate.evaluator import check_gpus, visible_gpus
+    from engine.evaluate.host.evaluator import check_gpus, visible_gpus
 
     try:
         check_gpus(list(gpus), visible_gpus())
@@ -176,7 +176,7 @@ def profile_note(backend: str, profile: str) -> str | None:
 def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
                     **kw: Any) -> LocalEvaluator:
     """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
 
     return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
 
@@ -184,7 +184,7 @@ def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None =
 def check_cpu_timer() -> None:
     """KTREE_CPU_TIMER, if set, names a way the cpu timer gets its cores: else a usage error.
     Checked once, as the CLI starts (the TUI too starts there)."""
-    from engine.evaluate.evaluator import CPU_TIMERS
+    from engine.evaluate.host.evaluator import CPU_TIMERS
 
     value = settings.get("KTREE_CPU_TIMER")
     if value and value not in CPU_TIMERS:
@@ -210,7 +210,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
     profiled, on this host or on the Ray node that evaluated them; `profile_each`: each correct
     variant as it is evaluated, else (a search) only those the evaluator's profile() is asked for.
     `eval_timeout`: the seconds an evaluation may hold its device (None: from the problem,
-    engine.evaluate.eval_limit)."""
+    engine.evaluate.host.eval_limit)."""
     _choice("executor", executor, EXECUTORS)
     _choice("profile", profile, PROFILE_MODES)
     if executor != "ray":

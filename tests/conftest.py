@@ -121,7 +121,7 @@ def _note_processes_left(request: pytest.FixtureRequest):
     """Which test left each process still running after it (reported at the end if it outlives
     the run; a module's Ray cluster, stopped at the module's end, is not)."""
     yield
-    from engine.evaluate.sandbox import descendants
+    from engine.evaluate.host.sandbox import descendants
 
     for pid in descendants(os.getpid()):
         FIRST_SEEN_AFTER.setdefault(pid, request.node.nodeid)
@@ -132,7 +132,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     failed test never closed, a daemon) would keep the run from ending. Named, then killed, by
     the process that ran the tests (each xdist worker; not the controller, whose children are the
     workers)."""
-    from engine.evaluate.sandbox import descendants, kill_tree
+    from engine.evaluate.host.sandbox import descendants, kill_tree
 
     if session.config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
         return

@@ -65,7 +65,7 @@ def _offenders(importers: str, imported: str, allow: tuple[str, ...] = ()) -> li
 
 
 def test_the_graph_was_read() -> None:
-    assert "engine.cli" in GRAPH and "tui.app" in GRAPH and "engine.evaluate.evaluator" in GRAPH
+    assert "engine.cli" in GRAPH and "tui.app" in GRAPH and "engine.evaluate.host.evaluator" in GRAPH
     assert "engine.launch" in GRAPH["engine.cli"]  # the walk sees real edges
 
 
@@ -86,6 +86,70 @@ def test_evaluate_imports_nothing_outside_itself() -> None:
     assert outside == []
 
 
+# engine/evaluate/ by where its code runs: the host's side (the engine's process) and the side that
+# runs beside the candidate, in its process (the entry points, the harness, the languages).
+HOST = "engine.evaluate.host"
+BESIDE_THE_CANDIDATE = ("engine.evaluate.child", "engine.evaluate.harness", "engine.evaluate.languages")
+
+
+def _reach(start: str) -> set[str]:
+    """Every module of the graph that `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for dep in GRAPH.get(todo.pop(), ()):
+            if dep in GRAPH and dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_evaluate_folders_were_read() -> None:
+    assert {"engine.evaluate.host.evaluator", "engine.evaluate.harness.timing",
+            "engine.evaluate.child.evaluation", "engine.evaluate.languages.cuda"} <= set(GRAPH)
+    assert HOST in GRAPH and "engine.evaluate.harness" in GRAPH
+
+
+@pytest.mark.parametrize("side", BESIDE_THE_CANDIDATE)
+def test_nothing_beside_the_candidate_imports_the_host_side(side: str) -> None:
+    """What runs in the candidate's process never imports what runs in the engine's (the sandbox,
+    the workers' handles, the host locks): not directly, not through another module."""
+    offenders = sorted(f"{mod} reaches {dep}" for mod in GRAPH if _within(mod, side)
+                       for dep in _reach(mod) if _within(dep, HOST))
+    assert offenders == []
+
+
+def test_the_languages_do_not_import_the_child() -> None:
+    """child -> languages, never back: what the languages share beside the candidate is theirs."""
+    assert _offenders("engine.evaluate.languages", "engine.evaluate.child") == []
+
+
+def _evaluate_folders() -> list[str]:
+    """engine/evaluate/'s packages, as module names (a new folder is one of them at once)."""
+    evaluate = REPO / "engine" / "evaluate"
+    return sorted(f"engine.evaluate.{p.parent.name}" for p in evaluate.glob("*/__init__.py"))
+
+
+def test_evaluate_s_top_imports_none_of_its_folders() -> None:
+    """The top is the floor every folder stands on (the job, the verdict, the settings): a module
+    there that imported a folder (the languages, to tell a job's language; the host, ...) would be
+    an arrow back up, and through the package's __init__ a circle."""
+    folders = _evaluate_folders()
+    assert {"engine.evaluate.host", "engine.evaluate.harness", "engine.evaluate.child",
+            "engine.evaluate.languages", "engine.evaluate.profile"} <= set(folders)
+    top = [mod for mod in GRAPH if _within(mod, "engine.evaluate")
+           and not any(_within(mod, folder) for folder in folders)]
+    assert "engine.evaluate" in top and "engine.evaluate.jobs" in top
+    offenders = sorted(f"{mod} imports {dep}" for mod in top for dep in GRAPH[mod]
+                       if any(_within(dep, folder) for folder in folders))
+    assert offenders == []
+
+
+def test_evaluate_s_top_holds_few_modules() -> None:
+    """The records both sides share; everything else lives in the folder of where it runs."""
+    top = sorted(p.name for p in (REPO / "engine" / "evaluate").glob("*.py"))
+    assert len(top) <= 12, top
+
+
 @pytest.mark.parametrize("lower, higher", [
     ("engine.launch", "engine.cli"),
     ("engine.launch", "engine.commands"),
@@ -101,6 +165,12 @@ def test_evaluate_imports_nothing_outside_itself() -> None:
     ("engine.llm", "engine.search"),
     ("engine.executors", "engine.search"),
     ("engine.evaluate", "engine.executors"),
+    ("engine.evaluate.harness", "engine.evaluate.child"),
+    ("engine.evaluate.harness", "engine.evaluate.languages"),
+    ("engine.evaluate.harness", "engine.evaluate.profile"),
+    ("engine.evaluate.profile", "engine.evaluate.host"),
+    ("engine.evaluate.child", "engine.evaluate.profile"),
+    ("engine.evaluate.languages", "engine.evaluate.profile"),
 ])
 def test_no_import_points_back_up(lower: str, higher: str) -> None:
     assert _offenders(lower, higher) == []

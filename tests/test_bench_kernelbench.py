@@ -34,7 +34,7 @@ from engine.bench.kernelbench import (
     write_outputs,
 )
 from engine.cli import main
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import ProblemError
 from tests.conftest import run_ktree
 

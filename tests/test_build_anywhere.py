@@ -2,8 +2,8 @@
 helper, in `forward`, with or without its own `name` or `build_directory`, builds once, outside
 the timed window, under the default (strict) isolation, where every build dir is read-only while a
 variant is evaluated: into ktree's build cache by the compile pool's probe
-(engine.evaluate.child.build_probe), or where the probe cannot reach the call, into the
-evaluation's own scratch dir (engine.evaluate.fastbuild._placed). A compiler error there is
+(engine.evaluate.languages.build_probe), or where the probe cannot reach the call, into the
+evaluation's own scratch dir (engine.evaluate.harness.fastbuild._placed). A compiler error there is
 `compile_error` with the compiler's first error line on top of the log.
 
 The cpu cases share one evaluator and one build per source (the module's `verdicts`), most in the
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import fastbuild, sandbox
-from engine.evaluate.child.build_probe import builds_in_functions
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.harness import fastbuild
+from engine.evaluate.host import sandbox
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.languages.build_probe import builds_in_functions
 from engine.evaluate.verdict import Verdict
 from tests.conftest import gpu_arch
 
@@ -220,7 +221,7 @@ def test_the_probe_keeps_what_a_candidate_puts_on_the_gpu_on_the_meta_device():
     on the meta device, so a build after such a line in __init__ is reached."""
     import torch
 
-    from engine.evaluate.child.build_probe import _cuda_on_meta
+    from engine.evaluate.languages.build_probe import _cuda_on_meta
 
     with torch.device("meta"), _cuda_on_meta():
         made = [torch.randn(3, device="cuda"), torch.ones(2).cuda(), torch.zeros(2).to("cuda:0", torch.float16),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import sandbox
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host import sandbox
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")

@@ -1,4 +1,4 @@
-"""The "mini" build lever (engine/evaluate/fastbuild.py): KernelBench-format CUDA sources get
+"""The "mini" build lever (engine/evaluate/harness/fastbuild.py): KernelBench-format CUDA sources get
 ktree's own header instead of <torch/types.h>; a source that needs more falls through to the
 slim header and then to the source as written, and the choice is remembered; the header covers the
 host code such sources write (compiled with nvcc where it is installed: no GPU needed)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import fastbuild
+from engine.evaluate.harness import fastbuild
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "engine" / "templates" / "examples"
 STOCK_SOFTMAX = (EXAMPLES / "softmax_stock.py").read_text()

@@ -1,4 +1,4 @@
-"""A source built before is not sent to a compile process again (engine.evaluate.build_memo):
+"""A source built before is not sent to a compile process again (engine.evaluate.host.build_memo):
 the memo is kept where no candidate writes, and any change to what the build depends on, or to
 the built libraries, is a miss."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import build_memo, runner
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.sandbox import WRITABLE_IN_CACHE
+from engine.evaluate.host import build_memo, runner
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.sandbox import WRITABLE_IN_CACHE
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")

@@ -237,7 +237,7 @@ def test_strict_by_default_from_pip_alone_hides_a_secret_file(tmp_path: Path):
     import shutil
     import sys
 
-    from engine.evaluate import sandbox
+    from engine.evaluate.host import sandbox
 
     level, why = sandbox.available()
     if level != "strict" and "cannot create a sandbox" in why:  # the kernel refuses namespaces

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.eval_limit import EvalLimit
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.eval_limit import EvalLimit
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import run_ktree

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.cli import build_parser
-from engine.evaluate import eval_limit as limits
 from engine.evaluate import languages
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host import eval_limit as limits
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")
@@ -71,7 +71,7 @@ def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_eva
     second evaluator: its own lock handle) waits for it. With the limit from the problem (its floor
     lowered to 20 s for the test) the looping one is killed at 20 s, not 300 s, and the waiting
     one is judged right after."""
-    from engine.evaluate.runner import run_child
+    from engine.evaluate.host.runner import run_child
 
     monkeypatch.setitem(limits.FLOOR_S, "cpu", 20.0)
     monkeypatch.setattr(limits, "CAP_S", 20.0)  # 20 s whatever the loaded host makes of the reference
@@ -125,7 +125,7 @@ def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_eva
 
 def test_a_large_problems_limit_grows_with_its_bytes_and_says_so():
     """Drawing, answering and comparing gigabytes takes time of its own (issue 44 item 4)."""
-    from engine.evaluate.eval_limit import eval_limit, size_s
+    from engine.evaluate.host.eval_limit import eval_limit, size_s
 
     small = eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, nbytes=1e6)
     large = eval_limit("cuda", 1.0, time_budget_s=1.0, trials=3, nbytes=12.9e9)

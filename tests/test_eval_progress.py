@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.commands._eval_progress import EvalProgress, labels
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from tests.conftest import REPO, run_ktree
 
 SOLUTION = ("import torch\nclass ModelNew(torch.nn.Module):\n"
@@ -27,7 +27,7 @@ SOLUTION = ("import torch\nclass ModelNew(torch.nn.Module):\n"
 # Holds the cpu device's host lock (as session 7) until its stdin closes.
 HOLDER = textwrap.dedent("""
     import sys
-    from engine.evaluate.hostlock import DeviceLock
+    from engine.evaluate.host.hostlock import DeviceLock
 
     lock = DeviceLock("cpu")
     assert lock.try_acquire(session=7)

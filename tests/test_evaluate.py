@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
@@ -197,13 +197,13 @@ def test_a_compiler_error_is_kept_and_reused_for_the_same_source():
 )
 def test_slim_header_fallback_only_where_the_slim_header_may_be_the_cause(
         log: str, names: set[str] | None, fallback: bool):
-    from engine.evaluate.fastbuild import slim_may_explain
+    from engine.evaluate.harness.fastbuild import slim_may_explain
 
     assert slim_may_explain(log, lambda: names) is fallback
 
 
 def test_extension_identifiers_come_from_the_preprocessed_header(tmp_path: Path):
-    from engine.evaluate.fastbuild import extension_identifiers, torch_pch_command
+    from engine.evaluate.harness.fastbuild import extension_identifiers, torch_pch_command
 
     if torch_pch_command([], []) is None:
         pytest.skip("torch has no PCH command line on this platform")

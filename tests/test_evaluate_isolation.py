@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from engine.evaluate.base import Evaluator
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.jobs import make_job
+from engine.evaluate.jobs import EvalJob
 from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator, node_package
 from engine.problems import load_problem
 
@@ -81,7 +82,7 @@ def test_the_import_check_sees_every_kind_of_import():
     """The checker below must catch what it is there to catch, wherever it hides."""
     source = textwrap.dedent("""
         import engine.evaluate.jobs
-        from engine.evaluate import timing
+        from engine.evaluate.harness import timing
         from . import verdict
         def f():
             from engine.problems import load_problem
@@ -174,7 +175,7 @@ def test_each_module_of_evaluate_imports_with_the_rest_of_the_engine_hidden(tmp_
 
 END_TO_END = '''
 import asyncio, json, sys
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 
 async def go():
     ev = LocalEvaluator("cpu", isolation="basic", eval_timeout=240, compile_timeout_s=240)
@@ -212,8 +213,8 @@ def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp
     shutil.copytree(shipped.parent, root)
     hide = HIDDEN_ENGINE.format(allowed=NODE_SUBPACKAGES, log=str(root / "hidden.log"))
     code = hide + IMPORT_ALL
-    names = ["engine.executors.ray_executor", "engine.evaluate.evaluator", "engine.evaluate.child.evaluation",
-             "engine.evaluate.child.worker_process"]
+    names = ["engine.executors.ray_executor", "engine.evaluate.host.evaluator",
+             "engine.evaluate.child.evaluation", "engine.evaluate.child.worker_process"]
     proc = run_in(root, code, json.dumps(names))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from engine.evaluate import settings
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
 from engine.problems import load_problem

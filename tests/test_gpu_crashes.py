@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from engine.evaluate import sandbox
-from engine.evaluate.evaluator import LocalEvaluator, visible_gpus
+from engine.evaluate.host import sandbox
+from engine.evaluate.host.evaluator import LocalEvaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 from tests.conftest import run_ktree
 from tests.test_devices import RENDEZVOUS

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.devices import visible_gpus
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.devices import visible_gpus
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch, kernel_flags

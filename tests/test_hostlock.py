@@ -1,4 +1,4 @@
-"""The host-wide device lock (engine.evaluate.hostlock): two processes using one device key
+"""The host-wide device lock (engine.evaluate.host.hostlock): two processes using one device key
 serialize, a waiter names the holder, a SIGKILLed holder frees it; the evaluator holds it around
 its device use and shows the wait in device_states(). CPU only (a fake GPU key), no compile.
 Also: max_rel_err reflects the worst elementwise relative error."""
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from engine.evaluate.child.evaluation import compare
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.hostlock import DeviceLock, describe_holder, gpu_key, runtime_dir
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.hostlock import DeviceLock, describe_holder, gpu_key, runtime_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 # holds it for HOLD seconds.
 HOLDER = textwrap.dedent("""
     import asyncio, json, os, sys, time
-    from engine.evaluate.evaluator import LocalEvaluator
-    from engine.evaluate.hostlock import DeviceLock
+    from engine.evaluate.host.evaluator import LocalEvaluator
+    from engine.evaluate.host.hostlock import DeviceLock
 
     key, out, hold, via = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 

@@ -1,4 +1,4 @@
-"""The registry of integrity checks (engine.evaluate.integrity_checks, issue 37): every check is a
+"""The registry of integrity checks (engine.evaluate.harness.integrity_checks, issue 37): every check is a
 named unit, docs/verdicts.md lists exactly the registry, the child runs the checks of each phase in
 the order registered, and a check registered here (a toy) runs from the registry and its flag
 reaches the verdict on the cpu."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import integrity_checks
-from engine.evaluate.integrity_checks import Finding, IntegrityCheck, Watch
+from engine.evaluate.harness import integrity_checks
+from engine.evaluate.harness.integrity_checks import Finding, IntegrityCheck, Watch
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "verdicts.md"
 
@@ -31,7 +31,7 @@ def test_the_docs_list_the_registry_and_nothing_else() -> None:
     text = DOC.read_text()
     documented = re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", text, flags=re.M)
     registered = [c.name for c in integrity_checks.REGISTRY]
-    assert documented == registered, "docs/verdicts.md: run python -m engine.evaluate.integrity_checks"
+    assert documented == registered, "docs/verdicts.md: run python -m engine.evaluate.harness.integrity_checks"
     assert integrity_checks.markdown_table() in text  # what each catches, when it runs, its evidence
 
 
@@ -100,7 +100,7 @@ class ModelNew(torch.nn.Module):
 def test_a_check_registered_in_a_test_runs_from_the_registry_and_its_flag_reaches_the_verdict(
         tmp_path: Path, toy_check: list[tuple[str, int]]) -> None:
     from engine.evaluate.child.evaluation import run_evaluate
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.host.jobs import make_job
     from engine.problems import load_problem
     from tests.conftest import kernel_flags
 
@@ -119,7 +119,7 @@ def test_the_timing_checks_on_what_the_timing_saw(monkeypatch: pytest.MonkeyPatc
     (timing.check_escaping_work, stubbed here), then the recheck's evidence in its old order."""
     from types import SimpleNamespace
 
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     calls: list[tuple[float, object]] = []
 
@@ -145,10 +145,10 @@ def test_the_timing_checks_on_what_the_timing_saw(monkeypatch: pytest.MonkeyPatc
 def test_a_candidate_that_empties_the_registry_is_still_checked(tmp_path: Path) -> None:
     """The child runs the registry as it stood before the candidate's code was imported."""
     from engine.evaluate.child.evaluation import run_evaluate
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.host.jobs import make_job
     from engine.problems import load_problem
 
-    source = NUMPY_SOFTMAX.replace("class ModelNew", "from engine.evaluate import integrity_checks\n"
+    source = NUMPY_SOFTMAX.replace("class ModelNew", "from engine.evaluate.harness import integrity_checks\n"
                                    "integrity_checks.REGISTRY.clear()\n\n\nclass ModelNew").replace(
         "        return out", "        x.mul_(1.0000001)\n        return out")
     problem = load_problem("softmax")
@@ -165,7 +165,7 @@ def test_a_candidate_that_empties_the_registry_is_still_checked(tmp_path: Path) 
 
 
 class _Trials:
-    """Two check trials' inputs and answers, as engine.evaluate.expected_cache.ReferenceChecks gives them."""
+    """Two check trials' inputs and answers, as harness.expected_cache.ReferenceChecks gives them."""
 
     def __init__(self) -> None:
         import torch
@@ -190,7 +190,7 @@ def test_an_answer_kept_by_the_inputs_address_is_flagged_by_refilling_the_same_b
     """A memo keyed on the input's pointer answers every check trial right (each trial's inputs
     live at their own address) and is caught when trial 1's buffers are refilled with trial 2's
     values; the honest forward and a memo that also keys on the version counter are not flagged."""
-    from engine.evaluate import integrity
+    from engine.evaluate.harness import integrity
 
     seen: dict = {}
 

@@ -18,7 +18,7 @@ from tests.conftest import run_ktree
 
 TOY = textwrap.dedent('''
     """Toy: a solution whose forward computes in numpy, under a `# ktree-language: toy` line."""
-    from engine.evaluate.child.common import EvalFailure, format_exc
+    from engine.evaluate.languages.common import EvalFailure, format_exc
     from engine.evaluate.languages.base import Language
     from engine.evaluate.loading import load_module_from_source
 

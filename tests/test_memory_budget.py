@@ -1,4 +1,4 @@
-"""Memory that holds under concurrency (engine.evaluate.expected_cache, engine.evaluate.ledger): one
+"""Memory that holds under concurrency (engine.evaluate.harness: expected_cache, ledger): one
 host-wide budget for the cached check sets of every ktree process, sets over it recomputed live
 per trial with the same answers and the same verdict, dead processes' claims forgotten, and an
 out-of-memory in the candidate's own call told apart from ktree's."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate import expected_cache, ledger
+from engine.evaluate.harness import expected_cache, ledger
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_the_budget_is_shared_by_every_process_and_a_dead_ones_claim_is_forgotte
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from engine.evaluate import ledger
+            from engine.evaluate.harness import ledger
             book = ledger.Ledger({str(where)!r})
             assert book.claim_host(60 * 2**20)
             print("held", flush=True)
@@ -103,7 +103,7 @@ def test_a_process_caps_its_own_sets_at_a_share_of_its_memory_limit(monkeypatch)
 
 @pytest.mark.slow
 def test_a_live_set_gives_the_same_verdict_as_a_cached_one(monkeypatch):
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.problems import load_problem
 
     softmax = load_problem("softmax")
@@ -137,7 +137,7 @@ OOM_CANDIDATE = textwrap.dedent("""
 
 
 def test_an_out_of_memory_in_the_candidates_own_call_is_its_runtime_error():
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.problems import load_problem
 
     softmax = load_problem("softmax")
@@ -170,7 +170,7 @@ def test_ktrees_own_out_of_memory_is_told_apart():
     theirs = expected_cache.label_oom(Verdict(status="runtime_error", log=traceback_of.replace(
         'File "/p/problem.py"', 'File "<ktree_solution_abc>"')), job)
     assert theirs.status == "runtime_error" and theirs.log.startswith("out of memory in the candidate")
-    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.expected_cache.KtreeOutOfMemory:"
+    said = (f"{REFERENCE_FAILED}: Traceback ...\nengine.evaluate.harness.expected_cache.KtreeOutOfMemory:"
             " ktree out of memory while preparing the reference (trial 0's inputs and fp64 answers):"
             " CUDA out of memory")
     prep = expected_cache.label_oom(Verdict(status="runtime_error", log=said), job)

@@ -1,4 +1,4 @@
-"""Memory proportional to the problem (engine.evaluate.memory, issue 44): the streamed comparison
+"""Memory proportional to the problem (engine.evaluate.harness.memory, issue 44): the streamed comparison
 gives the full one's numbers and verdicts; fingerprints tell a changed tensor from an unchanged one;
 the plan picks fp64 answers where they fit and the reference's precision where they do not, within
 the bound at KernelBench's sizes; and on the cpu an evaluation of a KernelBench-shaped problem at a
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate import memory
 from engine.evaluate.child.check import compare
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.harness import memory
+from engine.evaluate.host.evaluator import LocalEvaluator
 from tests.conftest import kernel_flags
 
 GiB = 2**30
@@ -243,7 +243,7 @@ def test_docs_describe_the_memory_plan():
 def test_a_storage_fingerprint_in_pieces_equals_the_whole_ones_sums(monkeypatch):
     """The torch-ops recorder's storage fingerprint sums in pieces (an int64 sum of a uint8 view made
     an 8x copy: 48 GiB for a 6 GiB output on the H200); the sums are the whole storage's."""
-    from engine.evaluate import integrity
+    from engine.evaluate.harness import integrity
 
     monkeypatch.setattr(integrity, "STORAGE_PIECE", 6 * 7)
     t = torch.randint(0, 255, (1000,), dtype=torch.uint8)
@@ -267,7 +267,7 @@ def test_a_parked_lean_rotation_keeps_no_set_alive():
     import gc
     import weakref
 
-    from engine.evaluate import rotation
+    from engine.evaluate.harness import rotation
 
     drawn = []
 

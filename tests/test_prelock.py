@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.host.sandbox import Sandbox
+from engine.evaluate.host.worker import Worker
 from engine.evaluate.languages.triton import _compile_only, triton_prewarm
-from engine.evaluate.sandbox import Sandbox
-from engine.evaluate.worker import Worker
 
 REPO = Path(__file__).resolve().parents[1]
 SOFTMAX = REPO / "problems/level1/softmax.py"
 
 
 def test_a_warm_request_is_answered_and_the_worker_stays(tmp_path):
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.host.jobs import make_job
 
     source = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     job = make_job(SOFTMAX, source, {"batch_size": 8, "dim": 16}, backend="cpu",
@@ -41,7 +41,7 @@ def test_a_warm_request_is_answered_and_the_worker_stays(tmp_path):
 
 
 def test_prewarm_is_for_triton_on_cuda_only(tmp_path):
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.host.jobs import make_job
 
     cuda_source = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     for backend, source in (("cuda", cuda_source), ("cpu", "import triton\n" + cuda_source)):

@@ -97,7 +97,7 @@ def test_the_problems_table_shows_the_eager_time_a_search_measured(tmp_path: Pat
     this device, at the table's sizes and from the same source, fills it in; one at other sizes does not."""
     import asyncio
 
-    from engine.evaluate.timing import device_name
+    from engine.evaluate.harness.timing import device_name
     from engine.evaluate.verdict import Verdict
     from engine.problems import load_problem
     from engine.store import Store

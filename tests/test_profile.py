@@ -295,7 +295,7 @@ class SanitizingEvaluator:
         return []
 
     def job(self, problem_path, source, sizes, *, flops, bytes, **options):
-        from engine.evaluate.jobs import make_job
+        from engine.evaluate.host.jobs import make_job
 
         return make_job(problem_path, source, sizes, backend="cuda", cache_dir="", flops=flops,
                         bytes=bytes, **options)
@@ -350,7 +350,7 @@ def _evaluate_cuda(name: str, profile: str) -> Verdict:
     import asyncio
     import os
 
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.llm.scripted import DATA
     from engine.problems import load_problem
 
@@ -408,8 +408,8 @@ def test_cpu_bandwidth_is_held_to_a_copy_of_the_same_working_set(tmp_path: Path)
     working set, measured on the timer's threads, the reference is within the peak."""
     import asyncio
 
-    from engine.evaluate import timing
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.harness import timing
+    from engine.evaluate.host.jobs import make_job
     from engine.evaluate.loading import load_module_from_path
     from engine.evaluate.profile import profiler as profile
     from engine.problems import load_problem

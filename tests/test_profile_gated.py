@@ -1,4 +1,4 @@
-"""Profiles in seconds (engine.evaluate.profile.ncu, engine.evaluate.evaluator._tool_queued): ncu
+"""Profiles in seconds (engine.evaluate.profile.ncu, engine.evaluate.host.evaluator._tool_queued): ncu
 collects only the metrics the diagnosis reads, skips the warm-up launches (nothing before
 cudaProfilerStart) and profiles one forward's kernels; its process starts before the device's lock
 and holds the device only from its gate's opening; a profile lets waiting evaluations go first."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine.evaluate import evaluator as evaluator_module
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host import evaluator as evaluator_module
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.profile.ncu import (
     NCU_METRICS,
     STALL_METRIC,

@@ -76,7 +76,7 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
     """The same protocol and the same jobs as the local evaluator (but the build cache, which is
     the actor's); the actor's code is the package connect() shipped: evaluate and executors alone."""
     from engine.evaluate.base import Evaluator
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator
     from engine.problems import load_problem
 

@@ -1,4 +1,4 @@
-"""The reference's timings once per host (engine.evaluate.reference_times: reference_start/finish,
+"""The reference's timings once per host (engine.evaluate.host.reference_times: reference_start/finish,
 engine.evaluate.child.reference, engine.evaluate.gate): keyed by the problem's source, sizes,
 precision, GPU model (not its CUDA_VISIBLE_DEVICES index) and torch version; shared by evaluator
 instances and processes through the cache dir, timed by one of them; the timing process set up
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import gate, reference_times
-from engine.evaluate.evaluator import Device, LocalEvaluator
+from engine.evaluate import gate
+from engine.evaluate.host import reference_times
+from engine.evaluate.host.evaluator import Device, LocalEvaluator
 
 REPO = Path(__file__).resolve().parents[1]
 SOFTMAX = REPO / "problems" / "level1" / "softmax.py"
@@ -98,7 +99,7 @@ def test_timed_once_then_shared_by_instances_and_processes(tmp_path, monkeypatch
     # Another process with the same cache dir: the file, no timing child.
     code = (
         "import asyncio, sys\n"
-        "from engine.evaluate import evaluator as m\n"
+        "from engine.evaluate.host import evaluator as m\n"
         "async def boom(*a, **k): raise SystemExit('timed again')\n"
         "m.run_child = boom\n"
         f"e = m.LocalEvaluator('cpu', cache_dir={str(tmp_path)!r})\n"
@@ -152,7 +153,7 @@ def test_the_timing_child_sets_up_before_its_gate_and_reports_the_noise(tmp_path
     import torch
 
     from engine.evaluate.child import reference as child_reference
-    from engine.evaluate.jobs import make_job
+    from engine.evaluate.host.jobs import make_job
 
     monkeypatch.setattr(torch, "compile", lambda model: model)  # (no compiler wanted here)
     g = gate.Gate(tmp_path)

@@ -1,4 +1,4 @@
-"""The check trials' references, computed once per worker (engine.evaluate.expected_cache): the second
+"""The check trials' references, computed once per worker (engine.evaluate.harness.expected_cache): the second
 evaluation in a worker reuses the inputs and fp64 answers of the first and gets the same verdict;
 the input seed is the evaluator's secret and no file the candidate can read holds it; the cache
 notices a candidate writing into it; GPU-held seconds and per-phase seconds are recorded."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate import expected_cache
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.harness import expected_cache
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.domain import Node, best_variant
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.reference_history import ReferenceHistory, is_disturbed
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.reference_history import ReferenceHistory, is_disturbed
 from engine.evaluate.verdict import Verdict
 from engine.search.strategies import strategy_for
 

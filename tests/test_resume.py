@@ -41,7 +41,7 @@ CASES = {
     "llm": ("llm:2:0.2", {"KTREE_SCRIPTED_LATENCY": "1"},
             lambda k: len(k["calls"]) == 1 and ("variant", "generating") in [n[1:] for n in k["nodes"]]),
     # As the first variant's build starts (no delay: a source built before by another test is
-    # remembered, and its build ends at once: engine.evaluate.build_memo).
+    # remembered, and its build ends at once: engine.evaluate.host.build_memo).
     "compile": ("compile:1", {},
                 lambda k: not k["evaluations"] and any(n[2] == "compiling" for n in k["nodes"])),
     # As the first variant's check starts (no delay: an evaluation takes well under a second now,

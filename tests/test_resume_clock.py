@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import Event, EventBus, Progress, SessionStarted
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import sandbox
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.sandbox import Limits, Sandbox
+from engine.evaluate.host import sandbox
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.sandbox import Limits, Sandbox
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
 from engine.problems import load_problem

@@ -1,5 +1,5 @@
 """GPU MODE's static hack rules (kernelguard) as the evaluator's second opinion
-(engine.evaluate.static_rules): honest kernels get no flag, written hacks do, a missing package or
+(engine.evaluate.host.static_rules): honest kernels get no flag, written hacks do, a missing package or
 a failing rule is a note, and the flag reaches the verdict evaluate() returns. Sources only: no build."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import evaluator as evaluator_module
-from engine.evaluate import static_rules
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.static_rules import ABSENT_NOTE, PREFIX, StaticOpinion, check, merge
+from engine.evaluate.host import evaluator as evaluator_module
+from engine.evaluate.host import static_rules
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.static_rules import ABSENT_NOTE, PREFIX, StaticOpinion, check, merge
 from engine.evaluate.verdict import Verdict
 
 REPO = Path(__file__).resolve().parents[1]

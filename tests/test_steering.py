@@ -18,7 +18,7 @@ import pytest
 
 from engine import control
 from engine.domain import DONE_STATUSES
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import (
     CommandApplied,
     Event,

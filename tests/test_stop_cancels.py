@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from engine import control
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import Event, EventBus, NodeAdded
 from engine.llm.base import Completion, Message, Usage
 from engine.llm.scripted import DATA, ScriptedProvider

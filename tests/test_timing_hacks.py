@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.evaluate import noise, tamper, timing
 from engine.evaluate.child.load import build_key
 from engine.evaluate.child.measure import judge_reference
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.jobs import make_job
-from engine.evaluate.rotation import Rotation, plan
+from engine.evaluate.harness import noise, tamper, timing
+from engine.evaluate.harness.rotation import Rotation, plan
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.jobs import make_job
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
@@ -227,7 +227,7 @@ def test_inputs_too_large_for_the_budget_rotate_in_place_and_a_write_into_them_i
     """Two sets and two buffers over the byte budget (a loss on two 4 GiB inputs on a GPU): the
     rotation is lean (the sets in place, half the memory), still alternates sets, and still tells
     a call that wrote into its inputs."""
-    from engine.evaluate import rotation as rotation_module
+    from engine.evaluate.harness import rotation as rotation_module
 
     first = [torch.randn(64, 64)]  # 16 KiB a set; a budget of 40 KiB holds 2 sets, not 2 more buffers
     monkeypatch.setenv("KTREE_TIMING_ROTATION_MB", str(40 / 1024))

@@ -1,6 +1,6 @@
-"""Noise measured and acted on (engine.evaluate.noise), the GPU foreign-load decision
-(engine.evaluate.gpuload.judge, with fake driver snapshots), arch retargeting of build flags
-(engine.evaluate.fastbuild.retarget_flags), and ties within noise in the choice of parents."""
+"""Noise measured and acted on (engine.evaluate.harness.noise), the GPU foreign-load decision
+(engine.evaluate.harness.gpuload.judge, with fake driver snapshots), arch retargeting of build flags
+(engine.evaluate.harness.fastbuild.retarget_flags), and ties within noise in the choice of parents."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from engine.domain import Node
-from engine.evaluate import fastbuild, gpuload, noise, timing
-from engine.evaluate.timing import PairStats, Stats
+from engine.evaluate.harness import fastbuild, gpuload, noise, timing
+from engine.evaluate.harness.timing import PairStats, Stats
 from engine.evaluate.verdict import Verdict
 from engine.search.strategies import strategy_for, ties_within_noise
 
@@ -202,7 +202,7 @@ def test_a_parent_kept_over_another_within_noise_is_said():
     ([3], None),
 ])
 def test_a_pinned_cpu_timer_splits_the_cores(cores: list[int], expected: object):
-    from engine.evaluate.evaluator import split_cores
+    from engine.evaluate.host.evaluator import split_cores
 
     assert split_cores(cores) == expected
 
@@ -213,7 +213,7 @@ def test_a_pinned_cpu_timer_times_on_its_own_cores_and_says_so():
     recorded), the compile children on the others; no compile slot is held while it times."""
     import asyncio
 
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
     from engine.problems import load_problem
 
     problem = load_problem("softmax")

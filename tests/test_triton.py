@@ -139,7 +139,7 @@ def one_per_outcome(files: list[Path]) -> list[Path]:
 
 
 def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
 
     problem = load_problem(problem_name)
 

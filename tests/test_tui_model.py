@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine import control
 from engine.domain import Node, best_variant
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,

@@ -130,7 +130,7 @@ async def test_every_status_has_a_glyph_and_an_unknown_one_is_neutral(tmp_path: 
 async def test_the_header_says_the_isolation_level(tmp_path: Path):
     from textual.widgets._header import HeaderTitle
 
-    from engine.evaluate.sandbox import Sandbox
+    from engine.evaluate.host.sandbox import Sandbox
 
     for level, shown in (("basic", "isolation: basic (no filesystem or network isolation)"),
                          ("strict", "isolation: strict")):

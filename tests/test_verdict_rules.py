@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import integrity
-from engine.evaluate.evaluator import LocalEvaluator, bounded_seconds
+from engine.evaluate.harness import integrity
+from engine.evaluate.host.evaluator import LocalEvaluator, bounded_seconds
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from engine.evaluate.evaluator import LocalEvaluator
-from engine.evaluate.worker import GPU_STANDBYS
+from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.worker import GPU_STANDBYS
 from engine.problems import load_problem
 
 SOFTMAX = load_problem("softmax")

@@ -60,10 +60,10 @@ def isolation_words(level: str) -> str:
 
 
 def pch_cold(cache_dir: str | Path | None = None) -> bool:
-    """Whether the build cache (default: the evaluator's, engine.evaluate.runner) has no
-    precompiled torch header yet, nor a record that one failed to build (engine.evaluate.fastbuild):
+    """Whether the build cache (default: the evaluator's, engine.evaluate.host.runner) has no
+    precompiled torch header yet, nor a record that one failed to build (engine.evaluate.harness.fastbuild):
     the next build makes it."""
-    from engine.evaluate.runner import default_cache_dir
+    from engine.evaluate.host.runner import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return not any(root.glob("pch/*/torch/extension.h.gch")) and not any(root.glob("pch/*/failed.txt"))

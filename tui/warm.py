@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # table: the first DataTable cell drawn from markup, ~0.3 s).
 MODULES = ("torch", "rich._emoji_codes", "engine.estimate", "engine.config", "engine.llm.registry",
            "engine.llm.scripted", "engine.search", "engine.search.suite", "engine.control",
-           "engine.evaluate.sandbox")
+           "engine.evaluate.host.sandbox")
 DEFAULT_PROBLEM = "softmax"  # the form's first choice
 LEXER_SAMPLE = 'import torch\nsrc = """\n#include <torch/extension.h>\n__global__ void k(float* x) {}\n"""\n'
 

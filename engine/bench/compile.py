@@ -23,9 +23,9 @@ from typing import Any
 
 from engine import scripted_library
 from engine.bench.summary import markdown_table, median
-from engine.evaluate.jobs import make_job
-from engine.evaluate.runner import run_child
-from engine.evaluate.sandbox import scrubbed_env
+from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.runner import run_child
+from engine.evaluate.host.sandbox import scrubbed_env
 
 HERE = Path(__file__).resolve().parents[1]  # engine/
 SCRIPTED = scripted_library.ROOT
@@ -86,7 +86,7 @@ async def _build(source: str, backend: str, cache: str, levers: str, arch: str, 
 
 async def _build_pch(cache: str, flag_sets: list[list[str]], backend: str, arch: str) -> float:
     """Build the precompiled headers these flag sets need, in a subprocess like a build."""
-    code = ("import sys, json; from engine.evaluate import fastbuild\n"
+    code = ("import sys, json; from engine.evaluate.harness import fastbuild\n"
             "for flags in json.loads(sys.argv[2]): fastbuild.ensure_pch(sys.argv[1], flags, [])")
     env = scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "TORCH_CUDA_ARCH_LIST": arch if backend == "cuda" else ""})
     t0 = time.perf_counter()

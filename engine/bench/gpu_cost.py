@@ -8,7 +8,7 @@ device was held, split by phase from the verdict's own record (`timing.phases_s`
 
 - load: the worker's start where it was paid under the lock, the problem and the solution
   imported, the models built and moved, a Triton solution's JIT;
-- ref: the check trials' inputs and fp64 answers (computed once per worker: engine.evaluate.expected_cache);
+- ref: the check trials' inputs and fp64 answers (once per worker: engine.evaluate.harness.expected_cache);
 - check: the candidate's check trials; time: the timing passes and the recheck;
 - profile: a profile taken while held (`--profile`: each correct variant profiled on demand);
 - baseline: the reference's eager and torch.compile timing (once per problem and GPU);
@@ -27,8 +27,8 @@ from typing import Any
 
 from engine.bench.honest import SEED_PROBLEMS, honest_variants
 from engine.bench.summary import cell, markdown_table, median
-from engine.evaluate import noise
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.harness import noise
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 
 PHASES = ("load", "ref", "check", "time", "profile", "baseline", "other")
@@ -104,7 +104,7 @@ async def gpu_cost_bench(backend: str, arch: str | None = None, problems: list[s
 
 async def _build_all(evaluator: LocalEvaluator, jobs: list[Any]) -> None:
     """Every job's build at once in the compile pool (cache hits after the first time)."""
-    from engine.evaluate.runner import run_child
+    from engine.evaluate.host.runner import run_child
 
     async def one(job: Any) -> None:
         async with evaluator._slot("compile"):

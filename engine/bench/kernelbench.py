@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.summary import markdown_table
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import STATUSES
 from engine.problems import Problem, load_problem
 

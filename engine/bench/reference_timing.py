@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import scripted_library
 from engine.bench.summary import cell, markdown_table
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 
 
 async def time_reference(evaluator: LocalEvaluator, problem: Any) -> dict[str, Any]:
@@ -44,8 +44,8 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
                     cost: Any) -> list[dict[str, Any]]:
     """Per problem, the timer twice and triton's do_bench (`cost(problem, sizes)`: its flops and
     bytes); one at a time, so timings never share the device."""
-    from engine.evaluate.eval_limit import UNKNOWN_S
-    from engine.evaluate.runner import run_child
+    from engine.evaluate.host.eval_limit import UNKNOWN_S
+    from engine.evaluate.host.runner import run_child
 
     evaluator = LocalEvaluator(backend, cuda_arch=arch, worker=False)
     rows = []
@@ -133,7 +133,7 @@ async def host_load(kind: str, evaluator: LocalEvaluator, cores: int | None = No
                 p.send_signal(signal.SIGKILL)
                 p.wait()
         return
-    from engine.evaluate.runner import run_child
+    from engine.evaluate.host.runner import run_child
     from engine.problems import load_problem
 
     problem = load_problem("softmax")

@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.bench.summary import markdown_table
 from engine.evaluate import languages
-from engine.evaluate.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import is_timing_flag
 from engine.problems import load_problem
 

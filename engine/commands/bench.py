@@ -96,7 +96,7 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
     if not modes or unknown:
         raise UsageError(f"--sources: give one or both of {', '.join(MODES)}")
     if backend == "cuda":
-        from engine.evaluate.evaluator import visible_gpus
+        from engine.evaluate.host.evaluator import visible_gpus
 
         gpus = checked_gpus(backend, args.gpus) or sorted(visible_gpus())
         if len(gpus) < 2:
@@ -131,7 +131,7 @@ def timing(args: argparse.Namespace) -> int:
         time_loaded,
         time_reference,
     )
-    from engine.evaluate.evaluator import LocalEvaluator
+    from engine.evaluate.host.evaluator import LocalEvaluator
 
     _cpu_timer(args)
     db = db_path(args)

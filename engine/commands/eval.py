@@ -53,7 +53,7 @@ def evaluate(args: argparse.Namespace) -> int:
     backend, arch = resolve_backend(args.backend)
     isolation = isolation_note(args.isolation)
     if not args.quiet:  # what a solution can reach, said before it runs
-        from engine.evaluate import sandbox
+        from engine.evaluate.host import sandbox
 
         how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
         say(f"ktree: isolation: {isolation}{how}")

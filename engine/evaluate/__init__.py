@@ -4,10 +4,13 @@ Self-contained: imports only torch, the standard library and its own modules (NV
 where present), never the rest of `engine`, so it runs on a bare GPU box and on a Ray node with
 nothing else of ktree there (tests/test_evaluate_isolation.py holds it to that). What it needs
 to know about a problem beyond its file (its work, its tolerance) comes with each job.
+
+Its top holds what both sides share, and imports none of its folders (host/, harness/, child/,
+languages/, profile/): a job is built on the host's side, with engine.evaluate.host.jobs.make_job.
 """
 
 from engine.evaluate.base import Evaluator, PhaseCallback
-from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import STATUSES, Verdict
 
-__all__ = ["EvalJob", "Evaluator", "PhaseCallback", "STATUSES", "Verdict", "make_job"]
+__all__ = ["EvalJob", "Evaluator", "PhaseCallback", "STATUSES", "Verdict"]

@@ -1,17 +1,16 @@
-"""What the engine asks of an evaluation subprocess (JSON-able, frozen), and the one way to build it.
+"""What the engine asks of an evaluation subprocess: the job, JSON-able and frozen.
 
-Every evaluator (local, Ray) and every other launcher (`ktree bench compile`) builds its jobs with
-`make_job`, so a job means the same thing wherever it runs. The problem's work (`flops`, `bytes`)
-comes from the caller: this package never loads a problem's metadata (that is `engine.problems`,
-which sits above it), so it stays torch + stdlib and runs on a bare GPU box or a Ray node.
+Both sides read it: the host builds it (with `engine.evaluate.host.jobs.make_job`, the one way to,
+so that a job means the same thing wherever it runs) and the evaluation child runs it. The problem's
+work (`flops`, `bytes`) comes from the caller: this package never loads a problem's metadata (that
+is `engine.problems`, which sits above it), so it stays torch + stdlib and runs on a bare GPU box or
+a Ray node.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -45,7 +44,7 @@ class EvalJob:
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
     # The solution's kernel language (engine.evaluate.languages), decided once where the job is
-    # made (`make_job`: the caller's choice, else the source's) and read by the evaluator and the
+    # made (`host.jobs.make_job`: the caller's choice, else the source's) and read by the evaluator and the
     # evaluation child alike; "": none decided (a job built by hand), told from the source.
     language: str = ""
 
@@ -58,25 +57,3 @@ class EvalJob:
 
     def replace(self, **changes: Any) -> EvalJob:
         return dataclasses.replace(self, **changes)
-
-
-def make_job(problem_path: str | os.PathLike[str], source: str, sizes: dict[str, int], *,
-             backend: str, cache_dir: str, flops: float | None, bytes: float | None,
-             **options: Any) -> EvalJob:
-    """The job for one variant (or, with `mode`, one reference timing or build).
-
-    `flops` and `bytes` are required, None where unknown: the caller (the search, from
-    `problem.cost(backend)`) knows the problem's work, and forgetting to pass it would silently
-    lose the speed-of-light fraction. Zero counts as unknown, as the cost model means it.
-    `options`: any other EvalJob field (atol, rtol, trials, seed, mode, ...); an unknown one is
-    a TypeError. The problem path is made absolute (the job runs in another working dir); an
-    empty one (a build with no problem) stays empty. `language`: the caller's choice (the search:
-    its variant's); none given, the one the source is written in, told here once for the job's
-    whole way (the evaluator and the evaluation child read it from the job)."""
-    from engine.evaluate.languages import kernel_language
-
-    path = str(Path(problem_path).resolve()) if str(problem_path) else ""
-    language = options.pop("language", None) or kernel_language(source)
-    return EvalJob(problem_path=path, solution_source=source, backend=backend, cache_dir=cache_dir,
-                   sizes=dict(sizes), flops=float(flops) if flops else None,
-                   bytes=float(bytes) if bytes else None, language=language, **options)

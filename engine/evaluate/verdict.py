@@ -6,10 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-# Flags that speak of the timing's quality, not of the kernel (engine.evaluate.noise sets them): a
+# Flags that speak of the timing's quality, not of the kernel (engine.evaluate.harness.noise sets them): a
 # correct verdict may carry them.
 TIMING_FLAGS = ("noisy", "contended")
-# ... and those that begin so (engine.evaluate.reference_history: the reference's time disagreed
+# ... and those that begin so (engine.evaluate.host.reference_history: the reference's time disagreed
 # with its history; the text goes on to say how).
 REFERENCE_DISTURBED = "reference-disturbed"
 
@@ -94,11 +94,11 @@ class Verdict:
     profile: dict[str, Any] = field(default_factory=dict)
     # compute-sanitizer memcheck's report of an illegal or misaligned access (runtime errors).
     sanitizer: str = ""
-    # How it was timed (engine.evaluate.noise.summary): passes, the medians' intervals
+    # How it was timed (engine.evaluate.harness.noise.summary): passes, the medians' intervals
     # (time_ci_ms, ref_ci_ms), the CPU timer's wait for a core, what the GPU probe saw, the
     # intra-op thread count and the cores, and the build's arch retargeting where one happened.
     timing: dict[str, Any] = field(default_factory=dict)
-    # What the evaluation held (engine.evaluate.memory): peak_gpu_bytes (the allocator's peak in the
+    # What the evaluation held (engine.evaluate.harness.memory): peak_gpu_bytes (the allocator's peak in the
     # evaluating process), host_peak_bytes (its resident peak), inputs_bytes, outputs_bytes,
     # reference_peak_bytes (the reference's own forward), answers ("fp64" | "native"), bound_bytes
     # and plan_bytes (the memory plan's bound and estimate). Empty where no evaluation ran.

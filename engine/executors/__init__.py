@@ -1,10 +1,10 @@
-"""Where evaluations run. `local` (the default): engine.evaluate.evaluator.LocalEvaluator, on this
+"""Where evaluations run. `local` (the default): engine.evaluate.host.evaluator.LocalEvaluator, on this
 host's GPUs (or its cores, on the cpu backend). `ray`: engine.executors.ray_executor.RayEvaluator,
 one actor per GPU of a Ray cluster, each running that same local evaluator on its node.
 
 Both implement the `Evaluator` protocol (engine.evaluate.base) — `backend`, `gpus`,
 `compile_workers`, `waiting`, `job()`, `evaluate()`, `device_states()`, `close()` — and build their
-jobs with the one builder, engine.evaluate.jobs.make_job.
+jobs with the one builder, engine.evaluate.host.jobs.make_job.
 """
 
 EXECUTORS = ("local", "ray")

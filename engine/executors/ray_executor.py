@@ -37,8 +37,9 @@ from typing import Any
 
 import engine
 from engine.evaluate.base import Gate, PhaseCallback
-from engine.evaluate.jobs import EvalJob, make_job
-from engine.evaluate.sandbox import is_secret
+from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.sandbox import is_secret
+from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 
 RAY_MISSING = "ray is not installed: pip install 'ktree[ray]'"
@@ -159,7 +160,7 @@ class EvalActor:
         if self.evaluator is not None:
             return self.info
 
-        from engine.evaluate.evaluator import LocalEvaluator, default_compile_workers
+        from engine.evaluate.host.evaluator import LocalEvaluator, default_compile_workers
 
         ctx = ray.get_runtime_context()
         node_id = ctx.get_node_id()

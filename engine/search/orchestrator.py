@@ -25,9 +25,9 @@ from typing import Any
 from engine import crash, prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
 from engine.evaluate.base import Evaluator
+from engine.evaluate.host.reference_history import is_disturbed
 from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
 from engine.evaluate.languages import kernel_language
-from engine.evaluate.reference_history import is_disturbed
 from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,

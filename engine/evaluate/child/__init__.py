@@ -5,10 +5,11 @@ process, `python -m engine.evaluate.child.evaluation JOB RESULT`: compile, evalu
 warm, agreement jobs), `worker_process` (the long-lived one per device, serving evaluations one at a
 time), and the steps they share: `load` (build and import the solution, make models and inputs),
 `check` (the check trials against the fp64 answers, with the integrity checks), `measure` (timing,
-the reference's own timings), `reference` (the reference job), `common` (failures, build keys,
-inputs, precision). They import torch, the standard library and the detectors of engine/evaluate/
-(integrity, tamper, timing, clocks, rotation, noise, gpuload, expected_cache). The host's side
-(the evaluator, the compile pool, the workers' handles, the sandbox, the devices) names these
-modules on command lines and takes only build keys from here (`load.build_key`); the profilers,
-which run beside a candidate too, load its model through `load`.
+the reference's own timings), `reference` (the reference job). They import torch, the standard
+library, the languages (engine/evaluate/languages/, with what every language's loading shares:
+failures, build keys, inputs, precision) and the harness (engine/evaluate/harness/: integrity,
+tamper, timing, clocks, rotation, noise, gpuload, expected_cache), never the host's side
+(engine/evaluate/host/: the evaluator, the compile pool, the workers' handles, the sandbox, the
+devices), which names these modules on command lines and takes only build keys from here
+(`load.build_key`); the profilers, which run beside a candidate too, load its model through `load`.
 """

@@ -1,6 +1,6 @@
 """The evaluation child's checking: the candidate's outputs against the reference's fp64 answers
-on every trial's inputs (engine.evaluate.expected_cache caches them), allclose and relative L2 error,
-with the integrity checks of engine.evaluate.integrity_checks watching each call.
+on every trial's inputs (engine.evaluate.harness.expected_cache caches them), allclose and relative L2 error,
+with the integrity checks of engine.evaluate.harness.integrity_checks watching each call.
 
 Runs untrusted code in the child's process (engine.evaluate.child.evaluation); torch and the standard
 library only.
@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import clocks, expected_cache, integrity_checks, memory
 from engine.evaluate.child.load import EvalFailure, format_exc, make_inputs
+from engine.evaluate.harness import clocks, expected_cache, integrity_checks, memory
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 
@@ -94,7 +94,7 @@ _REFERENCE_OPS: dict[tuple[Any, ...], Any] = {}
 
 
 def caller(model: Any) -> Callable[..., Any]:
-    """`model(*args)` through nn.Module.__call__ as bound at import (engine.evaluate.clocks): a
+    """`model(*args)` through nn.Module.__call__ as bound at import (engine.evaluate.harness.clocks): a
     candidate that replaces it changes nothing the harness calls."""
     import torch
 
@@ -104,11 +104,11 @@ def caller(model: Any) -> Callable[..., Any]:
 
 
 def reference_ops(checks: expected_cache.ReferenceChecks, ref: Any, device: str) -> Any:
-    """The reference forward's aten compute ops and their times (engine.evaluate.integrity), on
+    """The reference forward's aten compute ops and their times (engine.evaluate.harness.integrity), on
     trial 0's inputs, once per reference-check set; taken before the candidate is imported."""
     import torch
 
-    from engine.evaluate import integrity
+    from engine.evaluate.harness import integrity
 
     hit = _REFERENCE_OPS.get(checks.key)
     if hit is None:
@@ -147,7 +147,7 @@ def same_outputs(a: list[Any], b: list[Any]) -> bool:
 
 def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
                      cast: Any) -> expected_cache.ReferenceChecks:
-    """The trials' inputs and fp64 answers for this job (engine.evaluate.expected_cache): keyed by the
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.harness.expected_cache): keyed by the
     problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
     the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
     try:
@@ -178,13 +178,13 @@ class Checked:
 def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: integrity_checks.Watch,
                  base: dict[str, Any]) -> Checked | Verdict:
     """The candidate (`watch.call_new`) on every check trial's inputs against the cached fp64 answers,
-    watched by the integrity checks of the `trial` and `passed` phases (engine.evaluate.integrity_checks:
+    watched by the integrity checks of the `trial` and `passed` phases (harness.integrity_checks:
     inputs unchanged, threads, outputs, trial 0's torch compute ops); its outputs poisoned first, and
     whether they are the same on every trial kept on the watch. A Verdict (runtime_error, incorrect;
     with `base`) where it fails."""
     import torch
 
-    from engine.evaluate import integrity
+    from engine.evaluate.harness import integrity
 
     errs: dict[str, float] = {}
     dtypes: list[Any] = checks.dtypes
@@ -220,7 +220,7 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                     **errs, **base,
                 )
             watch.outputs = flatten(out)
-            if trial == 0:  # (a clone where small, else chunked fingerprints: engine.evaluate.memory)
+            if trial == 0:  # (a clone where small, else chunked fingerprints: engine.evaluate.harness.memory)
                 first_out = memory.Kept(watch.outputs)
             else:
                 watch.same_out = watch.same_out and first_out is not None and first_out.same(watch.outputs)

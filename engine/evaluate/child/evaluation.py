@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import clocks, expected_cache, fastbuild, integrity_checks, settings
+from engine.evaluate import settings
 from engine.evaluate.child.check import (
     DEGENERATE_NOTE,
     caller,
@@ -53,12 +53,13 @@ from engine.evaluate.child.measure import (
     time_candidate,
     timing_floor_s,
 )
+from engine.evaluate.harness import clocks, expected_cache, fastbuild, integrity_checks
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages import for_job
 from engine.evaluate.loading import load_module_from_path
 from engine.evaluate.verdict import REFERENCE_FAILED, Verdict
 
-# Imported from here by the engine and the tests (engine.evaluate.runner: build_key).
+# Imported from here by the engine and the tests (engine.evaluate.host.runner: build_key).
 __all__ = ["EvalFailure", "build_key", "compare", "load_solution", "main", "pin_cores", "run_agreement",
            "run_compile", "run_evaluate", "run_warm"]
 
@@ -79,10 +80,10 @@ def run_compile(job: EvalJob) -> dict[str, Any]:
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     """One evaluation; an out-of-memory told apart: the candidate's own call's (its runtime_error)
-    from ktree's (crashed: "ktree out of memory while ...", engine.evaluate.expected_cache.label_oom)."""
+    from ktree's (crashed: "ktree out of memory while ...", harness.expected_cache.label_oom)."""
     import dataclasses
 
-    from engine.evaluate import memory
+    from engine.evaluate.harness import memory
 
     device = "cuda" if job.backend == "cuda" else "cpu"
     peaks = memory.Peaks(device) if device != "cuda" or _cuda_ready() else None
@@ -108,7 +109,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     return expected_cache.label_oom(verdict, job)
 
 
-# The memory plan of the evaluation under way (engine.evaluate.memory.Plan.record), for its verdict.
+# The memory plan of the evaluation under way (engine.evaluate.harness.memory.Plan.record), for its verdict.
 _PLAN: dict[str, Any] = {}
 
 
@@ -124,7 +125,7 @@ def too_large(problem: Any, ref: Any, device: str) -> str | None:
     it may fit, or where the shapes cannot be had that way (then the evaluation finds out)."""
     import torch
 
-    from engine.evaluate import memory
+    from engine.evaluate.harness import memory
 
     if device != "cuda":
         return None
@@ -140,7 +141,7 @@ def too_large(problem: Any, ref: Any, device: str) -> str | None:
 def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:
     import torch
 
-    from engine.evaluate import gpuload, integrity, memory, noise, tamper, timing  # noqa: F401  (before the candidate's code)
+    from engine.evaluate.harness import gpuload, integrity, memory, noise, tamper, timing  # noqa: F401  (before the candidate's code)
 
     started = clocks.perf_counter()
     device = "cuda" if job.backend == "cuda" else "cpu"
@@ -160,19 +161,19 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     problem = load_module_from_path(job.problem_path, job.sizes)
     watch = integrity_checks.Watch(job, device)
     # Before the candidate's code runs: the harness's functions, and torch's functions and settings
-    # as the reference will find them (engine.evaluate.integrity_checks: harness, tamper).
+    # as the reference will find them (engine.evaluate.harness.integrity_checks: harness, tamper).
     integrity_checks.capture("import", watch)
     init_inputs = problem.get_init_inputs()
     cast = precision_dtype(job)
     torch.manual_seed(job.seed)
     ref = model_to(problem.Model(*init_inputs), device, cast).eval()
     unfit = too_large(problem, ref, device)
-    if unfit:  # said before any input is drawn (engine.evaluate.memory)
+    if unfit:  # said before any input is drawn (engine.evaluate.harness.memory)
         return Verdict(status="runtime_error", log=f"{PROBLEM_TOO_LARGE}: {unfit}", **base)
     ref64 = copy.deepcopy(ref).double()
     clock.lap("load")
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
-    # input seed (engine.evaluate.expected_cache), made before the candidate's code is imported.
+    # input seed (engine.evaluate.harness.expected_cache), made before the candidate's code is imported.
     try:
         checks = reference_checks(job, problem, ref, ref64, device, cast)
     except Exception as exc:
@@ -348,7 +349,7 @@ def _die_with_parent() -> None:
 
 def pin_cores() -> None:
     """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
-    cpu backend's pinned timer, engine.evaluate.evaluator.split_cores); whatever it starts
+    cpu backend's pinned timer, engine.evaluate.host.evaluator.split_cores); whatever it starts
     (compilers, the candidate) inherits them."""
     cores = settings.get("KTREE_CPU_CORES", "")
     if cores and hasattr(os, "sched_setaffinity"):

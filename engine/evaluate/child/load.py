@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluate import languages
-from engine.evaluate.child.common import (  # noqa: F401  (the child's modules import them from here)
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.languages.common import (  # noqa: F401  (the child's modules import them from here)
     EvalFailure,
     build_key,
     format_exc,
@@ -21,7 +22,6 @@ from engine.evaluate.child.common import (  # noqa: F401  (the child's modules i
     solution_build_dir,
     to_device,
 )
-from engine.evaluate.jobs import EvalJob
 from engine.evaluate.loading import load_module_from_path
 
 
@@ -32,9 +32,9 @@ def load_solution(job: EvalJob) -> Any:
 
 
 def retarget_note(job: EvalJob) -> dict[str, Any] | None:
-    """The arch flags the last solution build rewrote (engine.evaluate.fastbuild.retarget_flags):
+    """The arch flags the last solution build rewrote (engine.evaluate.harness.fastbuild.retarget_flags):
     original and new flags and a line for the log; None where none was."""
-    from engine.evaluate import fastbuild
+    from engine.evaluate.harness import fastbuild
 
     if not fastbuild.RETARGETED:
         return None

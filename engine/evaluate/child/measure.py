@@ -1,5 +1,5 @@
 """The evaluation child's timing: the candidate against its reference, interleaved, settled
-against noise (engine.evaluate.timing, engine.evaluate.noise), and rechecked on the timed inputs;
+against noise (engine.evaluate.harness: timing, noise), and rechecked on the timed inputs;
 the reference alone (eager and torch.compile) and the timer's agreement with itself; the
 evaluation's phases and the least device time a verdict needs.
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import clocks, integrity_checks
 from engine.evaluate.child.check import caller, compare
 from engine.evaluate.child.load import format_exc, make_inputs, reference_on_inputs, to_device
+from engine.evaluate.harness import clocks, integrity_checks
 from engine.evaluate.jobs import EvalJob
 
 
@@ -38,7 +38,7 @@ class Phases:
 def timing_floor_s(stats: Any, trials: int) -> float:
     """The least device time a verdict needs: every warm-up and timed rep of the pair (reference
     and candidate, interleaved) plus one candidate call per check trial."""
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     return ((timing.WARMUP + stats.reps) * (stats.ref.median + stats.new.median)
             + trials * stats.new.median) / 1e3
@@ -50,7 +50,7 @@ def run_warm(job: EvalJob) -> dict[str, Any]:
     caches (FX graph, Triton) filled."""
     import torch
 
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     _, model, inputs = reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "gpu": timing.device_info(job.backend),
@@ -67,9 +67,9 @@ def run_warm(job: EvalJob) -> dict[str, Any]:
 
 def reference_rotation(job: EvalJob, device: str, inputs: Any) -> Any:
     """The reference's timed input sets, rotated as an evaluation rotates a candidate's
-    (engine.evaluate.rotation): the reference alone is timed on the same kind of feed."""
-    from engine.evaluate import rotation as rotation_module
+    (engine.evaluate.harness.rotation): the reference alone is timed on the same kind of feed."""
     from engine.evaluate.child.load import precision_dtype
+    from engine.evaluate.harness import rotation as rotation_module
     from engine.evaluate.loading import load_module_from_path
 
     problem = load_module_from_path(job.problem_path, job.sizes)
@@ -83,7 +83,7 @@ def run_agreement(job: EvalJob) -> dict[str, Any]:
     median twice (run to run), do_bench's median (both flush the L2 before every call)."""
     import torch
 
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     device, model, inputs = reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "sizes": dict(job.sizes)}
@@ -114,8 +114,8 @@ _candidate_imported = False  # whether a candidate's code was imported in this p
 @dataclass
 class BeforeCandidate:
     """What the evaluation prepares for timing before the candidate is imported: the rotation of
-    input sets (engine.evaluate.rotation), the reference's clean time (None: unknown; with
-    `measured`: measured here), the speed of light (engine.evaluate.timing.SpeedOfLight)."""
+    input sets (engine.evaluate.harness.rotation), the reference's clean time (None: unknown; with
+    `measured`: measured here), the speed of light (engine.evaluate.harness.timing.SpeedOfLight)."""
 
     rotation: Any
     clean: dict[str, Any] | None
@@ -132,8 +132,8 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
 
     import torch
 
-    from engine.evaluate import noise, timing
-    from engine.evaluate import rotation as rotation_module
+    from engine.evaluate.harness import noise, timing
+    from engine.evaluate.harness import rotation as rotation_module
 
     global _candidate_imported
     with torch.no_grad():
@@ -154,13 +154,13 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
                                     job.max_reps, feed=rotation)
             after, wall = noise.cpu_waited_s() if waited is not None else None, clocks.since(t0)
             wait = (after - waited) / wall if waited is not None and after is not None and wall > 0 else 0.0
-            # Kept for later jobs (engine.evaluate.evaluator) only when no other work slowed it.
+            # Kept for later jobs (engine.evaluate.host.evaluator) only when no other work slowed it.
             clean = {"median": stats.median, "p10": stats.p10, "p90": stats.p90, "lo": stats.lo, "hi": stats.hi,
                      "measured": wait <= noise.CPU_WAIT_MAX}
     sol = timing.speed_of_light(job.flops, floor, checks.dtypes[0] if checks.dtypes else None, device,
                                 job.cache_dir)
     del first
-    rotation.park()  # a lean rotation's sets: drawn again when timing starts (engine.evaluate.rotation)
+    rotation.park()  # a lean rotation's sets: drawn again when timing starts (engine.evaluate.harness.rotation)
     _candidate_imported = True
     return BeforeCandidate(rotation, clean, sol)
 
@@ -172,7 +172,7 @@ def floor_bytes(declared: float | None, inputs: Any, ref: Any, out_bytes: list[i
     overstates them does not raise the floor)."""
     import torch
 
-    from engine.evaluate.rotation import tensor_bytes
+    from engine.evaluate.harness.rotation import tensor_bytes
 
     counted = tensor_bytes(list(inputs)) + sum(out_bytes)
     if isinstance(ref, torch.nn.Module):
@@ -262,16 +262,16 @@ def _identical(a: list[Any], b: list[Any]) -> bool:
 def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.Watch, pre: BeforeCandidate,
                    gpu: dict[str, Any] | None, dtypes: list[Any]) -> tuple[Any, list[str], dict[str, Any]]:
     """Time the reference and the candidate interleaved on the rotation's input sets (`pre`,
-    engine.evaluate.rotation; engine.evaluate.noise settles the passes; on a GPU, `gpu`'s probe
+    engine.evaluate.harness.rotation; engine.evaluate.harness.noise settles the passes; on a GPU, `gpu`'s probe
     watches other processes), look for work escaping the CUDA events, check the sampled timed
     outputs against the fp64 reference, and set the in-process reference time against the clean
     one (a reference slowed in this process is flagged, and the clean time is the speedup's then).
-    The integrity checks of the `timed` and `rechecked` phases (engine.evaluate.integrity_checks)
+    The integrity checks of the `timed` and `rechecked` phases (engine.evaluate.harness.integrity_checks)
     judge what was seen, on `watch` (its `call_new`, the candidate called the harness's way).
     (the settled passes, their flags, a record for the verdict's timing). Raises what the candidate raises."""
     import dataclasses
 
-    from engine.evaluate import gpuload, memory, noise, timing
+    from engine.evaluate.harness import gpuload, memory, noise, timing
 
     record: dict[str, Any] = {}
     device, call_new = watch.device, watch.call_new

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.evaluate import clocks
 from engine.evaluate.child.load import format_exc, reference_on_inputs
 from engine.evaluate.child.measure import reference_rotation
+from engine.evaluate.harness import clocks
 from engine.evaluate.jobs import EvalJob
 
 
@@ -35,8 +35,8 @@ def large_inputs(job: EvalJob) -> bool:
     False where they cannot be had that way."""
     import torch
 
+    from engine.evaluate.harness.memory import tensor_bytes
     from engine.evaluate.loading import load_module_from_path
-    from engine.evaluate.memory import tensor_bytes
 
     if job.backend != "cuda":
         return False
@@ -51,7 +51,8 @@ def large_inputs(job: EvalJob) -> bool:
 def run(job: EvalJob) -> dict[str, Any]:
     import torch
 
-    from engine.evaluate import gate, timing
+    from engine.evaluate import gate
+    from engine.evaluate.harness import timing
 
     t0 = clocks.perf_counter()
     # A problem of gigabytes sets up after the gate, not before it: several processes waiting for

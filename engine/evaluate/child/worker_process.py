@@ -1,6 +1,6 @@
 """The long-lived evaluation worker process: `python -m engine.evaluate.child.worker_process`, one per GPU.
 
-This is the process; the engine drives it through `engine.evaluate.worker.Worker` (the handle the
+This is the process; the engine drives it through `engine.evaluate.host.worker.Worker` (the handle the
 evaluator holds). "_process" in the name keeps the two apart, as `child` is the one-shot process.
 
 Saves each evaluation the start-up of a fresh process (Python, torch, CUDA context: seconds on
@@ -21,7 +21,7 @@ never into the protocol.
 
 The engine restarts the worker after any verdict that may have left it unusable (a CUDA error
 poisons the context; a crash or flag may leave patched modules or threads behind), after a
-timeout (it is killed), and every K evaluations; see engine.evaluate.worker.
+timeout (it is killed), and every K evaluations; see engine.evaluate.host.worker.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _prepare() -> None:
     import torch
     import torch.utils.cpp_extension  # noqa: F401
 
-    from engine.evaluate import fastbuild, gpuload, integrity, noise, timing  # noqa: F401
+    from engine.evaluate.harness import fastbuild, gpuload, integrity, noise, timing  # noqa: F401
 
     # The op recorder's first use costs seconds (measured: 5.7 s on a 2-core box; the first check
     # phase of every new worker on the H100 box took 4.5-6.2 s against 0.03-0.16 s after): pay it
@@ -79,14 +79,14 @@ def _reset_peak_memory() -> None:
 
 def _after_evaluation(verdict: Any) -> Any:
     """Before the engine lets the GPU's lock go: this process's memory made small
-    (engine.evaluate.expected_cache.after_evaluation: a device-resident check set offloaded where another
+    (harness.expected_cache.after_evaluation: a device-resident check set offloaded where another
     ktree process shares the GPU, the allocator's free blocks returned), and its peak GPU memory in
     this evaluation recorded (`timing.memory`: peak_reserved, peak_allocated, kept_reserved bytes)."""
     import dataclasses
 
     import torch
 
-    from engine.evaluate import expected_cache
+    from engine.evaluate.harness import expected_cache
 
     memory: dict[str, Any] = {}
     with contextlib.suppress(Exception):

@@ -30,7 +30,7 @@ class Language:
     requires: str | None = None  # a module a search in this language needs importable
     contract_mark: str = ""  # a phrase only this language's contract holds
     first_call_limit_s: float = 240.0
-    eval_floor_s: float | None = None  # None: the backend's floor (engine.evaluate.eval_limit)
+    eval_floor_s: float | None = None  # None: the backend's floor (engine.evaluate.host.eval_limit)
     fix_words: tuple[str, str] = ("failed to build", "Compiler output (tail)")
     precompiled_header: bool = False  # its build includes ktree's precompiled torch header
     build_words: str = "build"  # what a variant's build is called in a bench's table

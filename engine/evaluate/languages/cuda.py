@@ -1,5 +1,5 @@
 """CUDA C++ (and C++ on the cpu backend): a `torch.utils.cpp_extension.load_inline` extension
-built from the solution's strings, through ktree's compile levers (engine.evaluate.fastbuild). The
+built from the solution's strings, through ktree's compile levers (engine.evaluate.harness.fastbuild). The
 default language: every source no other language claims.
 
 Runs in the child's process; torch and the standard library only.
@@ -12,10 +12,10 @@ import sys
 from typing import Any
 
 from engine.evaluate.build_errors import REUSED_BUILD_ERROR
-from engine.evaluate.child import build_probe
-from engine.evaluate.child.common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.languages import build_probe
 from engine.evaluate.languages.base import Language
+from engine.evaluate.languages.common import EvalFailure, build_dir_lock, format_exc, read_json, write_json
 from engine.evaluate.loading import load_module_from_source
 
 
@@ -37,7 +37,7 @@ class CudaCpp(Language):
         return backend  # the default language's kernels sit under the backend's own dir
 
     def load(self, job: EvalJob, key: str, build_dir: str) -> Any:
-        from engine.evaluate import fastbuild
+        from engine.evaluate.harness import fastbuild
 
         os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
         fastbuild.install(job.cache_dir)  # the same levers in the compile pool and the worker

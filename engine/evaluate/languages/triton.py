@@ -18,8 +18,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine.evaluate import clocks
-from engine.evaluate.child.common import (
+from engine.evaluate.harness import clocks
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.languages.base import Language
+from engine.evaluate.languages.common import (
     EvalFailure,
     WarmupTimeout,
     build_dir_lock,
@@ -30,11 +32,9 @@ from engine.evaluate.child.common import (
     solution_build_dir,
     time_limit,
 )
-from engine.evaluate.jobs import EvalJob
-from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_file, load_module_from_path
-from engine.evaluate.sandbox import TRITON_CACHE
 
+TRITON_CACHE = "triton-cache"  # Triton's JIT cache inside the build cache (the sandbox keeps it writable)
 TRITON_WARMUP_S = 240.0  # the time limit on a Triton solution's first call: JIT compile + autotune
 _TRITON = re.compile(r"^[ \t]*(?:import triton\b|from triton\b|@triton\.(?:jit|autotune)\b)", re.MULTILINE)
 

@@ -2,7 +2,7 @@
 rate), against which the diagnosis puts a kernel's achieved bandwidth and FLOP rate.
 
 The peaks are measured as the kernel is timed: on the timer's cores with its thread count
-(engine.evaluate.timing.fix_threads), and the bandwidth also at the problem's own working set. The
+(engine.evaluate.harness.timing.fix_threads), and the bandwidth also at the problem's own working set. The
 cpu timer flushes no cache and the cpu sizes are small (a few MiB), so between timed calls a
 kernel's bytes stay in the caches: against a copy far beyond them (the DRAM's bandwidth) its rate
 read 171 % and 214 % of the "peak" (issue 30). A copy of the same working set, as warm, is the
@@ -34,8 +34,8 @@ def cpu_peaks(nbytes: float | None = None) -> dict[str, Any]:
     FP32 matmul rate, each the best of several runs, on the timer's cores with its threads."""
     import torch
 
-    from engine.evaluate import timing
     from engine.evaluate.child.evaluation import pin_cores
+    from engine.evaluate.harness import timing
 
     pin_cores()  # KTREE_CPU_CORES: the pinned timer's cores, where the kernel was timed
     threads = timing.fix_threads()

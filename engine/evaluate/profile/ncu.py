@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from engine.evaluate import settings
-from engine.evaluate.diagnosis import is_half
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.profile.diagnosis import is_half
 
 # Nsight Compute metric -> the profile's key (see the Nsight Compute metrics reference and the
 # SpeedOfLight, Occupancy, LaunchStats and WarpStateStats sections).
@@ -115,7 +115,7 @@ def finish_kernels(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ncu_metrics() -> list[str]:
-    """Only what the diagnosis reads (engine.evaluate.diagnosis): no section, no other set."""
+    """Only what the diagnosis reads (engine.evaluate.profile.diagnosis): no section, no other set."""
     return [*NCU_METRICS, *(STALL_METRIC.format(s) for s in STALLS)]
 
 
@@ -161,8 +161,9 @@ def under_ncu(job: EvalJob) -> dict[str, Any]:
     warm-up calls and the profiled one after it."""
     import torch
 
-    from engine.evaluate import gate, timing
+    from engine.evaluate import gate
     from engine.evaluate.child.load import model_and_inputs
+    from engine.evaluate.harness import timing
 
     model, inputs, _ = model_and_inputs(job)
     peaks = timing.device_peaks(job.cache_dir) if _peaks_cached(job.cache_dir) else None

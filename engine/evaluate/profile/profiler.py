@@ -19,13 +19,12 @@ This module is the entry: the engine side (the Profiler: which tool, its cache, 
 the subprocess side's dispatch, run as ``python -m engine.evaluate.profile.profiler JOB.json OUT.json
 ACTION``. Each job lives in its own module: `ncu` (Nsight Compute), `torch_profiler`
 (torch.profiler), `cpu` (the cpu backend's peaks) beside it in engine.evaluate.profile;
-engine.evaluate.sanitizer (compute-sanitizer) and engine.evaluate.diagnosis (the pure diagnosis
+engine.evaluate.profile.sanitizer (compute-sanitizer) and engine.evaluate.profile.diagnosis (the pure diagnosis
 and summary). Torch + stdlib only, like all of engine.evaluate.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -38,17 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate import settings
-from engine.evaluate.diagnosis import BOUND_LABELS, TOP_KERNELS, achieved, diagnose, summary_lines
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.profile.cpu import cpu_peaks, working_set_bytes
+from engine.evaluate.profile.diagnosis import BOUND_LABELS, TOP_KERNELS, achieved, diagnose, summary_lines
 from engine.evaluate.profile.ncu import NCU_METRICS, ncu_command, parse_ncu_csv, probe, under_ncu
+from engine.evaluate.profile.sanitizer import SANITIZE_PATTERNS, parse_sanitizer, sanitize, wants_sanitizer
 from engine.evaluate.profile.torch_profiler import parse_trace_kernels, torch_profile
-from engine.evaluate.sanitizer import SANITIZE_PATTERNS, parse_sanitizer, sanitize, wants_sanitizer
 
 # Imported from here by the engine (evaluator, report, prompts, launch, cli) and the tests.
 __all__ = ["BOUND_LABELS", "DEFAULT_BUDGET_S", "NCU_METRICS", "PROFILE_MODES", "SANITIZE_PATTERNS",
            "TOP_KERNELS", "Profiler", "achieved", "cache_key", "diagnose", "find_tool", "main", "ncu_command",
-           "parse_ncu_csv", "parse_sanitizer", "parse_trace_kernels", "run_tool", "summary_lines",
+           "parse_ncu_csv", "parse_sanitizer", "parse_trace_kernels", "summary_lines",
            "wants_sanitizer"]
 
 PROFILE_MODES = ("auto", "ncu", "torch", "off")
@@ -269,7 +268,7 @@ class _suppress:
         return exc[0] is not None and issubclass(exc[0], (OSError, ValueError))  # type: ignore[arg-type]
 
 
-# -- the subprocess side (engine.evaluate.profile: ncu, torch_profiler, cpu; engine.evaluate.sanitizer) --
+# -- the subprocess side (engine.evaluate.profile: ncu, torch_profiler, cpu, sanitizer) --
 
 ACTIONS = {"probe": lambda job: probe(), "ncu": under_ncu, "torch": torch_profile,
            "cpu-peaks": lambda job: cpu_peaks(job.bytes), "sanitize": sanitize}
@@ -289,54 +288,6 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[str, str],
-                   timeout_s: float, sandbox: Any) -> tuple[dict[str, Any] | None, str, str]:
-    """Start `[prefix...] python -m engine.evaluate.profile.profiler JOB OUT ACTION` in the sandbox and wait
-    (killed at `timeout_s`). `{log}` in the prefix is the tool's log file. (result or None, the
-    process's output tail, the tool's log)."""
-    from engine.evaluate.runner import _read_tail
-    from engine.evaluate.sandbox import evaluation_binds, kill_tree, make_workdir
-
-    workdir = make_workdir(f"profile-{action}")
-    job_path, result_path = workdir / "job.json", workdir / "result.json"
-    out_path, log_path = workdir / "out.txt", workdir / "tool.log"
-    job_path.write_text(json.dumps(job.to_dict()))
-    prefix = [a.replace("{log}", str(log_path)) for a in argv_prefix]
-    cache_ro, cache_rw = evaluation_binds(job.cache_dir)  # runs the candidate: no build dir writable
-    argv = sandbox.command(
-        [*prefix, sys.executable, "-m", "engine.evaluate.profile.profiler", str(job_path), str(result_path),
-         action],
-        workdir=workdir, read_only=([job.problem_path] if job.problem_path else []) + cache_ro,
-        writable=cache_rw, timeout_s=timeout_s)
-    try:
-        with open(out_path, "wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=workdir, env=sandbox.env(env, workdir=workdir), stdin=asyncio.subprocess.DEVNULL,
-                stdout=out, stderr=out, start_new_session=True)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                kill_tree(proc.pid)
-                await proc.wait()
-                return {"error": f"over its time budget of {timeout_s:g} s"}, _read_tail(out_path), ""
-            except asyncio.CancelledError:
-                kill_tree(proc.pid)
-                await proc.wait()
-                raise
-        kill_tree(proc.pid)
-        result = json.loads(result_path.read_text()) if result_path.exists() else None
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        keep = settings.get("KTREE_PROFILE_LOGS")  # a dir: keep each tool's log (debugging)
-        if keep and (log or out_path.exists()):
-            os.makedirs(keep, exist_ok=True)
-            stem = os.path.join(keep, f"{action}-{time.time():.3f}")
-            with open(f"{stem}.log", "w") as fh:
-                fh.write(log + "\n--- output ---\n" + _read_tail(out_path))
-        return result, _read_tail(out_path), log
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

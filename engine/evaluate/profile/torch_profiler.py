@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any
 
-from engine.evaluate.diagnosis import is_half
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.profile.diagnosis import is_half
 from engine.evaluate.profile.ncu import finish_kernels
 
 
@@ -43,8 +43,8 @@ def torch_profile(job: EvalJob, calls: int = 3) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.evaluate import timing
     from engine.evaluate.child.load import model_and_inputs
+    from engine.evaluate.harness import timing
 
     model, inputs, _ = model_and_inputs(job)
     with torch.no_grad():

@@ -1,7 +1,7 @@
 """The evaluation pipeline for one backend: a compile pool (many builds at once, GPUs hidden,
 each a subprocess) feeding the devices — one per GPU, each evaluating one variant at a time in its
 own long-lived worker process (engine.evaluate.child.worker_process, driven by the engine-side handle
-engine.evaluate.worker.Worker) that sees only that GPU — through one shared queue: a compiled variant
+engine.evaluate.host.worker.Worker) that sees only that GPU — through one shared queue: a compiled variant
 goes to whichever device is free first. Each stage has its own timeout.
 
 Implements the `Evaluator` protocol (engine.evaluate.base); like all of engine.evaluate it imports
@@ -20,9 +20,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import build_memo, clean_reference, settings, static_rules
+from engine.evaluate import settings
 from engine.evaluate.base import Gate, PhaseCallback
-from engine.evaluate.devices import (
+from engine.evaluate.gate import Gate as StartGate
+from engine.evaluate.harness.noise import timer_cores as timer_cores_now
+from engine.evaluate.host import build_memo, clean_reference, static_rules
+from engine.evaluate.host.devices import (
     DOWN_REST_S,
     Device,
     bounded_seconds,
@@ -31,19 +34,18 @@ from engine.evaluate.devices import (
     split_cores,
     visible_gpus,
 )
-from engine.evaluate.eval_limit import EvalLimit, eval_limit
-from engine.evaluate.gate import Gate as StartGate
-from engine.evaluate.hostlock import describe_holder, gpu_key
-from engine.evaluate.jobs import EvalJob, make_job
+from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
+from engine.evaluate.host.hostlock import describe_holder, gpu_key
+from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.reference_history import ReferenceHistory
+from engine.evaluate.host.reference_times import ReferenceTimings
+from engine.evaluate.host.runner import default_cache_dir, failed_verdict, run_child, run_tool
+from engine.evaluate.host.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
+from engine.evaluate.host.worker import GPU_STANDBYS, Worker, ledger_dir, memory_env
+from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages import for_job, registry
-from engine.evaluate.noise import timer_cores as timer_cores_now
-from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, run_tool, wants_sanitizer
-from engine.evaluate.reference_history import ReferenceHistory
-from engine.evaluate.reference_times import ReferenceTimings
-from engine.evaluate.runner import default_cache_dir, failed_verdict, run_child
-from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Limits, Sandbox
+from engine.evaluate.profile.profiler import DEFAULT_BUDGET_S, Profiler, wants_sanitizer
 from engine.evaluate.verdict import Verdict
-from engine.evaluate.worker import GPU_STANDBYS, Worker, ledger_dir, memory_env
 
 DEFAULT_TIMEOUTS = {"cuda": 900.0, "cpu": 600.0}  # a build's seconds (an evaluation's: eval_limit)
 
@@ -80,7 +82,7 @@ class LocalEvaluator(ReferenceTimings):
         """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
         ValueError for one that is not visible. devices: on cpu, this many independent devices
         (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
-        host lock). host_lock: hold each device's host-wide lock (engine.evaluate.hostlock) while
+        host lock). host_lock: hold each device's host-wide lock (engine.evaluate.host.hostlock) while
         checking and timing on it, so that ktree processes on one host queue for a device.
         profile: auto | ncu | torch | off (engine.evaluate.profile.profiler): how correct variants are
         profiled, within `profile_budget_s`; a runtime error from an illegal or misaligned access
@@ -133,7 +135,7 @@ class LocalEvaluator(ReferenceTimings):
         self.profile_each = profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         # The check trials' input seed: secret to this evaluator (one session, one `ktree eval`
-        # run), sent with each job, never written down (engine.evaluate.expected_cache).
+        # run), sent with each job, never written down (engine.evaluate.harness.expected_cache).
         self._input_seed = secrets.randbits(62)
         self._warm_locks: dict[str, asyncio.Lock] = {}
         self._warmed: set[str] = set()
@@ -250,7 +252,7 @@ class LocalEvaluator(ReferenceTimings):
             await self._warm(job.problem_path, job.sizes, job.precision)
 
         if job.input_seed is None and job.mode == "evaluate":
-            # the session's secret (engine.evaluate.expected_cache)
+            # the session's secret (engine.evaluate.harness.expected_cache)
             job = job.replace(input_seed=self._input_seed)
 
         pending: dict[str, dict] = {}
@@ -289,7 +291,7 @@ class LocalEvaluator(ReferenceTimings):
                      build_s: float | None, on_phase: PhaseCallback | None) -> Verdict:
         """evaluate()'s part on a device: held (its host lock), the reference timed where it is
         not on disk yet, the worker's run, what comes after (a profile, the sanitizer). A verdict of
-        ktree's own out-of-memory (engine.evaluate.expected_cache.label_oom: never the candidate's) is
+        ktree's own out-of-memory (engine.evaluate.harness.expected_cache.label_oom: never the candidate's) is
         judged once more, on a fresh worker."""
         retried = False
         while True:
@@ -360,7 +362,7 @@ class LocalEvaluator(ReferenceTimings):
         return await self._profile_after(verdict, run, on_phase)
 
     def _limit(self, job: EvalJob, device: Device) -> EvalLimit:
-        """How long this evaluation may hold the device (engine.evaluate.eval_limit): --eval-timeout,
+        """How long this evaluation may hold the device (engine.evaluate.host.eval_limit): --eval-timeout,
         else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,

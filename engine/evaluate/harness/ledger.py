@@ -1,5 +1,5 @@
 """One host-wide memory budget for what ktree processes cache (the check trials' inputs and fp64
-answers, engine.evaluate.expected_cache), shared by every ktree process on the host.
+answers, engine.evaluate.harness.expected_cache), shared by every ktree process on the host.
 
 A directory (`KTREE_LEDGER_DIR`: the evaluator sets it to `<cache>/peaks/memory`, the one dir of
 the build cache an evaluation process may write) holds one small JSON file per live process:

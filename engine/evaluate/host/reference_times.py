@@ -1,7 +1,7 @@
 """The reference's own times, kept per problem and GPU model for every process on the host: the
-part of LocalEvaluator (engine.evaluate.evaluator) that starts a reference timing process before
+part of LocalEvaluator (engine.evaluate.host.evaluator) that starts a reference timing process before
 the device's lock (behind a gate, engine.evaluate.gate), lets it time while the device is held,
-and keeps the result on disk; the cpu reference's clean time (engine.evaluate.clean_reference);
+and keeps the result on disk; the cpu reference's clean time (engine.evaluate.host.clean_reference);
 torch.compile's caches warmed in the compile pool.
 
 Standard library at import; torch for the key's version only.
@@ -16,12 +16,12 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import clean_reference, reference_history
 from engine.evaluate.gate import Gate as StartGate
-from engine.evaluate.hostlock import DeviceLock, gpu_name
+from engine.evaluate.host import clean_reference, reference_history
+from engine.evaluate.host.hostlock import DeviceLock, gpu_name
+from engine.evaluate.host.runner import run_child
+from engine.evaluate.host.sandbox import WRITABLE_IN_CACHE, Sandbox
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.runner import run_child
-from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Sandbox
 
 
 class ReferenceTimings:
@@ -188,12 +188,12 @@ class ReferenceTimings:
             owner.release()
 
     def _clean_file(self, job: EvalJob, device: Any) -> Path:
-        """Where the cpu reference's clean eager time is kept (engine.evaluate.clean_reference)."""
+        """Where the cpu reference's clean eager time is kept (engine.evaluate.host.clean_reference)."""
         kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
         return clean_reference.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
 
     def _history(self, job: EvalJob, device: Any) -> tuple[str, Path]:
-        """The reference's measured times' key and file (engine.evaluate.reference_history)."""
+        """The reference's measured times' key and file (engine.evaluate.host.reference_history)."""
         kept = self._reference_file(job.problem_path, job.sizes, device, job.precision)
         path = reference_history.path_for(kept, device.env.get("KTREE_CPU_CORES", ""))
         return str(path), path

@@ -1,5 +1,5 @@
 // ktree's header for the CUDA sources of load_inline extensions (the "mini" build lever of
-// engine/evaluate/fastbuild.py): what a KernelBench-style host function in a .cu file uses --
+// engine/evaluate/harness/fastbuild.py): what a KernelBench-style host function in a .cu file uses --
 // the Tensor class and its methods, the usual factories, TORCH_CHECK, the AT_DISPATCH macros
 // and the torch:: names of the dtypes -- without <torch/types.h>, which brings every ATen
 // operator and the autograd factories through nvcc's front ends twice. A source that needs

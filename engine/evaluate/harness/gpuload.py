@@ -4,7 +4,7 @@ Before and after each timing pass the probe asks which processes hold a compute 
 GPU and how busy it is, and after the pass which processes the driver sampled running kernels
 (SM utilization > 0) since the pass began (nvmlDeviceGetProcessUtilization). A process other
 than this one that ran kernels in that window shared the GPU with the timer: the pass is
-*contended* (engine.evaluate.noise re-times it, and marks the verdict if it stays so).
+*contended* (engine.evaluate.harness.noise re-times it, and marks the verdict if it stays so).
 
 Where the driver's PIDs are not this process's (a container with its own PID namespace: this
 process's PID is not among those the driver lists) no PID can be told apart; then two or more
@@ -143,5 +143,5 @@ class Probe:
 
 
 def probe_for(info: dict[str, Any]) -> Probe:
-    """The probe of the GPU a verdict's `gpu` record names (engine.evaluate.timing.device_info)."""
+    """The probe of the GPU a verdict's `gpu` record names (engine.evaluate.harness.timing.device_info)."""
     return Probe(info.get("uuid"), info.get("index"))

@@ -30,7 +30,7 @@ The compile child and the GPU worker install the same levers, so a module built 
 date for the other and only loads there.
 
 `load` is wrapped too, and both decide where a build goes (`_placed`), wherever the candidate calls
-them (at import, in `__init__`, in a helper, in `forward`: engine.evaluate.child.build_probe makes the
+them (at import, in `__init__`, in a helper, in `forward`: engine.evaluate.languages.build_probe makes the
 compile pool reach the calls outside the import) and whatever `build_directory` it names: the
 source's build dir in the cache; in an evaluation, which may not write the cache, the module built
 there, or where there is none, a scratch dir of that evaluation's own (`scratch_dir`).
@@ -275,7 +275,7 @@ def _as_list(sources: Any) -> list[str]:
 
 def mini_call(call: dict[str, Any]) -> dict[str, Any] | None:
     """The load_inline call with the "mini" lever: the CUDA sources get ktree's header
-    (engine/evaluate/include/ktree_torch_min.h: the Tensor class, its methods, the usual factories,
+    (engine/evaluate/harness/include/ktree_torch_min.h: the Tensor class, its methods, the usual factories,
     the dispatch macros, the torch:: dtype names) instead of <torch/types.h> and
     <torch/extension.h>; the C++ sources keep <torch/extension.h> (and the precompiled header),
     which load_inline would have prepended itself. None where the lever does not apply: no CUDA
@@ -347,7 +347,7 @@ def extension_identifiers(cache_dir: str, extra_cflags: list[str],
 
 class ProbeBuilt(BaseException):  # noqa: N818  (a signal to the probe, not an error)
     """Raised by the wrapped load_inline / load in the compile pool's probe of ModelNew
-    (engine.evaluate.child.build_probe) once a call it had not seen has built: the probe's call of
+    (engine.evaluate.languages.build_probe) once a call it had not seen has built: the probe's call of
     __init__ or forward stops there, before any kernel runs on its meta tensors, and starts again.
     A BaseException: a candidate's `except Exception` does not swallow it."""
 
@@ -356,7 +356,7 @@ class ProbeBuilt(BaseException):  # noqa: N818  (a signal to the probe, not an e
 # read-only): built into a scratch dir of this evaluation, made on first use and removed after it
 # (`drop_scratch`); no other variant's evaluation reads it.
 SCRATCH: dict[str, str | None] = {"dir": None}
-# The compile pool's probe (engine.evaluate.child.build_probe): "on" while it runs; "done": the
+# The compile pool's probe (engine.evaluate.languages.build_probe): "on" while it runs; "done": the
 # call keys it has built; "notify": told "build" and "built" around each build (a build is never
 # an idle probe).
 PROBE: dict[str, Any] = {"on": False, "done": set(), "notify": None}

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.evaluate.noise import ESCAPE_REPS, MAX_RETIMES, MIN_REPS, SAMPLES, WARMUP
+from engine.evaluate.harness.noise import ESCAPE_REPS, MAX_RETIMES, MIN_REPS, SAMPLES, WARMUP
 
 FLOOR_S = {"cpu": 60.0, "cuda": 120.0}
 CAP_S = 900.0

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import clocks, noise, settings
-from engine.evaluate.noise import ESCAPE_REPS, MIN_REPS, WARMUP  # (read as timing.WARMUP, ... too)
+from engine.evaluate import settings
+from engine.evaluate.harness import clocks, noise
+from engine.evaluate.harness.noise import ESCAPE_REPS, MIN_REPS, WARMUP  # (read as timing.WARMUP, ... too)
 
 
 @dataclass(frozen=True)
 class Stats:
-    """Median, p10, p90 and the median's ~95 % interval (lo, hi: engine.evaluate.noise)."""
+    """Median, p10, p90 and the median's ~95 % interval (lo, hi: engine.evaluate.harness.noise)."""
 
     median: float
     p10: float
@@ -113,7 +114,7 @@ def time_pair(
     feed: Any = None,
 ) -> PairStats:
     """The reference and the candidate timed interleaved (the order alternating per rep). With
-    `feed` (engine.evaluate.rotation.Rotation) each call takes its arguments from it, made outside
+    `feed` (engine.evaluate.harness.rotation.Rotation) each call takes its arguments from it, made outside
     the timed window, and hands it its output afterwards; without, both are called bare."""
     samples, reps = _time(device, [("ref", ref), ("new", new)], budget_s, max_reps, feed)
     return PairStats(Stats.of(samples["ref"]), Stats.of(samples["new"]), reps)
@@ -136,9 +137,9 @@ def _time(device: str, callees: list[tuple[str, Callable[..., object]]], budget_
 
 def time_pass(ref: Callable[..., object], new: Callable[..., object], device: str, budget_s: float = 2.0,
               max_reps: int = 100, probe: Any = None, feed: Any = None) -> noise.Pass:
-    """One timing pass as engine.evaluate.noise judges it: the pair's stats, on the CPU the
+    """One timing pass as engine.evaluate.harness.noise judges it: the pair's stats, on the CPU the
     fraction of the wall time the timer's threads waited for a core, on a GPU what `probe`
-    (engine.evaluate.gpuload.Probe, or None) saw other processes do while it timed."""
+    (engine.evaluate.harness.gpuload.Probe, or None) saw other processes do while it timed."""
     window = probe.start() if probe is not None else None
     waited = noise.cpu_waited_s() if device != "cuda" else None
     t0 = clocks.perf_counter()
@@ -223,7 +224,7 @@ def check_escaping_work(fn: Callable[..., object], event_median_ms: float | None
     stream's work shows in the wait and not in the events. Flagged when the median excess (wait
     minus events, per call) is over ESCAPE_SLACK_MS and over ESCAPE_REL of the events' median.
     `event_median_ms` (the timed pass's) is shown in the flag. `feed`: the rotation, for the
-    call's arguments (engine.evaluate.rotation)."""
+    call's arguments (engine.evaluate.harness.rotation)."""
     import torch
 
     flush = torch.empty(flush_bytes() // 4, dtype=torch.float32, device="cuda")

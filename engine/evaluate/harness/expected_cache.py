@@ -1,6 +1,6 @@
 """The check trials' inputs and fp64 expected outputs, computed once per worker process when they
 fit the host-wide memory budget, else recomputed live per trial. (The integrity checks are
-elsewhere: engine.evaluate.integrity_checks.)
+elsewhere: engine.evaluate.harness.integrity_checks.)
 
 Within a session every variant of a problem is checked at the same sizes, precision and device,
 so the trials' inputs and the reference's fp64 answers on them are the same work for every
@@ -48,8 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks, memory, settings
-from engine.evaluate import ledger as ledger_module
+from engine.evaluate import settings
+from engine.evaluate.harness import clocks, memory
+from engine.evaluate.harness import ledger as ledger_module
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
 FREE_SHARE = 0.5  # a device-resident set takes at most this share of the GPU's free memory
@@ -98,7 +99,7 @@ class ReferenceChecks:
     gpu: str | None = None  # the ledger's key of the GPU it was made on
     seed: int = 0
     live_fns: tuple[Any, ...] = ()  # (draw, answer, device): a live set's way to its trials
-    plan: Any = None  # engine.evaluate.memory.Plan: the answers' precision, the caches' room
+    plan: Any = None  # engine.evaluate.harness.memory.Plan: the answers' precision, the caches' room
 
     @property
     def answers(self) -> str:
@@ -410,7 +411,7 @@ def _allocated(device: str) -> int:
     """Bytes held now: the GPU's allocator's, else the process's resident set."""
     import torch
 
-    from engine.evaluate import memory
+    from engine.evaluate.harness import memory
 
     if device != "cpu":
         return int(torch.cuda.memory_allocated())
@@ -430,7 +431,7 @@ def _gpu_free(device: str) -> int | None:
 
 def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger, plan: Any = None) -> str:
     """device | host | live for a set of `total` bytes, with its claim made in the ledger; on the
-    device only where the memory plan leaves it room (engine.evaluate.memory.Plan.cache_bytes)."""
+    device only where the memory plan leaves it room (engine.evaluate.harness.memory.Plan.cache_bytes)."""
     import torch
 
     room = plan.cache_bytes if plan is not None else total

@@ -10,13 +10,14 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from engine.evaluate import settings
-from engine.evaluate.eval_limit import EvalLimit
+from engine.evaluate.host.eval_limit import EvalLimit
+from engine.evaluate.host.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.verdict import Verdict, log_tail
 
 __all__ = ["default_cache_dir", "failed_verdict", "run_child", "scrubbed_env"]  # scrubbed_env: moved
@@ -116,3 +117,49 @@ def _read_tail(path: Path) -> str:
 
 def failed_verdict(outcome: str, log: str, job: EvalJob) -> Verdict:
     return Verdict(status=outcome, backend=job.backend, sizes=dict(job.sizes), log=log)
+
+
+async def run_tool(argv_prefix: list[str], job: EvalJob, action: str, env: dict[str, str],
+                   timeout_s: float, sandbox: Any) -> tuple[dict[str, Any] | None, str, str]:
+    """Start `[prefix...] python -m engine.evaluate.profile.profiler JOB OUT ACTION` in the sandbox and wait
+    (killed at `timeout_s`). `{log}` in the prefix is the tool's log file. (result or None, the
+    process's output tail, the tool's log)."""
+
+    workdir = make_workdir(f"profile-{action}")
+    job_path, result_path = workdir / "job.json", workdir / "result.json"
+    out_path, log_path = workdir / "out.txt", workdir / "tool.log"
+    job_path.write_text(json.dumps(job.to_dict()))
+    prefix = [a.replace("{log}", str(log_path)) for a in argv_prefix]
+    cache_ro, cache_rw = evaluation_binds(job.cache_dir)  # runs the candidate: no build dir writable
+    argv = sandbox.command(
+        [*prefix, sys.executable, "-m", "engine.evaluate.profile.profiler", str(job_path), str(result_path),
+         action],
+        workdir=workdir, read_only=([job.problem_path] if job.problem_path else []) + cache_ro,
+        writable=cache_rw, timeout_s=timeout_s)
+    try:
+        with open(out_path, "wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=workdir, env=sandbox.env(env, workdir=workdir), stdin=asyncio.subprocess.DEVNULL,
+                stdout=out, stderr=out, start_new_session=True)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout_s)
+            except TimeoutError:
+                kill_tree(proc.pid)
+                await proc.wait()
+                return {"error": f"over its time budget of {timeout_s:g} s"}, _read_tail(out_path), ""
+            except asyncio.CancelledError:
+                kill_tree(proc.pid)
+                await proc.wait()
+                raise
+        kill_tree(proc.pid)
+        result = json.loads(result_path.read_text()) if result_path.exists() else None
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        keep = settings.get("KTREE_PROFILE_LOGS")  # a dir: keep each tool's log (debugging)
+        if keep and (log or out_path.exists()):
+            os.makedirs(keep, exist_ok=True)
+            stem = os.path.join(keep, f"{action}-{time.time():.3f}")
+            with open(f"{stem}.log", "w") as fh:
+                fh.write(log + "\n--- output ---\n" + _read_tail(out_path))
+        return result, _read_tail(out_path), log
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

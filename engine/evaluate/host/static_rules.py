@@ -5,7 +5,7 @@ it: "hacked" (a rule it trusts enough to filter a leaderboard entry matched: a r
 output replayed from a cache keyed on the input's pointer, ...), "suspicious", "low_confidence" or
 "valid". Its "hacked" flags the verdict (a `correct` one becomes `flagged`); "suspicious" and
 "low_confidence" are notes, never flags; "valid" says nothing. The harness's own checks
-(engine.evaluate.integrity, tamper, timing) still judge what the variant *does*; this catches
+(engine.evaluate.harness.integrity, tamper, timing) still judge what the variant *does*; this catches
 what it *says*, before it runs.
 
 It runs on the host, in a thread beside the variant's build (evaluator.evaluate): 10-60 ms of pure

@@ -1,6 +1,6 @@
 """Timed calls a candidate cannot tell from checked ones, and whose outputs are checked (issue 34).
 
-The timer (engine.evaluate.timing) calls the reference and the candidate with arguments from a
+The timer (engine.evaluate.harness.timing) calls the reference and the candidate with arguments from a
 `Rotation` instead of one input set reused for every rep:
 
 - **Input sets.** `K` sets drawn from the problem's `get_inputs()`, each from its own secret seed
@@ -39,8 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import clocks, noise, settings
-from engine.evaluate.memory import MIN_SETS, WINDOW_BYTES, stream_sum, tensor_bytes
+from engine.evaluate import settings
+from engine.evaluate.harness import clocks, noise
+from engine.evaluate.harness.memory import MIN_SETS, WINDOW_BYTES, stream_sum, tensor_bytes
 
 MAX_SETS = 4
 SAMPLES = noise.SAMPLES  # sampled (checked) candidate reps per timing pass, at most
@@ -109,7 +110,7 @@ class Sample:
     set_index: int
     outputs: list[Any] | None
     inputs_unchanged: bool
-    # Per output, where a large output kept only a window (engine.evaluate.memory.WINDOW_BYTES): the
+    # Per output, where a large output kept only a window (engine.evaluate.harness.memory.WINDOW_BYTES): the
     # window's first element in the flattened output, drawn with `secrets` after the rep; else None.
     windows: list[int | None] | None = None
 
@@ -156,7 +157,7 @@ class Rotation:
              time_budget_s: float, samples: int | None = None, cap: int | None = None) -> Rotation:
         """A rotation of `first` (drawn already; a lean one empties that list and draws its own sets)
         and more sets from `draw()`, each seeded here from `secrets`, as many as the byte budget (at
-        most `cap`: the memory plan's, engine.evaluate.memory.Plan.rotation_bytes) and the draw-time
+        most `cap`: the memory plan's, engine.evaluate.harness.memory.Plan.rotation_bytes) and the draw-time
         budget allow."""
         import torch
 
@@ -210,7 +211,7 @@ class Rotation:
             self.sets, self._sums = [], []
             self._current.clear()
 
-    # -- the timer's side (engine.evaluate.timing) ------------------------------------------
+    # -- the timer's side (engine.evaluate.harness.timing) ------------------------------------------
 
     def start(self, reps: int) -> None:
         """A timing pass of `reps` timed reps begins (after its warm-up): plan which set each rep

@@ -54,8 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.evaluate import settings
+from engine.evaluate.languages.triton import TRITON_CACHE
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 ENGINE_DIR = PROJECT_ROOT / "engine"
 ISOLATIONS = ("basic", "strict")
 GiB = 1 << 30
@@ -152,7 +153,6 @@ def _alive(pid: int) -> bool:
 
 # -- what an evaluation may write -------------------------------------------------------------
 
-TRITON_CACHE = "triton-cache"  # Triton's JIT cache inside the build cache (child.load._load_triton)
 WRITABLE_IN_CACHE = "peaks"  # the one dir of the build cache an evaluation writes (measured peaks)
 
 

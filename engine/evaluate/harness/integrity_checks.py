@@ -67,7 +67,7 @@ class Watch:
     errs: dict[str, float] = dataclasses.field(default_factory=dict)
     native_errs: dict[str, float] = dataclasses.field(default_factory=dict)
     dtypes: list[Any] = dataclasses.field(default_factory=list)
-    expected: Any = None  # the ReferenceChecks (engine.evaluate.expected_cache)
+    expected: Any = None  # the ReferenceChecks (engine.evaluate.harness.expected_cache)
     # the check trials' comparison of outputs with expected ones: (ok, errors, why not)
     compare: Callable[[Any, Any], tuple[bool, dict[str, float], str]] | None = None
     # timing
@@ -140,13 +140,13 @@ def run(phase: str, watch: Watch) -> Finding:
 
 
 def _integrity() -> Any:
-    from engine.evaluate import integrity
+    from engine.evaluate.harness import integrity
 
     return integrity
 
 
 def _memory() -> Any:
-    from engine.evaluate import memory
+    from engine.evaluate.harness import memory
 
     return memory
 
@@ -175,7 +175,7 @@ def _torch_ops(w: Watch) -> Finding:
         if w.trial == 0:
             kept = w.captured["inputs-modified"]
             # a copy of the inputs as given: from the kept clones, or drawn again where they were
-            # too large to clone (engine.evaluate.memory.Kept keeps fingerprints of those)
+            # too large to clone (engine.evaluate.harness.memory.Kept keeps fingerprints of those)
             fresh = (integrity.snapshot(kept.clones) if not kept.large
                      else w.expected.trial_inputs(w.trial, w.device))
             w.captured["torch-ops"] = integrity.check_forward_ops(lambda: w.call_new(*fresh), w.device)
@@ -209,7 +209,7 @@ register(IntegrityCheck(
 
 
 def _escaping_work(w: Watch) -> Finding:
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     return Finding(timing.check_escaping_work(lambda *a: w.call_new(*a), w.stats.new.median, feed=w.rotation))
 
@@ -306,7 +306,7 @@ register(IntegrityCheck(
 
 
 def _tamper(w: Watch) -> Finding:
-    from engine.evaluate import tamper
+    from engine.evaluate.harness import tamper
 
     snap = w.captured["tamper"]
     # After the check trials, what the candidate changed is put back before the reference is timed.
@@ -314,7 +314,7 @@ def _tamper(w: Watch) -> Finding:
 
 
 def _tamper_capture(w: Watch) -> Any:
-    from engine.evaluate import tamper
+    from engine.evaluate.harness import tamper
 
     return tamper.capture()
 
@@ -326,7 +326,7 @@ register(IntegrityCheck(
 
 
 def _reference_cache(w: Watch) -> Finding:
-    from engine.evaluate import expected_cache
+    from engine.evaluate.harness import expected_cache
 
     if w.expected.intact():
         return Finding()
@@ -343,7 +343,7 @@ SOL_FLOOR = 1.25  # flagged when faster than this many times the measured speed 
 
 
 def _speed_of_light(w: Watch) -> Finding:
-    from engine.evaluate import timing
+    from engine.evaluate.harness import timing
 
     flags, notes, w.sol_fraction = timing.judge_speed_of_light(w.sol, w.stats.new.median, SOL_FLOOR)
     return Finding(flags, notes)
@@ -357,7 +357,7 @@ register(IntegrityCheck(
 
 def markdown_table() -> str:
     """The registry as docs/verdicts.md lists it (tests/test_integrity_checks.py compares them):
-    `python -m engine.evaluate.integrity_checks` prints it."""
+    `python -m engine.evaluate.harness.integrity_checks` prints it."""
     rows = ["| check | what it catches | runs in | evidence |", "|---|---|---|---|"]
     for c in REGISTRY:
         where = ", ".join(c.phases) + ("" if c.backends == ("cpu", "cuda") else f" ({', '.join(c.backends)})")

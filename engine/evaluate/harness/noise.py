@@ -4,7 +4,7 @@ Every timing pass yields, for candidate and reference alike, the median, its p10
 confidence interval of the median by order statistics (distribution-free: the interval between
 the j-th and k-th smallest samples, j, k = n/2 -/+ 1.96 sqrt(n)/2). On the CPU it also yields how
 long the timer's threads sat runnable but waiting for a core (/proc/self/task/*/schedstat): the
-direct sign of other work on the timing cores. On a GPU a probe (engine.evaluate.gpuload) says
+direct sign of other work on the timing cores. On a GPU a probe (engine.evaluate.harness.gpuload) says
 whether another process ran kernels on the GPU while it was timed.
 
 A pass is *noisy* when either median's interval is wider than NOISE_REL of it, or the CPU timer
@@ -30,11 +30,11 @@ CPU_WAIT_MAX = 0.10  # the CPU timer waited for a core longer than this fraction
 MIN_WAIT_WALL_S = 0.02  # shorter passes are not judged by their wait (one time slice is most of it)
 MAX_RETIMES = 2  # re-timing passes after the first, at most
 # The timing's counts, here (standard library) so that what reads them without torch (the
-# evaluation's time limit, engine.evaluate.eval_limit; the benches) reads these very numbers.
-WARMUP = 3  # untimed calls before a pass (engine.evaluate.timing)
+# evaluation's time limit, engine.evaluate.host.eval_limit; the benches) reads these very numbers.
+WARMUP = 3  # untimed calls before a pass (engine.evaluate.harness.timing)
 MIN_REPS = 5  # timed reps of a pass, at least
-ESCAPE_REPS = 7  # calls of the escaping-work check (engine.evaluate.timing.check_escaping_work)
-SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most (engine.evaluate.rotation)
+ESCAPE_REPS = 7  # calls of the escaping-work check (engine.evaluate.harness.timing.check_escaping_work)
+SAMPLES = 4  # sampled (checked) candidate reps per timing pass, at most (engine.evaluate.harness.rotation)
 Z95 = 1.96
 
 
@@ -88,7 +88,7 @@ def cpu_waited_s() -> float | None:
 
 @dataclass(frozen=True)
 class Pass:
-    """One timing pass: its stats (engine.evaluate.timing.PairStats), the CPU wait fraction (None
+    """One timing pass: its stats (engine.evaluate.harness.timing.PairStats), the CPU wait fraction (None
     on the GPU), and what the GPU probe found (None: nothing foreign, or no probe)."""
 
     stats: Any

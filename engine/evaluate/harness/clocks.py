@@ -4,7 +4,7 @@ The evaluation child and the long-lived worker import it at start, before any ca
 runs in the process, and every duration the harness reports (compile and eval seconds, phases,
 the reference's and the candidate's timings) is read through these names. A candidate that
 rebinds `time.perf_counter`, `time.monotonic`, `torch.cuda.Event` or its methods at import
-changes what it sees, not what the harness measures (engine.evaluate.integrity flags it).
+changes what it sees, not what the harness measures (engine.evaluate.harness.integrity flags it).
 """
 
 from __future__ import annotations

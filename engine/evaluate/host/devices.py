@@ -9,8 +9,8 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate.hostlock import DeviceLock
-from engine.evaluate.worker import Worker
+from engine.evaluate.host.hostlock import DeviceLock
+from engine.evaluate.host.worker import Worker
 
 DOWN_REST_S = 60.0  # a device whose worker could not start gets no job for this long (if another can)
 
@@ -86,7 +86,7 @@ class Device:
     busy_s: float = 0.0  # time held for an evaluation (or a reference timing)
     resting: bool = False  # its worker could not start: out of the queue for DOWN_REST_S
     info: dict[str, Any] = field(default_factory=dict)  # the last verdict's `gpu`
-    lock_key: str | None = None  # its host-wide lock (engine.evaluate.hostlock); None: no lock
+    lock_key: str | None = None  # its host-wide lock (engine.evaluate.host.hostlock); None: no lock
     lock: DeviceLock | None = None  # made on first use
     waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
 

@@ -25,7 +25,7 @@ judgement.
 
 A measurement under 1 / band of the median means the history was taken under load: the entries
 over band x it are dropped. With no history yet, the cpu reference's clean time (measured with no
-candidate, on a quiet host: engine.evaluate.clean_reference) seeds it; else the first
+candidate, on a quiet host: engine.evaluate.host.clean_reference) seeds it; else the first
 measurement does (one disturbed first measurement is caught by the next quiet one).
 
 Standard library only.

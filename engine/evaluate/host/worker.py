@@ -37,10 +37,17 @@ from typing import Any
 
 from engine.evaluate import settings
 from engine.evaluate.base import PhaseCallback
-from engine.evaluate.eval_limit import EvalLimit
+from engine.evaluate.host.eval_limit import EvalLimit
+from engine.evaluate.host.runner import _read_tail
+from engine.evaluate.host.sandbox import (
+    WRITABLE_IN_CACHE,
+    Sandbox,
+    evaluation_binds,
+    kill_tree,
+    make_workdir,
+    watch,
+)
 from engine.evaluate.jobs import EvalJob
-from engine.evaluate.runner import _read_tail
-from engine.evaluate.sandbox import WRITABLE_IN_CACHE, Sandbox, evaluation_binds, kill_tree, make_workdir, watch
 
 # A GPU worker's standbys starting at once. One start (Python, torch, in the sandbox) can outlast a
 # short evaluation: KernelBench level 1's wrapped references, each flagged and so followed by a restart,
@@ -50,7 +57,7 @@ GPU_STANDBYS = 2
 
 
 def ledger_dir(cache_dir: str) -> str:
-    """The host-wide memory ledger (engine.evaluate.ledger): in the one dir of the build cache an
+    """The host-wide memory ledger (engine.evaluate.harness.ledger): in the one dir of the build cache an
     evaluation process may write."""
     return os.path.join(cache_dir, WRITABLE_IN_CACHE, "memory")
 
@@ -60,7 +67,7 @@ MEMORY_VARS = ("KTREE_CHECK_CACHE_DEVICE_MB", "KTREE_CHECK_CACHE_HOST_MB", "KTRE
 
 
 def memory_env() -> dict[str, str]:
-    """The check-set budgets a user set (engine.evaluate.ledger), for an evaluation process (the
+    """The check-set budgets a user set (engine.evaluate.harness.ledger), for an evaluation process (the
     sandbox passes no KTREE_ variable of its own accord)."""
     return {name: settings.get(name) or "" for name in MEMORY_VARS if settings.get(name)}
 
@@ -208,7 +215,7 @@ class Worker:
         return None
 
     def _env(self) -> dict[str, str]:
-        """The process's own variables: the device's, its memory limit (engine.evaluate.ledger caps
+        """The process's own variables: the device's, its memory limit (engine.evaluate.harness.ledger caps
         its cached check sets at a share of it) and the host-wide memory ledger's dir."""
         env = {**memory_env(), **self.extra_env}
         if self.sandbox.limits.memory_bytes:
@@ -313,7 +320,7 @@ class Worker:
         self, job: EvalJob, limit: EvalLimit, on_phase: PhaseCallback | None = None
     ) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, result, log) as runner.run_child returns them, within the evaluation's time
-        limit (`limit`, engine.evaluate.eval_limit: a timed-out log starts with its words). A
+        limit (`limit`, engine.evaluate.host.eval_limit: a timed-out log starts with its words). A
         process that dies before it takes the job (killed while idle: not the job's doing) is
         replaced and the job sent again, once."""
         outcome = await self._attempt(job, limit, on_phase)

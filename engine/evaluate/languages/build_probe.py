@@ -3,7 +3,7 @@
 solutions do). The compile child imports the module (building what the import builds), then, where
 the source makes such a call inside a function, probes it: `ModelNew(*get_init_inputs())` and a
 call on the problem's inputs, all on the meta device (no memory, no GPU: the pool hides them), in
-a forked process. Each call the wrapped loaders (engine.evaluate.fastbuild: `_placed`) had not
+a forked process. Each call the wrapped loaders (engine.evaluate.harness.fastbuild: `_placed`) had not
 seen builds into the source's build dir and then stops the probe's call (`ProbeBuilt`), so no
 kernel runs on meta tensors; the probe starts again until a round builds nothing new. The
 evaluation (which sees the build dirs read-only) then imports what was built here; what the probe
@@ -133,7 +133,7 @@ def _run(job: EvalJob, module: Any, fd: int) -> None:
     each stopped by the first new build; say what happened on `fd`, one JSON line per message."""
     import torch
 
-    from engine.evaluate import fastbuild
+    from engine.evaluate.harness import fastbuild
     from engine.evaluate.loading import load_module_from_path
 
     def say(**message: Any) -> None:
@@ -153,7 +153,7 @@ def _run(job: EvalJob, module: Any, fd: int) -> None:
             continue
         except Exception as exc:
             if fastbuild.is_build_error(exc) and fastbuild.has_diagnostic(exc):
-                from engine.evaluate.child.common import format_exc
+                from engine.evaluate.languages.common import format_exc
 
                 say(error=fastbuild.with_first_error(exc, format_exc(exc)))
                 return

@@ -84,8 +84,8 @@ async def compile_job(job: Any, timeout_s: float, env: dict[str, str],
     import time
 
     from engine.evaluate.child.load import build_key
-    from engine.evaluate.runner import run_child
-    from engine.evaluate.sandbox import scrubbed_env
+    from engine.evaluate.host.runner import run_child
+    from engine.evaluate.host.sandbox import scrubbed_env
 
     t0 = time.monotonic()
     build_env = scrubbed_env(env)

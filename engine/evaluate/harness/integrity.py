@@ -3,7 +3,7 @@ doing the work (the op recorder and its lineage, outputs, inputs, threads, the h
 precision).
 
 Each returns reasons (strings); any reason makes the verdict `flagged`. The checks that call them,
-their names, phases and evidence are in the registry (engine.evaluate.integrity_checks). Imports
+their names, phases and evidence are in the registry (engine.evaluate.harness.integrity_checks). Imports
 only torch and the standard library (runs in the evaluation child).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.evaluate import clocks
+from engine.evaluate.harness import clocks
 
 # aten ops that move, view, allocate or fill memory but compute nothing from the inputs: a
 # compiled kernel's host wrapper may call these (torch::empty_like, .contiguous(), .view()).
@@ -125,7 +125,7 @@ VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "as_strided", "t", "tra
 
 class _OpRecorder(TorchDispatchMode):
     """Counts the aten compute ops a call dispatches and times each (clocks bound at import,
-    engine.evaluate.clocks): wall time on the cpu, CUDA events on the current stream on a GPU.
+    engine.evaluate.harness.clocks): wall time on the cpu, CUDA events on the current stream on a GPU.
 
     With `lineage`, it also follows where each tensor written during the call got its contents:
     torch ops on pre-existing data (inputs, weights, constants), or the candidate's own kernels,
@@ -417,10 +417,10 @@ def check_refilled_inputs(call: Any, expected: Any, device: str, compare: Any) -
     trial 2's values (the same pointers, a new version counter), each answer compared: an answer
     kept by the inputs' address is wrong on one of the two calls, wherever the allocator put the
     copy. Skipped (no flag) where a copy of one input set would not fit the rotation's budget
-    (engine.evaluate.rotation.lean; there the byte speed of light speaks)."""
-    from engine.evaluate import rotation
+    (engine.evaluate.harness.rotation.lean; there the byte speed of light speaks)."""
+    from engine.evaluate.harness import rotation
 
-    plan = getattr(expected, "plan", None)  # engine.evaluate.memory.Plan
+    plan = getattr(expected, "plan", None)  # engine.evaluate.harness.memory.Plan
     if plan is not None and 3 * (plan.inputs + plan.outputs) > plan.rotation_bytes:
         return []  # two input sets, a copy and their answers would not fit the problem's memory plan
     first, second = expected.trial_inputs(0, device), expected.trial_inputs(1, device)
@@ -465,7 +465,7 @@ _HARNESS = [
     (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
     (torch.cuda.Event, "elapsed_time"), (time, "perf_counter"), (time, "monotonic"),
     (torch.nn.Module, "__call__"),
-    # The harness's own bound clocks (engine.evaluate.clocks): out of reach unless rebound there.
+    # The harness's own bound clocks (engine.evaluate.harness.clocks): out of reach unless rebound there.
     *((clocks, name) for name in ("perf_counter", "monotonic", "cuda_synchronize", "CudaEvent", "event_record",
                                   "event_synchronize", "event_elapsed_ms", "module_call", "timed_event",
                                   "since")),
@@ -474,7 +474,7 @@ _HARNESS = [
 
 def harness_overrides(model: Any) -> list[str]:
     """A ModelNew that overrides what the harness calls: `nn.Module.__call__` (the harness calls
-    every model through the original, engine.evaluate.clocks.module_call, so the override would
+    every model through the original, engine.evaluate.harness.clocks.module_call, so the override would
     never run and forward alone would be judged) or `__call__` on a model that is no nn.Module."""
     if not isinstance(model, torch.nn.Module):
         return []

@@ -33,7 +33,7 @@ SCRATCH = 512 * 2**20  # what ktree's own streamed work may take at once (part o
 PIECE_ELEMENTS = 2**23  # a streamed piece: 64 MiB in fp64 per operand
 LARGE_BYTES = 256 * 2**20  # over this, a copy kept only to compare is a fingerprint, not a clone
 WINDOW_BYTES = 256 * 2**20  # a sampled timed output over this keeps a secret window of this size
-MIN_SETS = 2  # the timing rotation's fewest input sets (engine.evaluate.rotation)
+MIN_SETS = 2  # the timing rotation's fewest input sets (engine.evaluate.harness.rotation)
 SLACK = 256 * 2**20  # kept free beside a full rotation (the GPU libraries' own workspaces)
 
 

@@ -301,3 +301,30 @@ def test_a_killed_launcher_takes_its_program_with_it(tmp_path: Path):
             if args.strip() == f"sleep {SLEEP}":
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), 9)
+
+
+def test_kill_tree_signals_what_lives_below_and_waits_for_no_teardown(monkeypatch: pytest.MonkeyPatch):
+    """A process that has ended but is not reaped (a zombie) is not waited for, nor is one that
+    was signalled and is still tearing down (a torch process: ~40 ms, that a quit waited for);
+    one it forked before the signal is found in the next pass and killed too."""
+    # the shell's first child ends at once and is never reaped (exec replaces the shell); the
+    # second lives until killed
+    proc = subprocess.Popen(["sh", "-c", f"sleep 0 & sleep {SLEEP} & exec sleep {SLEEP}"],
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(sandbox._tree(proc.pid, max_age_s=0.0)) < 3:  # the shell's children have started
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1)  # `sleep 0` has ended: a zombie below
+        below = sandbox.descendants(proc.pid)
+        live = [p for p, _ in sandbox._tree(proc.pid, max_age_s=0.0, live=True) if p != proc.pid]
+        assert len(below) == 2 and len(live) == 1
+        passes: list[float] = []
+        monkeypatch.setattr(sandbox.time, "sleep", passes.append)
+        sandbox.kill_tree(proc.pid)
+        assert passes == [0.005]  # one pass killed the live child, the next found nothing new
+        assert proc.wait(timeout=10) == -9
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)

@@ -480,11 +480,12 @@ def _signal_name(number: int) -> str:
 # -- the watchdog over the process tree ------------------------------------------------------
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_snapshot_cache: tuple[float, dict[int, tuple[int, int]]] = (0.0, {})
+_snapshot_cache: tuple[float, dict[int, tuple[int, int, bool]]] = (0.0, {})
 
 
-def _snapshot(max_age_s: float = 0.1) -> dict[int, tuple[int, int]]:
-    """pid → (ppid, rss bytes) of every process, shared by concurrent watchers for max_age_s."""
+def _snapshot(max_age_s: float = 0.1) -> dict[int, tuple[int, int, bool]]:
+    """pid → (ppid, rss bytes, whether it has ended: a zombie not yet reaped) of every process,
+    shared by concurrent watchers for max_age_s."""
     global _snapshot_cache
     taken, procs = _snapshot_cache
     now = time.monotonic()
@@ -498,23 +499,23 @@ def _snapshot(max_age_s: float = 0.1) -> dict[int, tuple[int, int]]:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
             fields = stat[stat.rindex(b")") + 2:].split()
-            procs[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)
+            procs[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE, fields[0] in (b"Z", b"X"))
         except (OSError, ValueError, IndexError):  # gone meanwhile, or unreadable
             continue
     _snapshot_cache = (now, procs)
     return procs
 
 
-def _tree(pid: int, max_age_s: float = 0.1) -> list[tuple[int, int]]:
-    """(pid, rss bytes) of pid and all its descendants."""
+def _tree(pid: int, max_age_s: float = 0.1, live: bool = False) -> list[tuple[int, int]]:
+    """(pid, rss bytes) of pid and all its descendants (live: less those that have ended)."""
     procs = _snapshot(max_age_s)
     children: dict[int, list[int]] = {}
-    for p, (ppid, _) in procs.items():
+    for p, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(p)
     found, todo = [], [pid]
     while todo:
         p = todo.pop()
-        if p in procs:
+        if p in procs and not (live and procs[p][2]):
             found.append((p, procs[p][1]))
         todo.extend(children.get(p, ()))
     return found
@@ -533,14 +534,20 @@ def tree_usage(pid: int) -> tuple[int, int]:
 
 def kill_tree(pid: int) -> None:
     """SIGKILL everything below pid (the launcher above stays alive meanwhile, so what it
-    adopts is still below it), then pid and its process group."""
+    adopts is still below it), then pid and its process group. Returns once each is signalled,
+    not once each has ended (the caller waits for pid)."""
+    killed: set[int] = set()
     for _ in range(50):
-        below = [p for p, _ in _tree(pid, max_age_s=0.0) if p != pid]
+        # Each pass kills what is new below: a process killed already is not waited for while it
+        # tears down (a torch process takes ~40 ms, which a quit waited for), but a child it forked
+        # before the signal landed shows up in the next pass.
+        below = {p for p, _ in _tree(pid, max_age_s=0.0, live=True) if p != pid} - killed
         if not below:
             break
         for p in below:
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
+        killed |= below
         time.sleep(0.005)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)

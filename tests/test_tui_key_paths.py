@@ -159,3 +159,33 @@ async def test_enter_on_a_running_session_shows_the_screen_drawn_ahead(tmp_path:
         await wait_until(pilot, lambda: app._prepared is not None and app._prepared is not prepared
                          and app._prepared.model.session_id == sid)  # back: drawn ahead again
         await pilot.press("q")
+
+
+async def test_a_focus_move_relabels_the_footers_keys_as_a_recompose_would(tmp_path: Path):
+    """`1`, `2`, Tab change the footer's verbs (18 on the tree, 13 on the timings, 9 on the LLM
+    tab): the footer relabels the keys it has and removes or adds the difference (before: every
+    key unmounted, new ones mounted and styled), and reads as Textual's own footer would."""
+    from textual.widgets import Footer
+
+    db, sid = await running_db(tmp_path / "k.db", 12)
+    async with app_on(db, session_id=sid, follow=True, size=(160, 50)) as (app, pilot):
+        screen = app.screen
+        footer = screen.query_one(Footer)
+        def keys() -> list[Any]:  # (the command palette's comes last, whatever the pane)
+            return [w for w in footer.children if not w.has_class("-command-palette")]
+
+        for key in ("1", "2", "tab", "1"):
+            before = keys()
+            shown = screen_lines(app)[-1]
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            relabelled = screen_lines(app)[-1]
+            kept = min(len(before), len(keys()))  # (a pane has more verbs than another)
+            assert keys()[:kept] == before[:kept]  # the same keys, relabelled
+            footer.call_later(footer.recompose)  # what Textual's footer shows (run by the footer)
+            await pilot.pause()
+            await pilot.pause()
+            assert screen_lines(app)[-1] == relabelled
+            assert relabelled != shown  # (each of these keys changes the verbs)
+        await pilot.press("q")

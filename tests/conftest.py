@@ -7,8 +7,8 @@ GPU markers (one scheme): `gpu` marks the default GPU set, which fits about 4 mi
 build cache (KTREE_TEST_CACHE); `gpu_slow` marks what is slow by nature (the KernelBench-format
 sweeps, whose builds take ~40 s each alone and ~95 s each side by side). A `gpu_slow` test is
 never also marked `gpu`, so the two stages are
-    python3 -m pytest -o addopts= -m gpu tests/test_gpu*.py        (default)
-    python3 -m pytest -o addopts= -m gpu_slow tests/test_gpu*.py   (slow stage)
+    python3 -m pytest -o addopts= -m gpu tests/*/test_*_gpu.py        (default)
+    python3 -m pytest -o addopts= -m gpu_slow tests/*/test_*_gpu.py   (slow stage)
 and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's
 defaults (the quick tier's selection): a GPU script runs every test of the files it names.
 
@@ -43,14 +43,15 @@ REPO = Path(__file__).resolve().parents[1]
 # recording starts at once, and is done by the time the other files that read it start). Under
 # pytest-xdist (`-n 2 --dist loadfile --no-loadscope-reorder`) workers take whole files in this
 # order, so no long file is left to start alone at the end of the run; in one process the quick tier
-# runs first, each tier in this order. An unlisted file runs after these, in name order.
+# runs first, each tier in this order. An unlisted file runs after these, in the order collected
+# (folder by folder). A file is named here by its name alone: no two files of tests/ share one.
 SLOW_FIRST = ("test_dataset.py", "test_evaluate.py", "test_realworld.py", "test_sandbox.py", "test_triton.py",
-              "test_ray.py", "test_steering.py", "test_cli.py", "test_search_options.py", "test_bad_input.py",
-              "test_devices.py", "test_timing_hacks.py", "test_scripted_cuda_emulated.py",
+              "test_ray_executor.py", "test_steering.py", "test_cli.py", "test_search_options.py",
+              "test_bad_input.py", "test_devices.py", "test_timing_hacks.py", "test_scripted_cuda_emulated.py",
               "test_scripted_cpu_verdicts.py", "test_cli_messages.py", "test_worker.py", "test_resume.py",
               "test_llm_search.py", "test_verdict_rules.py", "test_suite.py", "test_eval_limit.py",
-              "test_gpu_check_plan.py", "test_problem_meta.py", "test_tui_navigation.py",
-              "test_build_levers.py", "test_profile.py")
+              "test_gpu_check_plan.py", "test_problem_meta.py", "test_navigation.py", "test_build_levers.py",
+              "test_profile.py")
 
 
 def tier(item: pytest.Item | pytest.TestReport) -> str:

@@ -2,7 +2,7 @@
 
 Self-contained: imports only torch, the standard library and its own modules (NVML through ctypes
 where present), never the rest of `engine`, so it runs on a bare GPU box and on a Ray node with
-nothing else of ktree there (tests/test_evaluate_isolation.py holds it to that). What it needs
+nothing else of ktree there (tests/evaluate/test_self_contained.py holds it to that). What it needs
 to know about a problem beyond its file (its work, its tolerance) comes with each job.
 
 Its top holds what both sides share, and imports none of its folders (host/, harness/, child/,

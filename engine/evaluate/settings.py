@@ -12,7 +12,7 @@ Each is a `Setting`: its name, what it does, and what it can change:
 
 `recorded()` gives those that can change a time or a verdict, as set in this process: a search
 records them with the session (`config["environment"]`), so a verdict can be read with the
-conditions it was measured under. tests/test_settings.py holds every file of engine/ and tui/ to
+conditions it was measured under. tests/cli/test_settings.py holds every file of engine/ and tui/ to
 reading `KTREE_*` through `get` / `is_set` here, and docs/commands.md's table to this list.
 
 Standard library only (the GPU worker runs on a bare box).
@@ -98,7 +98,7 @@ def recorded() -> dict[str, str]:
 
 
 def doc_table() -> str:
-    """The settings a user may set, as docs/commands.md shows them (tests/test_settings.py holds the
+    """The settings a user may set, as docs/commands.md shows them (tests/cli/test_settings.py holds the
     page to this)."""
     rows = ["| variable | can change | what |", "| --- | --- | --- |"]
     rows += [f"| `{s.name}` | {s.affects} | {s.what} |" for s in SETTINGS.values() if s.affects != "internal"]

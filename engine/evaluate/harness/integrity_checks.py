@@ -3,7 +3,7 @@ work, each a named unit (what it catches, when it runs, the evidence it leaves o
 
 The evaluation child (engine.evaluate.child: evaluation, check, measure) gathers what the checks read
 into a `Watch` and runs the checks of each phase from here, in the order registered; any flag
-makes the verdict `flagged`. docs/verdicts.md lists every check by name (tests/test_integrity_checks.py
+makes the verdict `flagged`. docs/verdicts.md lists every check by name (tests/evaluate/test_integrity_checks.py
 holds the two to each other). Phases, in the order the child reaches them:
 
 - ``import``: before the candidate's code is imported (captures only: what the candidate may change);
@@ -356,7 +356,7 @@ register(IntegrityCheck(
 
 
 def markdown_table() -> str:
-    """The registry as docs/verdicts.md lists it (tests/test_integrity_checks.py compares them):
+    """The registry as docs/verdicts.md lists it (tests/evaluate/test_integrity_checks.py compares them):
     `python -m engine.evaluate.harness.integrity_checks` prints it."""
     rows = ["| check | what it catches | runs in | evidence |", "|---|---|---|---|"]
     for c in REGISTRY:

@@ -1,0 +1,1 @@
+"""The command line: commands and their messages, launch, options, settings, problems, benches."""

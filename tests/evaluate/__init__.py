@@ -1,0 +1,1 @@
+"""The evaluator: sandbox, workers, timing, integrity, memory, builds, languages, profiles."""

@@ -1,0 +1,1 @@
+"""The search: strategies, steering, stop and resume, suites, providers, prompts, the store."""

@@ -1,0 +1,1 @@
+"""The terminal app: screens, keys, the model, sizes, snapshots."""

@@ -14,7 +14,6 @@ from typing import Any
 
 from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
 from engine.evaluate.verdict import STATUSES as VERDICT_STATUSES
-from engine.llm import providers
 
 
 @dataclass(frozen=True)
@@ -74,16 +73,6 @@ EXECUTORS = ("local", "ray")
 # cuDNN, cuBLAS; still correct) may be a parent and the best (allow), or is kept out of both (exclude).
 LIBRARY_OPS = ("allow", "exclude")
 LIBRARY_EXCLUDED = "excluded: library op"  # how a screen says so under exclude (never a hack)
-
-
-def provider_names() -> tuple[str, ...]:
-    """The LLM providers, by name (engine.llm.providers' table, in its order)."""
-    return providers.names()
-
-
-def provider_choices() -> tuple[str, ...]:
-    """`--provider`'s choices: auto (a real provider when a key is set, else scripted), then each."""
-    return providers.choices()
 
 
 def excluded(node: Node, nodes: Mapping[int, Node]) -> bool:

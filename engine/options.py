@@ -30,11 +30,11 @@ from engine.domain import (
     ISOLATION_CHOICES,
     LIBRARY_OPS,
     STRATEGIES,
-    provider_choices,
 )
 from engine.evaluate import languages as kernel_languages
 from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.llm.base import LLM_TIMEOUT_S
+from engine.llm.providers import choices as provider_choices
 
 
 class UsageError(Exception):

@@ -3,7 +3,7 @@ API key, the model it uses when none is named, how a model name of its own may h
 whether `--provider auto` picks it, whether its calls are priced (engine.llm.prices), and its
 factory (a module's function that makes it from a `Setup`, imported only when it is used).
 
-The CLI's `--provider` choices, the new-search form, `engine.domain` and the registry
+The CLI's `--provider` choices, the new-search form (engine.options) and the registry
 (engine.llm.registry) all read this table: a new provider is one record here plus its module.
 """
 

@@ -1,6 +1,6 @@
 """An LLM provider is one record (engine.llm.providers) plus its module (issue 47): a toy one,
 added here as a record whose factory is this file's `make`, is offered by `--provider` and the
-new-search form, named by engine.domain, picked by `--provider auto` when its key is set, and made
+new-search form, picked by `--provider auto` when its key is set, and made
 by the registry with its default model, with no other edit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 
 import pytest
 
-from engine import domain, options
+from engine import options
 from engine.cli import build_parser
 from engine.config import Config
 from engine.llm import providers
@@ -49,8 +49,8 @@ def _choices(parser: argparse.ArgumentParser, command: str, dest: str) -> tuple[
 
 
 def test_a_toy_provider_is_offered_everywhere(toy: None):
-    assert domain.provider_names() == ("openai", "gemini", "openai-compatible", "scripted", "toy")
-    assert _choices(build_parser(), "run", "provider") == ("auto", *domain.provider_names())
+    assert providers.names() == ("openai", "gemini", "openai-compatible", "scripted", "toy")
+    assert _choices(build_parser(), "run", "provider") == ("auto", *providers.names())
     form = {ff.name: ff for ff in options.form_fields()}
     assert form["provider"].choices == ("auto", "openai", "gemini", "openai-compatible", "scripted", "toy")
     args = build_parser().parse_args(["run", "softmax", "--provider", "toy"])

@@ -15,6 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
@@ -410,11 +411,14 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     # -- progress (redrawn at most 4 times a second) ----------------------------------------
 
     def _tick(self) -> None:
-        if self.model.status == "running" or self._progress_dirty:
-            self.refresh_progress()
-        if self._plot_dirty:
-            self._plot_dirty = False
-            self.query_one(ProgressPane).show_plot(self.model)
+        try:
+            if self.model.status == "running" or self._progress_dirty:
+                self.refresh_progress()
+            if self._plot_dirty:
+                self._plot_dirty = False
+                self.query_one(ProgressPane).show_plot(self.model)
+        except NoMatches:  # the app is closing: a screen's panes go before its timer (a spare screen's)
+            return
 
     def refresh_progress(self) -> None:
         """Redraw the progress pane now (the timer does it when something changed)."""

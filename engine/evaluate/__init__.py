@@ -6,7 +6,7 @@ nothing else of ktree there (tests/evaluate/test_self_contained.py holds it to t
 to know about a problem beyond its file (its work, its tolerance) comes with each job.
 
 Its top holds what both sides share, and imports none of its folders (host/, harness/, child/,
-languages/, profile/): a job is built on the host's side, with engine.evaluate.host.jobs.make_job.
+languages/, profile/): a job is built on the host's side, with engine.evaluate.host.make_job.make_job.
 """
 
 from engine.evaluate.base import Evaluator, PhaseCallback

@@ -3,7 +3,7 @@
 Two implementations: `engine.evaluate.host.evaluator.LocalEvaluator` (this host's GPUs or CPU) and
 `engine.executors.ray_executor.RayEvaluator` (one worker per GPU of a Ray cluster). Like the LLM
 `Provider` protocol, it is the plug-in boundary: a new executor implements this and nothing else,
-and both build their jobs with `engine.evaluate.host.jobs.make_job` (tests/evaluate/test_self_contained.py
+and both build their jobs with `engine.evaluate.host.make_job.make_job` (tests/evaluate/test_self_contained.py
 holds the two to this protocol, signature for signature).
 """
 

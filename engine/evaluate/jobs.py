@@ -1,6 +1,6 @@
 """What the engine asks of an evaluation subprocess: the job, JSON-able and frozen.
 
-Both sides read it: the host builds it (with `engine.evaluate.host.jobs.make_job`, the one way to,
+Both sides read it: the host builds it (with `engine.evaluate.host.make_job.make_job`, the one way to,
 so that a job means the same thing wherever it runs) and the evaluation child runs it. The problem's
 work (`flops`, `bytes`) comes from the caller: this package never loads a problem's metadata (that
 is `engine.problems`, which sits above it), so it stays torch + stdlib and runs on a bare GPU box or

@@ -4,7 +4,7 @@ one actor per GPU of a Ray cluster, each running that same local evaluator on it
 
 Both implement the `Evaluator` protocol (engine.evaluate.base) — `backend`, `gpus`,
 `compile_workers`, `waiting`, `job()`, `evaluate()`, `device_states()`, `close()` — and build their
-jobs with the one builder, engine.evaluate.host.jobs.make_job.
+jobs with the one builder, engine.evaluate.host.make_job.make_job.
 """
 
 EXECUTORS = ("local", "ray")

@@ -37,7 +37,7 @@ from typing import Any
 
 import engine
 from engine.evaluate.base import Gate, PhaseCallback
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.host.sandbox import is_secret
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict

@@ -100,7 +100,7 @@ class ModelNew(torch.nn.Module):
 def test_a_check_registered_in_a_test_runs_from_the_registry_and_its_flag_reaches_the_verdict(
         tmp_path: Path, toy_check: list[tuple[str, int]]) -> None:
     from engine.evaluate.child.evaluation import run_evaluate
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
     from engine.problems import load_problem
     from tests.conftest import kernel_flags
 
@@ -145,7 +145,7 @@ def test_the_timing_checks_on_what_the_timing_saw(monkeypatch: pytest.MonkeyPatc
 def test_a_candidate_that_empties_the_registry_is_still_checked(tmp_path: Path) -> None:
     """The child runs the registry as it stood before the candidate's code was imported."""
     from engine.evaluate.child.evaluation import run_evaluate
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
     from engine.problems import load_problem
 
     source = NUMPY_SOFTMAX.replace("class ModelNew", "from engine.evaluate.harness import integrity_checks\n"

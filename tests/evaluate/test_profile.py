@@ -295,7 +295,7 @@ class SanitizingEvaluator:
         return []
 
     def job(self, problem_path, source, sizes, *, flops, bytes, **options):
-        from engine.evaluate.host.jobs import make_job
+        from engine.evaluate.host.make_job import make_job
 
         return make_job(problem_path, source, sizes, backend="cuda", cache_dir="", flops=flops,
                         bytes=bytes, **options)
@@ -409,7 +409,7 @@ def test_cpu_bandwidth_is_held_to_a_copy_of_the_same_working_set(tmp_path: Path)
     import asyncio
 
     from engine.evaluate.harness import timing
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
     from engine.evaluate.loading import load_module_from_path
     from engine.evaluate.profile import profiler as profile
     from engine.problems import load_problem

@@ -153,7 +153,7 @@ def test_the_timing_child_sets_up_before_its_gate_and_reports_the_noise(tmp_path
     import torch
 
     from engine.evaluate.child import reference as child_reference
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
 
     monkeypatch.setattr(torch, "compile", lambda model: model)  # (no compiler wanted here)
     g = gate.Gate(tmp_path)

@@ -28,7 +28,7 @@ import pytest
 
 from engine.evaluate.base import Evaluator
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.jobs import EvalJob
 from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator, node_package
 from engine.problems import load_problem

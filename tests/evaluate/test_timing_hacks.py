@@ -24,7 +24,7 @@ from engine.evaluate.child.measure import judge_reference
 from engine.evaluate.harness import noise, tamper, timing
 from engine.evaluate.harness.rotation import Rotation, plan
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags

@@ -20,7 +20,7 @@ SOFTMAX = REPO / "problems/level1/softmax.py"
 
 
 def test_a_warm_request_is_answered_and_the_worker_stays(tmp_path):
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
 
     source = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     job = make_job(SOFTMAX, source, {"batch_size": 8, "dim": 16}, backend="cpu",
@@ -41,7 +41,7 @@ def test_a_warm_request_is_answered_and_the_worker_stays(tmp_path):
 
 
 def test_prewarm_is_for_triton_on_cuda_only(tmp_path):
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
 
     cuda_source = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
     for backend, source in (("cuda", cuda_source), ("cpu", "import triton\n" + cuda_source)):

@@ -247,7 +247,7 @@ class LibraryEvaluator:
         return []
 
     def job(self, problem_path, source, sizes, *, flops, bytes, **options):
-        from engine.evaluate.host.jobs import make_job
+        from engine.evaluate.host.make_job import make_job
 
         return make_job(problem_path, source, sizes, backend="cpu", cache_dir="", flops=flops, bytes=bytes,
                         **options)

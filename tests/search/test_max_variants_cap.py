@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
 from engine.events import EventBus
 from engine.llm.scripted import ScriptedProvider

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine import control
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
 from engine.events import CommandApplied, Event, EventBus, ProfileTaken, RoundDone, VerdictReady
 from engine.llm.scripted import ScriptedProvider

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from engine import control
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
 from engine.events import Event, EventBus, NodeUpdated
 from engine.llm.scripted import ScriptedProvider

@@ -172,7 +172,7 @@ def test_precision_casts_inputs_and_weights(tmp_path: Path, precision: str) -> N
     """--precision: the reference runs at the cast dtype, so a candidate that answers in float32
     is wrong about its dtype, and one that computes at the precision passes the check."""
     from engine.evaluate.child.evaluation import run_evaluate
-    from engine.evaluate.host.jobs import make_job
+    from engine.evaluate.host.make_job import make_job
     from engine.problems import load_problem
 
     problem = load_problem("softmax")

@@ -1,7 +1,7 @@
 """The host's side of evaluation: what runs in the engine's process (or a Ray node's), never
 beside a candidate.
 
-The evaluator and its pipeline (`evaluator`), the one way to build a job (`jobs.make_job`, which
+The evaluator and its pipeline (`evaluator`), the one way to build a job (`make_job`, which
 tells a source's kernel language), the per-device workers' handles (`worker`, `devices`), the one
 timer per device across the host (`hostlock`), the sandbox every process that imports generated
 code starts in (`sandbox`), the one-shot evaluation process's parent side (`runner`), how long an

@@ -36,7 +36,7 @@ from engine.evaluate.host.devices import (
 )
 from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
-from engine.evaluate.host.jobs import make_job
+from engine.evaluate.host.make_job import make_job
 from engine.evaluate.host.reference_history import ReferenceHistory
 from engine.evaluate.host.reference_times import ReferenceTimings
 from engine.evaluate.host.runner import default_cache_dir, failed_verdict, run_child, run_tool

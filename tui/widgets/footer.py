@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.binding import ActiveBinding
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
+
+# a FooterKey's (key, display, description, action, disabled, tooltip, whether the palette's)
+Label = tuple[str, str, str, str, bool, str, bool]
 
 
 class SteadyFooter(Footer):
@@ -19,10 +23,11 @@ class SteadyFooter(Footer):
 
     _shown: tuple[Any, ...] | None = None
 
-    def _keys(self) -> tuple[Any, ...]:
+    @staticmethod
+    def _keys(bindings: dict[str, ActiveBinding]) -> tuple[Any, ...]:
         """What compose() would show: each key's binding, state and tooltip, in order."""
         return tuple((binding.key, binding.description, binding.action, binding.show, enabled, tooltip)
-                     for _, binding, enabled, tooltip in self.screen.active_bindings.values())
+                     for _, binding, enabled, tooltip in bindings.values())
 
     def bindings_changed(self, screen: Screen) -> None:
         self._bindings_ready = True
@@ -34,19 +39,19 @@ class SteadyFooter(Footer):
     async def _recompose_if_changed(self) -> None:
         if not self.is_attached:
             return
-        keys = self._keys()
+        bindings = self.screen.active_bindings  # (read once: a screen fits them to its width)
+        keys = self._keys(bindings)
         if keys == self._shown:
             return
         self._shown = keys
-        if not await self._relabel():
+        if not await self._relabel(bindings):
             await self.recompose()
 
-    def _labels(self) -> list[tuple[str, str, str, str, bool, str, bool]] | None:
+    def _labels(self, bindings: dict[str, ActiveBinding]) -> list[Label] | None:
         """What compose() would yield, a FooterKey's (key, display, description, action, disabled,
         tooltip, whether it is the command palette's) each; None where it would yield anything
         else (a group of keys)."""
-        bindings = self.screen.active_bindings
-        first: dict[str, tuple[str, str, str, str, bool, str, bool]] = {}  # an action's first binding
+        first: dict[str, Label] = {}  # an action's first binding
         for _, binding, enabled, tooltip in bindings.values():
             if not binding.show:
                 continue
@@ -62,11 +67,11 @@ class SteadyFooter(Footer):
                            not enabled, binding.tooltip or binding.description, True))
         return labels
 
-    async def _relabel(self) -> bool:
+    async def _relabel(self, bindings: dict[str, ActiveBinding]) -> bool:
         """Give the keys shown the labels compose() would give them, the keys it has relabelled
         in place, those too many removed, those missing mounted (before the command palette's);
         False where compose() would make anything else (a group), to recompose."""
-        labels = self._labels()
+        labels = self._labels(bindings)
         if labels is None or any(type(w) is not FooterKey for w in self.children):
             return False
         widgets = list(self.children)
@@ -89,7 +94,7 @@ class SteadyFooter(Footer):
         return True
 
     @staticmethod
-    def _label(widget: FooterKey, label: tuple[str, str, str, str, bool, str, bool]) -> None:
+    def _label(widget: FooterKey, label: Label) -> None:
         key, display, description, action, disabled, tooltip, _ = label
         now = (widget.key, widget.key_display, widget.description, widget.action, widget._disabled)
         if now == (key, display, description, action, disabled) and widget.tooltip == (tooltip or None):

@@ -65,8 +65,6 @@ class LLMPane(SteadyScrollBars, CodeView):
     draws only the lines on screen (a node's calls run to hundreds of wrapped lines: a log that
     rendered them all when written took ~50 ms of the `2` key at 200x50)."""
 
-    can_focus = True
-
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.text = Text()

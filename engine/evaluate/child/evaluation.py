@@ -53,7 +53,7 @@ from engine.evaluate.child.measure import (
     time_candidate,
     timing_floor_s,
 )
-from engine.evaluate.harness import clocks, expected_cache, fastbuild, integrity_checks
+from engine.evaluate.harness import clocks, expected_cache, fastbuild, integrity_checks, outbox
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages import for_job
 from engine.evaluate.loading import load_module_from_path
@@ -88,6 +88,7 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
     device = "cuda" if job.backend == "cuda" else "cpu"
     peaks = memory.Peaks(device) if device != "cuda" or _cuda_ready() else None
     _PLAN.clear()
+    AUDIT.clear()
     fastbuild.FAILED_BUILDS.clear()
     try:
         verdict = fastbuild.as_compile_error(_evaluate(job, on_phase))
@@ -108,6 +109,10 @@ def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) ->
         verdict = dataclasses.replace(verdict, memory={**record, **(verdict.memory or {})})
     return expected_cache.label_oom(verdict, job)
 
+
+# The candidate's model and what its calls need, kept after the verdict for the judge's fresh-input
+# calls (engine.evaluate.child.audit), which come in the same process.
+AUDIT: dict[str, Any] = {}
 
 # The memory plan of the evaluation under way (engine.evaluate.harness.memory.Plan.record), for its verdict.
 _PLAN: dict[str, Any] = {}
@@ -198,6 +203,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     clock.lap("reference")
     mark("timed-sets")
+    outbox.seal()  # what follows may be the candidate's to change: nothing more is told as clean
     t0 = clocks.perf_counter()
     try:
         solution = load_solution(job)
@@ -214,6 +220,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     except Exception as exc:
         return Verdict(status="runtime_error", log=format_exc(exc), **base)
     watch.model = new
+    AUDIT.update(problem=problem, model=new, device=device, cast=cast)  # (child.audit: fresh-input calls)
     integrity_checks.capture("load", watch)
     tampered = integrity_checks.run("load", watch).flags
     if tampered:  # the harness would not call what the candidate wrote: said, not crashed on

@@ -132,7 +132,7 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
 
     import torch
 
-    from engine.evaluate.harness import noise, timing
+    from engine.evaluate.harness import noise, outbox, timing
     from engine.evaluate.harness import rotation as rotation_module
 
     global _candidate_imported
@@ -157,6 +157,7 @@ def before_candidate(job: EvalJob, problem: Any, ref: Any, checks: Any, device: 
             # Kept for later jobs (engine.evaluate.host.evaluator) only when no other work slowed it.
             clean = {"median": stats.median, "p10": stats.p10, "p90": stats.p90, "lo": stats.lo, "hi": stats.hi,
                      "measured": wait <= noise.CPU_WAIT_MAX}
+            outbox.tell("reference_clean", clean)  # to the judge, which keeps it for later jobs
     sol = timing.speed_of_light(job.flops, floor, checks.dtypes[0] if checks.dtypes else None, device,
                                 job.cache_dir)
     del first
@@ -208,7 +209,7 @@ def check_samples(rotation: Any, ref: Any, ref64: Any, device: str, atol: float,
     changed its inputs is flagged (`inputs-modified`)."""
     import torch
 
-    flags: list[str] = []
+    flags: list[str] = list(rotation.violations)  # each timed call's own checks (rotation._timed_call)
     for sample in rotation.samples:
         if not sample.inputs_unchanged:
             where = f"timed rep {sample.rep + 1} of {sample.reps} (pass {sample.timing_pass})"

@@ -3,30 +3,37 @@
 This is the process; the engine drives it through `engine.evaluate.host.worker.Worker` (the handle the
 evaluator holds). "_process" in the name keeps the two apart, as `child` is the one-shot process.
 
-Saves each evaluation the start-up of a fresh process (Python, torch, CUDA context: seconds on
-the H100 box). The engine writes one request per line on stdin — `{"job": PATH, "result": PATH,
-"log": PATH}` — and the worker answers on its original stdout, one JSON line per message:
-`{"ready": pid}` once, then per request `{"taken": PATH}` as soon as it is read (a death before
-that is not the job's doing: the engine sends it again to a new worker), any number of
-`{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place.
+Saves each evaluation the start-up of a fresh process (Python, torch, the harness: seconds) without
+letting one candidate's process serve another: it is a fork server. Prepared once, it never imports a
+candidate; each request is served by a process forked from it ahead of the request (its CUDA context
+made then, before the device's lock), which exits after that one candidate
+(issue 54: hooks or rebound functions left by one candidate once reached the next one's verdict).
+The engine writes one request per line on stdin — `{"job": PATH, "result": PATH, "log": PATH}` — and
+the server answers on its original stdout, one JSON line per message: `{"ready": pid}` once; then per
+request, relayed from its child, `{"taken": PATH}` as soon as the job is read (a death before that is
+not the job's doing: the engine sends it again to a new worker), before the candidate's import the
+clean facts (`{"clean": {...}}`, then `{"importing": 1}`: engine.evaluate.harness.outbox), any number
+of `{"phase": "checking"|"timing"}` and one `{"done": PATH}` after the result file is in place; then
+the child serves the judge's fresh-input calls (`{"audit": {...}}` -> `{"audited": ...}`:
+engine.evaluate.child.audit) until `{"end": 1}`; last, from the server itself, `{"exited": code}`.
+The child never holds the server's channel to the engine: whatever it writes goes through the server,
+which drops the keys only it may send (SERVER_KEYS).
 A request with `"warm": "1"` comes before the engine takes the GPU's lock: a Triton solution's
-kernels are compiled, not run (engine.evaluate.languages.triton.triton_prewarm); its result is that
-report, and the process stays.
-Started with `--standby` (the engine starts the next process of a device ahead, before the one in
-use retires), it prepares all but the CUDA context, says `{"standby": pid}` and waits for a line
-`{"activate": 1}`; then it makes the context and says `{"ready": pid}` as any other. A standby
-holds no GPU memory and runs nothing on the GPU while another process times there.
+kernels are compiled, not run (engine.evaluate.languages.triton.triton_prewarm), in a child of its own.
+Started with `--standby` (the engine starts the next server of a device ahead), it prepares, says
+`{"standby": pid}` and waits for a line `{"activate": 1}`, then says `{"ready": pid}`. The CUDA context
+is each child's (it does not survive a fork); a standby forks none, and holds no GPU memory.
 The candidate's own output (Python prints and C++ printf alike) goes to the request's log file,
 never into the protocol.
 
-The engine restarts the worker after any verdict that may have left it unusable (a CUDA error
-poisons the context; a crash or flag may leave patched modules or threads behind), after a
-timeout (it is killed), and every K evaluations; see engine.evaluate.host.worker.
+The engine replaces the server after a timeout (it is killed with its child), a death, and every K
+evaluations; see engine.evaluate.host.worker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -124,44 +131,199 @@ def _prewarm(job: EvalJob) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
-def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
-    out = os.fdopen(protocol_fd, "w", buffering=1)
+# Messages only the server sends: the same keys from its child are dropped on the way (a candidate
+# that wrote `{"exited": 0}` would have the engine send the next job while it still listens).
+SERVER_KEYS = frozenset({"ready", "standby", "exited"})
+
+
+def _non_dumpable() -> None:
+    """No ptrace and no /proc/PID/mem of this process by its children or siblings (a process
+    without CAP_SYS_PTRACE: any process under strict isolation)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def _lines(fd: int, buffer: bytearray) -> list[bytes]:
+    """The complete lines read from fd now ([] at end of file: b"" in the list)."""
+    chunk = os.read(fd, 1 << 16)
+    if not chunk:
+        return [b""]
+    buffer += chunk
+    lines = []
+    while b"\n" in buffer:
+        line, _, rest = bytes(buffer).partition(b"\n")
+        buffer[:] = rest
+        lines.append(line + b"\n")
+    return lines
+
+
+def _child(reply_fd: int, request_fd: int) -> None:
+    """A forked process, made ahead (its CUDA context too, before the device's lock), that serves
+    one request: the only process that ever runs this candidate's code. It reads its request and,
+    after its verdict, the judge's fresh-input calls (engine.evaluate.child.audit, until `{"end": 1}`)
+    on `request_fd`, and answers on `reply_fd` (through the server)."""
+    from engine.evaluate.harness import outbox
+
+    out = os.fdopen(reply_fd, "w", buffering=1)
     requests = os.fdopen(request_fd, "r")
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message) + "\n")
         out.flush()
 
-    _prepare()  # paid once, before the first request (and before the device's lock is taken)
-    if standby:  # ready but for the CUDA context, until the one in use retires
-        send({"standby": os.getpid()})
-        if not requests.readline().strip():
-            return  # dropped unused
     _cuda_context()
-    send({"ready": os.getpid()})
-    for line in requests:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        send({"taken": request["job"]})
-        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        with open(request["job"]) as f:
-            job = EvalJob.from_dict(json.load(f))
-        os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
-        if request.get("warm"):  # before the GPU's lock: Triton's JIT only (languages.triton.triton_prewarm)
-            _reset_extension_versions()
-            _write_result(request["result"], _prewarm(job))
-            send({"done": request["result"]})
-            continue
-        _reset_extension_versions()
-        _reset_peak_memory()
-        verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
-        verdict = _after_evaluation(verdict)
-        _write_result(request["result"], verdict.to_dict())
+    line = requests.readline()
+    if not line.strip():
+        return  # dropped unused (the server is going)
+    request = json.loads(line)
+    send({"taken": request["job"]})
+    work = os.path.dirname(request["job"])
+    os.environ["TMPDIR"] = work  # what it writes lives in its job's dir, removed after it
+    with contextlib.suppress(OSError):
+        os.chdir(work)
+    log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    with open(request["job"]) as f:
+        job = EvalJob.from_dict(json.load(f))
+    os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
+    _reset_extension_versions()
+    if request.get("warm"):  # before the GPU's lock: Triton's JIT only (languages.triton.triton_prewarm)
+        _write_result(request["result"], _prewarm(job))
         send({"done": request["result"]})
+        return
+    _reset_peak_memory()
+    outbox.listen(send)  # the clean facts, until the candidate's import (harness.outbox)
+    verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
+    outbox.seal()
+    verdict = _after_evaluation(verdict)
+    _write_result(request["result"], verdict.to_dict())
+    send({"done": request["result"]})
+    from engine.evaluate.child import audit
+
+    for line in requests:
+        message = json.loads(line) if line.strip() else {}
+        if "audit" in message:
+            send(audit.call(message["audit"]))
+        elif "end" in message:
+            return
+
+
+@dataclasses.dataclass
+class _Forked:
+    pid: int
+    up: int  # its messages, read here
+    down: int  # the engine's lines for it, written here
+
+
+def _fork(server_fds: tuple[int, ...]) -> _Forked:
+    """The next child, forked now: it waits for its request (`_child`)."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for fd in (up_r, down_w, *server_fds):  # the server's channels: never the child's
+                os.close(fd)
+            _child(up_w, down_r)
+        except BaseException:  # noqa: BLE001  (said on its log; the server says it exited)
+            import traceback
+
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+            os._exit(1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip teardown: a candidate's extension may crash in its destructors
+    os.close(up_w)
+    os.close(down_r)
+    return _Forked(pid, up_r, down_w)
+
+
+def _serve_one(child_: _Forked, request: bytes, out: Any, request_fd: int, buffer: bytearray) -> bool:
+    """Hand the request to the waiting child and relay between it and the engine until it exits;
+    then say so (`{"exited": code}`). False when the engine went away meanwhile."""
+    import selectors
+
+    os.write(child_.down, request)
+    alive = True
+    relay = bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(child_.up, selectors.EVENT_READ, "child")
+        sel.register(request_fd, selectors.EVENT_READ, "engine")
+        child_open = True
+        while child_open:
+            for key, _ in sel.select():
+                if key.data == "child":
+                    for line in _lines(child_.up, relay):
+                        if not line:
+                            child_open = False
+                            break
+                        with contextlib.suppress(ValueError):
+                            message = json.loads(line)
+                            if isinstance(message, dict) and not SERVER_KEYS & message.keys():
+                                out.write(json.dumps(message) + "\n")
+                                out.flush()
+                else:
+                    for line in _lines(request_fd, buffer):
+                        if not line:  # the engine is gone: so is the child
+                            alive = False
+                            with contextlib.suppress(OSError):
+                                os.kill(child_.pid, 9)
+                            break
+                        with contextlib.suppress(OSError):
+                            os.write(child_.down, line)
+                    if not alive:
+                        child_open = False
+    os.close(child_.up)
+    os.close(child_.down)
+    # (Its own children, if any, are the engine's to kill: kill_tree after a timeout.)
+    _, status = os.waitpid(child_.pid, 0)
+    if alive:
+        out.write(json.dumps({"exited": os.waitstatus_to_exitcode(status)}) + "\n")
+        out.flush()
+    return alive
+
+
+def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
+    """The server: prepared once (torch, the harness), clean for ever after: it never imports a
+    candidate. Each request is served by a process forked from it (`_child`), made ahead while the
+    server waits, so no process runs a second candidate's code after a first's, and what one
+    candidate changes in its process (torch's functions, global module hooks, ktree's modules)
+    reaches no other. The CUDA context is the child's (it does not survive a fork)."""
+    out = os.fdopen(protocol_fd, "w", buffering=1)
+
+    def send(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    _non_dumpable()
+    _prepare()  # paid once, before the first request (and before the device's lock is taken)
+    buffer = bytearray()
+    pending: list[bytes] = []
+
+    def next_line() -> bytes:
+        while not pending:
+            pending.extend(_lines(request_fd, buffer))
+        return pending.pop(0)
+
+    if standby:  # ready, until the one in use retires
+        send({"standby": os.getpid()})
+        if not next_line().strip():
+            return  # dropped unused
+    send({"ready": os.getpid()})
+    while True:
+        waiting = _fork((request_fd, protocol_fd))
+        line = next_line()
+        while line and not line.strip():
+            line = next_line()
+        if not line or not _serve_one(waiting, line, out, request_fd, buffer):
+            with contextlib.suppress(OSError):
+                os.kill(waiting.pid, 9)
+            return
 
 
 def main() -> int:

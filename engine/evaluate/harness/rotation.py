@@ -124,6 +124,9 @@ class Rotation:
     checked: str = "new"  # the callee whose outputs are sampled
     lean: bool = False  # the sets passed in place, no buffers (see the module's docstring)
     samples: list[Sample] = field(default_factory=list)
+    # What a timed call of the checked callee did that no honest call does (`_timed_call`): each
+    # with its integrity check's evidence prefix, the first few only.
+    violations: list[str] = field(default_factory=list)
     draw_s: float = 0.0
     copy_s: float = 0.0
     _buffers: list[list[Any]] = field(default_factory=list)
@@ -138,6 +141,7 @@ class Rotation:
     _draw: Callable[[], list[Any]] | None = None  # lean: draws a set (after its seed is set)
     _seeds: list[int] = field(default_factory=list)  # lean: each set's seed
     _set_bytes: int = 0
+    _handed_storage: list[tuple[int, int]] = field(default_factory=list)  # the checked call's inputs
     passes: int = 0
     reps: int = 0
 
@@ -248,6 +252,8 @@ class Rotation:
         self._calls[name] = calls + 1
         if self.lean:  # the set itself (no copy)
             self._current[name] = (index, self.sets[index])
+            if name == self.checked:
+                self._handed_storage = self._handed(self.sets[index])
             self.copy_s += clocks.perf_counter() - t0
             return list(self.sets[index])
         # The buffers alternate, but a buffer never gets the set it held last: with two sets,
@@ -268,8 +274,17 @@ class Rotation:
             else:
                 buffer[slot] = s
         self._current[name] = (index, buffer)
+        if name == self.checked:
+            self._handed_storage = self._handed(buffer)
         self.copy_s += clocks.perf_counter() - t0
         return list(buffer)
+
+    def _handed(self, buffer: list[Any]) -> list[tuple[int, int]]:
+        """Each input tensor's storage as handed over: (address, bytes)."""
+        import torch
+
+        return [(b.untyped_storage().data_ptr(), b.untyped_storage().nbytes()) for b in buffer
+                if isinstance(b, torch.Tensor)]
 
     def protect(self, *models: Any) -> None:
         """Storage never poisoned after a call: the models' parameters and buffers (a forward may
@@ -290,6 +305,10 @@ class Rotation:
         import torch
 
         flat = _flatten(out)
+        if name == self.checked and len(self.violations) < 3:
+            why = _timed_call(out, flat, self._current.get(name, (0, []))[1], self._handed_storage)
+            if why:
+                self.violations.append(why.replace(": ", f": timed call {rep + 1}: ", 1))
         if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
             index, buffer = self._current[name]
             outputs, windows = (None, None) if flat is None else _kept_outputs(flat)
@@ -333,6 +352,34 @@ class Rotation:
         self.sets = [] if self.lean else self.sets[:1]
         self._buffers = []
         self.samples = []
+        self._handed_storage = []
+
+
+def _timed_call(out: Any, flat: list[Any] | None, buffer: list[Any],
+                handed: list[tuple[int, int]]) -> str | None:
+    """What is wrong with a timed call's outputs and inputs, cheaply (no element is read): an output
+    that is not exactly a plain tensor (a lazy subclass does its work when read, after the window),
+    an output sharing storage with an input, an input whose storage is not as handed over (grown to
+    keep answers beyond its elements). None for an honest call."""
+    import torch
+
+    if flat is None:
+        return f"output-type: the output is a {type(out).__name__}, not a tensor"
+    for i, t in enumerate(flat):
+        if type(t) is not torch.Tensor:
+            return f"output-type: output {i} is a {type(t).__name__}, not a plain tensor"
+    inputs = [b for b in buffer if isinstance(b, torch.Tensor)]
+    for j, (b, (ptr, nbytes)) in enumerate(zip(inputs, handed, strict=False)):
+        storage = b.untyped_storage()
+        if storage.data_ptr() != ptr or storage.nbytes() != nbytes:
+            return (f"inputs-modified: input {j}'s storage is not as handed over ({nbytes} bytes, now"
+                    f" {storage.nbytes()})")
+    for i, t in enumerate(flat):
+        storage = t.untyped_storage()
+        lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        if hi > lo and any(lo < ptr + nbytes and ptr < hi for ptr, nbytes in handed if nbytes):
+            return f"aliasing: output {i} shares memory with an input"
+    return None
 
 
 def _kept_outputs(flat: list[Any]) -> tuple[list[Any], list[int | None]]:

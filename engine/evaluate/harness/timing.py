@@ -276,8 +276,7 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
 
     name = torch.cuda.get_device_name(0)
     key = f"peaks-{name}-torch{torch.__version__}".replace(" ", "_").replace("/", "_")
-    # (The one dir of the cache an evaluation may write: sandbox.WRITABLE_IN_CACHE.)
-    path = os.path.join(cache_dir, "peaks", f"{key}.json") if cache_dir else None
+    path = os.path.join(cache_dir, *PEAKS_DIR, f"{key}.json") if cache_dir else None
     if path and os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -301,9 +300,21 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
     return peaks
 
 
+# Where the measured peaks are kept, in the build cache: a dir no evaluation process may write (the
+# sandbox binds the cache read-only but for its WRITABLE_IN_CACHE dirs). A worker's child measures
+# peaks before its candidate is imported and tells the judge (harness.outbox), which writes them here
+# (engine.evaluate.host.worker.keep_peaks); a candidate that writes a file of peaks where it can
+# misleads nobody (issue 54: 100 TB/s written into the old, writable, peaks dir).
+PEAKS_DIR = ("judge", "peaks")
+
+
 def _write_peaks(path: str | None, peaks: dict[str, Any]) -> None:
     import json
 
+    from engine.evaluate.harness import outbox
+
+    if path and outbox.tell("peaks", {"name": os.path.basename(path), "peaks": peaks}):
+        return  # kept by the judge, not by this process
     if path:
         with contextlib.suppress(OSError):  # not kept: measured again next time
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -367,7 +378,7 @@ def cpu_peaks_file(cache_dir: str, threads: int, cores: str) -> str:
 
     key = (f"cpu-peaks-{cpu_model()}-n{os.cpu_count()}-cores{cores}-t{threads}"
            f"-torch{torch.__version__}").replace(" ", "_").replace("/", "_")
-    return os.path.join(cache_dir, "peaks", f"{key}.json")
+    return os.path.join(cache_dir, *PEAKS_DIR, f"{key}.json")
 
 
 @functools.cache

@@ -41,15 +41,17 @@ def read(path: Path) -> dict[str, float] | None:
     return None
 
 
-def keep(path: Path, job: Any, timing: dict[str, Any] | None) -> None:
-    """Keep the clean time an evaluation measured before its candidate ran (`timing`: the
-    verdict's timing record), unless its job brought one; drop a kept one the evaluation found
-    stale (far slower than a quiet in-process time)."""
-    clean = (timing or {}).get("reference_clean") or {}
-    if clean.get("stale"):  # far above a quiet in-process time: measured on a busy host once
+def keep(path: Path, job: Any, timing: dict[str, Any] | None, told: dict[str, Any] | None = None) -> None:
+    """Keep the clean time an evaluation's process told the judge before its candidate was imported
+    (`told`: engine.evaluate.harness.outbox; never the verdict's own record, which the candidate's
+    code may have written), unless its job brought one; drop a kept one the evaluation found
+    stale (far slower than a quiet in-process time: `timing`, the verdict's record: at worst a
+    candidate has it measured again, before the next candidate)."""
+    if ((timing or {}).get("reference_clean") or {}).get("stale"):
         with contextlib.suppress(OSError):
             path.unlink()
         return
+    clean = told or {}
     if job.ref_eager_clean is not None or not clean.get("measured"):
         return
     with contextlib.suppress(OSError, TypeError, ValueError, KeyError):

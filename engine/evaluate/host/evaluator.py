@@ -36,6 +36,7 @@ from engine.evaluate.host.devices import (
 )
 from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
+from engine.evaluate.host.judge import compose, keep_peaks
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.host.reference_history import ReferenceHistory
 from engine.evaluate.host.reference_times import ReferenceTimings
@@ -341,8 +342,14 @@ class LocalEvaluator(ReferenceTimings):
                     retried = True  # its worker restarts (after crashed): its memory comes back
                     self._note(f"{verdict.log.splitlines()[0]}; judging it again")
                     continue
+                told = (device.worker.judged if device.worker is not None else {}).get("clean") or {}
                 if self.backend == "cpu":  # a clean reference time measured before the candidate ran
-                    clean_reference.keep(self._clean_file(run, device), run, verdict.timing)
+                    clean_reference.keep(self._clean_file(run, device), run, verdict.timing,
+                                         told.get("reference_clean"))
+                keep_peaks(self.cache_dir, told.get("peaks"))
+                if device.worker is not None:  # the claim against the judge's own calls and clock
+                    clean = run.ref_eager_clean or (told.get("reference_clean") or None)
+                    verdict = compose(verdict, device.worker.judged.get("audit"), clean, self.backend)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

@@ -38,6 +38,7 @@ from typing import Any
 from engine.evaluate import settings
 from engine.evaluate.base import PhaseCallback
 from engine.evaluate.host.eval_limit import EvalLimit
+from engine.evaluate.host.judge import Judge
 from engine.evaluate.host.runner import _read_tail
 from engine.evaluate.host.sandbox import (
     WRITABLE_IN_CACHE,
@@ -72,8 +73,8 @@ def memory_env() -> dict[str, str]:
     return {name: settings.get(name) or "" for name in MEMORY_VARS if settings.get(name)}
 
 
-KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the process is reused
 START_TIMEOUT_S = 300.0
+AUDIT_S = 60.0  # the least time the judge's fresh-input calls get (engine.evaluate.host.judge)
 
 
 def _dead(pid: int) -> bool:
@@ -100,7 +101,8 @@ class Worker:
     not one per change of problem)."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, sandbox: Sandbox | None = None,
-                 cache_dir: str = "", max_jobs: int = 32, standby: bool | str = False, standby_depth: int = 1):
+                 cache_dir: str = "", max_jobs: int = 32, standby: bool | str = False, standby_depth: int = 1,
+                 judge: bool = True):
         self.extra_env = dict(extra_env or {})
         self.sandbox = sandbox or Sandbox()
         self.cache_dir = cache_dir
@@ -124,6 +126,10 @@ class Worker:
         self.started_ok = True  # False after its last start failed
         self.last_start_s = 0.0  # how long the last start took (Python, torch, the CUDA context)
         self._dir = make_workdir("worker")
+        # The judge's clean process and its fresh-input calls after a `correct` claim
+        # (engine.evaluate.host.judge); what the judge learnt of the last job, in `judged`.
+        self.judge: Judge | None = Judge(self._env(), self.sandbox, cache_dir, self._dir) if judge else None
+        self.judged: dict[str, Any] = {}
         self._starting = asyncio.Lock()  # one start at a time (an early start and a job's)
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -238,8 +244,12 @@ class Worker:
                 await self.stop("died")
             if self.proc is None:
                 wanted = dict.fromkeys((*seen, problem_path, *more) if problem_path else seen)
-                return await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
-            return None
+                why = await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
+                if why is not None:
+                    return why
+        if self.judge is not None and problem_path:  # its clean process too, before the device's lock
+            await self.judge.ready(problem_path)
+        return None
 
     def idle_unstarted(self) -> bool:
         """No process yet and none starting: an early start (LocalEvaluator.start_workers) may
@@ -269,8 +279,10 @@ class Worker:
                 if message is None:
                     await self.stop("died")
                     return {"error": "the worker died in the warm-up"}
-                if "done" in message:
+                if "done" in message or "exited" in message:
                     break
+            if "exited" not in message:
+                await self._until_exited(timeout_s - (time.monotonic() - t0))
             return json.loads(paths["result"].read_text())
         except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
             await self.stop("warm-up")
@@ -314,6 +326,8 @@ class Worker:
         for proc in procs:
             if proc.returncode is None:
                 await _drop(proc)
+        if self.judge is not None:
+            await self.judge.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     async def run(
@@ -330,6 +344,41 @@ class Worker:
             return "crashed", None, "the evaluation worker died twice before taking the job"
         return outcome
 
+    async def _until_exited(self, timeout_s: float) -> bool:
+        """Read until the server says its child exited; a server that does not say so in time, or
+        dies, is stopped. True when it did."""
+        deadline = time.monotonic() + max(timeout_s, 5.0)
+        try:
+            while True:
+                message = await asyncio.wait_for(self._readline(), max(deadline - time.monotonic(), 0.01))
+                if message is None:
+                    break
+                if "exited" in message:
+                    return True
+        except TimeoutError:
+            pass
+        await self.stop("its evaluation did not end")
+        return False
+
+    async def _call_child(self, request: dict[str, Any],
+                          timeout_s: float) -> tuple[dict[str, Any] | None, float]:
+        """One fresh-input call of the judge (engine.evaluate.host.judge) to the candidate's process,
+        timed on this clock from the request's write to the answer's read."""
+        assert self.proc is not None and self.proc.stdin is not None
+        t0 = time.perf_counter()
+        try:
+            self.proc.stdin.write((json.dumps({"audit": request}) + "\n").encode())
+            await self.proc.stdin.drain()
+            while True:
+                left = timeout_s - (time.perf_counter() - t0)
+                message = await asyncio.wait_for(self._readline(), max(left, 0.01))
+                if message is None or "exited" in message:
+                    return None, time.perf_counter() - t0
+                if "audited" in message or "audit_error" in message:
+                    return message, time.perf_counter() - t0
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
+            return None, time.perf_counter() - t0
+
     async def _attempt(
         self, job: EvalJob, limit: EvalLimit, on_phase: PhaseCallback | None
     ) -> tuple[str, dict[str, Any] | None, str] | None:
@@ -345,6 +394,8 @@ class Worker:
         paths["job"].write_text(json.dumps(job.to_dict()))
         started = time.monotonic()
         taken = False  # the process has read the job (it says so first)
+        sealed = False  # the candidate's code may have run: nothing more is taken as clean
+        self.judged = {"clean": {}}
         try:
             self.proc.stdin.write((json.dumps({k: str(v) for k, v in paths.items()}) + "\n").encode())
             await self.proc.stdin.drain()
@@ -373,11 +424,35 @@ class Worker:
                             return None
                         return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
                                 f" before reporting\n{_read_tail(paths['log'])}")
+                    if "exited" in message:  # the server lives on; its child died before its verdict
+                        if not taken:
+                            return None
+                        code = int(message["exited"])  # (os.waitstatus_to_exitcode: -N for signal N)
+                        return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
+                                f" before reporting\n{_read_tail(paths['log'])}")
                     taken = taken or "taken" in message
+                    sealed = sealed or "importing" in message
+                    if "clean" in message and not sealed and isinstance(message["clean"], dict):
+                        self.judged["clean"].update(message["clean"])
                     if "phase" in message and on_phase is not None:
                         await on_phase(str(message["phase"]))
                     if "done" in message:
                         break
+                try:
+                    result = json.loads(paths["result"].read_text())
+                except (OSError, ValueError):
+                    result = {"status": "crashed", "log": "the evaluation wrote no verdict"}
+                if result.get("status") == "correct" and self.judge is not None:
+                    if on_phase is not None:
+                        await on_phase("judging")
+                    # (its own allowance: an honest kernel that used most of its limit is not cut here)
+                    self.judged["audit"] = await self.judge.audit(job, self._call_child, work,
+                                                                  max(deadline - time.monotonic(), AUDIT_S))
+                    deadline = max(deadline, time.monotonic() + 10.0)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.proc.stdin.write(b'{"end": 1}\n')
+                    await self.proc.stdin.drain()
+                await self._until_exited(deadline - time.monotonic())
             finally:
                 watcher.cancel()
         except (TimeoutError, asyncio.CancelledError, BrokenPipeError, ConnectionResetError) as exc:
@@ -391,14 +466,11 @@ class Worker:
             return None  # it never read the job
         finally:
             self.busy_s += time.monotonic() - started
-        result = json.loads(paths["result"].read_text())
         log = _read_tail(paths["log"])
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # what the candidate wrote there goes with it
         self.jobs_done += 1
-        if self.standby and self.jobs_done == self.max_jobs - 1 and result.get("status") in KEEP_AFTER:
+        if self.standby and self.jobs_done == self.max_jobs - 1:
             self._begin_standby()  # its start overlaps the last job of this process
-        if result.get("status") not in KEEP_AFTER:
-            await self.stop(f"after {result.get('status')}")
-        elif self.jobs_done >= self.max_jobs:
+        if self.proc is not None and self.jobs_done >= self.max_jobs:
             await self.stop(f"after {self.max_jobs} evaluations")
         return "ok", result, log

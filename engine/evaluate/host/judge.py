@@ -1,0 +1,251 @@
+"""The judge the candidate cannot reach (issue 54): its clean process, its fresh-input calls, its clock,
+and the verdict composed here, in the engine's process.
+
+What the candidate's process reports once the candidate's code ran there is a claim: that code can
+rebind ktree's own modules, walk frames to the timer's samples, hook every module of the process, or
+return lazy outputs. So after a `correct` claim the judge checks it from outside:
+
+1. Its clean process (engine.evaluate.child.judge_process: never imports a candidate) calls the
+   reference on inputs drawn from AUDIT_CALLS fresh seeds and keeps the outputs as answers; the judge
+   times each round trip on its own clock (`ref_ms`), the process its own call (`inner_ms`): the
+   difference is what drawing the inputs, handing the outputs over and the pipe cost.
+2. The candidate's process gets the same seeds one at a time, after its verdict (it has never seen
+   them), calls the candidate once per seed and hands the outputs over as bytes inside the call
+   (engine.evaluate.child.audit); the judge times each round trip (`cand_ms`).
+3. The clean process compares the bytes with its answers (engine.evaluate.child.check.compare).
+
+`compose` then decides: an output that differs on fresh inputs is `incorrect`; a claimed time that
+the judge's clock cannot allow (below `(min cand_ms - median overhead) / BELIEF - slack`) is not believed:
+the outside figure stands, the speedups are taken against it and the verdict is `flagged`
+(`outside-clock: ...`); a claimed reference time above the one measured where no candidate ran is
+not believed either: the speedups are taken against the clean one. Outputs above HANDOVER_BYTES are
+handed over as one window that the judge picks with the seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import secrets
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from engine.evaluate.host.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir
+from engine.evaluate.jobs import EvalJob
+from engine.evaluate.verdict import Verdict
+
+AUDIT_CALLS = 5
+HANDOVER_BYTES = 256 * 2**20
+# A claimed time is believed down to the outside figure over BELIEF, less SLACK_MS: an honest median
+# of flushed, rotated calls against one call on freshly drawn inputs timed from another process.
+BELIEF = 2.0
+SLACK_MS = {"cpu": 0.3, "cuda": 0.1}
+# A claimed reference time is believed up to this times the clean one's upper end.
+REF_BELIEF = 1.5
+START_TIMEOUT_S = 300.0
+
+CallCandidate = Callable[[dict[str, Any], float], Awaitable[tuple[dict[str, Any] | None, float]]]
+
+
+class Judge:
+    """The clean process of one device, started on first use, started again for a problem file it
+    cannot see (strict isolation binds the files it was started with)."""
+
+    def __init__(self, env: dict[str, str], sandbox: Sandbox, cache_dir: str, outputs_dir: Path):
+        self.env = dict(env)
+        self.sandbox = sandbox
+        self.cache_dir = cache_dir
+        self.outputs_dir = outputs_dir  # where the candidate's process hands its outputs over (read-only here)
+        self.proc: asyncio.subprocess.Process | None = None
+        self._problems: tuple[str, ...] = ()
+        self._dir = make_workdir("judge")
+        self._lock = asyncio.Lock()
+
+    async def ready(self, problem_path: str) -> str | None:
+        """The process, started if needed; None when ready, else why not."""
+        if self.proc is not None and (self.proc.returncode is not None or problem_path not in self._problems):
+            await self.stop()
+        if self.proc is not None:
+            return None
+        problems = tuple(dict.fromkeys((*self._problems, problem_path)))
+        cache_ro, _ = evaluation_binds(self.cache_dir)
+        argv = self.sandbox.command([sys.executable, "-m", "engine.evaluate.child.judge_process"],
+                                   workdir=self._dir, read_only=[*problems, *cache_ro, str(self.outputs_dir)],
+                                   writable=[])
+        with open(self._dir / "stderr.txt", "ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=self._dir, env=self.sandbox.env(self.env, workdir=self._dir),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                start_new_session=True)
+        self._problems = problems
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)  # type: ignore[union-attr]
+        except TimeoutError:
+            line = b""
+        if b"ready" not in line:
+            await self.stop()
+            tail = (self._dir / "stderr.txt").read_text(errors="replace")[-2000:]
+            return f"the judge's process did not start\n{tail}"
+        return None
+
+    async def request(self, message: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any] | None, float]:
+        """(its answer, or None where it died or took too long; the round trip's seconds on this clock)."""
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        t0 = time.perf_counter()
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            await self.proc.stdin.drain()
+            line = await asyncio.wait_for(self.proc.stdout.readline(), max(timeout_s, 1.0))
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
+            await self.stop()
+            return None, time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        try:
+            return json.loads(line), took
+        except ValueError:
+            await self.stop()
+            return None, took
+
+    async def audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
+                    timeout_s: float) -> dict[str, Any]:
+        """The fresh-input calls of one evaluation (the module's steps 1-3): a record for `compose`."""
+        async with self._lock:
+            return await self._audit(job, call_candidate, job_dir, timeout_s)
+
+    async def _audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
+                     timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        why = await self.ready(job.problem_path)
+        if why is not None:
+            return {"error": why, "judge": True}
+        plain = job.replace(solution_source="", input_seed=None).to_dict()
+        calls = [{"seed": secrets.randbits(62), "window": secrets.randbelow(10**6) / 10**6}
+                 for _ in range(AUDIT_CALLS)]
+        for c in calls:  # the answers first: the candidate's process learns no seed before they exist
+            ask = {"job": plain, "seed": c["seed"], "max_bytes": HANDOVER_BYTES, "window": c["window"],
+                   "out": str(self._dir / "ref")}
+            answer, took = await self.request({"call": ask}, deadline - time.monotonic())
+            if answer is None or "error" in answer:
+                why = (answer or {}).get("error", "no answer")
+                return {"error": f"the reference failed on fresh inputs: {why}", "judge": True}
+            c["ref_ms"], c["inner_ms"] = 1e3 * took, float(answer["inner_ms"])
+        for i, c in enumerate(calls):
+            out = job_dir / f"audit-{i}"
+            reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": HANDOVER_BYTES,
+                                                "window": c["window"]}, deadline - time.monotonic())
+            if reply is None:
+                return {"error": "the candidate's process died or hung on a fresh-input call", "calls": calls}
+            if "audit_error" in reply:
+                return {"error": f"on fresh inputs: {reply['audit_error']}", "calls": calls, "runtime": True}
+            c["cand_ms"] = 1e3 * took
+            result, _ = await self.request({"compare": {"seed": c["seed"], "path": str(out), "atol": job.atol,
+                                                        "rtol": job.rtol}}, deadline - time.monotonic())
+            if result is None:
+                return {"error": "the judge's process failed comparing", "calls": calls, "judge": True}
+            c.update(ok=bool(result.get("ok")), errs=result.get("errs") or {},
+                     reason=str(result.get("reason", "")))
+        with contextlib.suppress(Exception):
+            await self.request({"forget": 1}, 30.0)
+        return {"calls": calls}
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            kill_tree(proc.pid)
+            await proc.wait()
+
+    async def close(self) -> None:
+        await self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def keep_peaks(cache_dir: str, told: dict[str, Any] | None) -> None:
+    """The device's peaks an evaluation's process measured before its candidate was imported
+    (engine.evaluate.harness.timing), written where no evaluation process may write (PEAKS_DIR)."""
+    import os
+    import re
+
+    from engine.evaluate.harness.timing import PEAKS_DIR
+
+    if not cache_dir or not isinstance(told, dict) or not isinstance(told.get("peaks"), dict):
+        return
+    name = str(told.get("name", ""))
+    if not re.fullmatch(r"[A-Za-z0-9_.+,=-]+\.json", name):
+        return
+    folder = Path(cache_dir, *PEAKS_DIR)
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{name}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(told["peaks"]))
+        os.replace(tmp, folder / name)
+
+
+def outside_ms(calls: list[dict[str, Any]]) -> float | None:
+    """The least time a call of the candidate can have taken, by the judge's clock: its fastest
+    round trip less what drawing, handing over and the pipe cost the reference's calls (their median;
+    compose's BELIEF and SLACK_MS leave room for the spread)."""
+    timed = [c for c in calls if "cand_ms" in c and "ref_ms" in c]
+    if not timed:
+        return None
+    overhead = statistics.median(max(c["ref_ms"] - c["inner_ms"], 0.0) for c in timed)
+    return max(min(c["cand_ms"] for c in timed) - overhead, 0.0)
+
+
+def compose(verdict: Verdict, audit: dict[str, Any] | None, clean: dict[str, Any] | None,
+            backend: str) -> Verdict:
+    """The verdict the judge gives: the candidate's claim (`verdict`) against the fresh-input calls
+    (`audit`, from Judge.audit) and the reference's time where no candidate ran (`clean`)."""
+    if verdict.status != "correct" or audit is None:
+        return verdict
+    record = {k: v for k, v in audit.items() if k != "judge"}
+    timing = {**(verdict.timing or {}), "judge": record}
+    if audit.get("error"):
+        if audit.get("judge"):  # the judge's own failure: the claim stands unchecked, and says so
+            note = f"judge: not checked from outside: {audit['error']}"
+            return dataclasses.replace(verdict, timing=timing, notes=(*verdict.notes, note))
+        status = "runtime_error" if audit.get("runtime") else "crashed"
+        return dataclasses.replace(verdict, status=status, timing=timing, speedup_eager=None,
+                                   speedup_compile=None,
+                                   log=f"the judge's fresh-input call: {audit['error']}\n{verdict.log}")
+    calls = audit.get("calls") or []
+    wrong = next((c for c in calls if not c.get("ok")), None)
+    if wrong is not None:
+        errs = wrong.get("errs") or {}
+        return dataclasses.replace(
+            verdict, status="incorrect", timing=timing, speedup_eager=None, speedup_compile=None,
+            speedup_lo=None, speedup_hi=None,
+            **{k: errs[k] for k in ("max_abs_err", "max_rel_err", "rel_l2_err") if k in errs},
+            log=f"on fresh inputs, judged outside the candidate's process: {wrong.get('reason')}"
+                f"\n{verdict.log}")
+    flags, notes = list(verdict.flags), list(verdict.notes)
+    status = verdict.status
+    time_ms, ref_ms = verdict.time_ms, verdict.ref_eager_ms
+    outside = outside_ms(calls)
+    slack = SLACK_MS.get(backend, SLACK_MS["cpu"])
+    record["outside_ms"] = outside
+    if outside is not None and time_ms is not None and time_ms < outside / BELIEF - slack:
+        flags.append(f"outside-clock: the candidate's process reports {time_ms:.4g} ms a call; the judge's own"
+                     f" clock allows no less than {outside:.4g} ms (a fresh-input call from outside, less"
+                     f" what drawing, handing over and the pipe cost the reference's calls):"
+                     f" {outside:.4g} ms stands")
+        status, time_ms = "flagged", outside
+    if clean and clean.get("median") and ref_ms and ref_ms > REF_BELIEF * clean.get("hi", clean["median"]):
+        notes.append(f"reference: {ref_ms:.4g} ms in the candidate's process, {clean['median']:.4g} ms where no"
+                     f" candidate ran: the speedup is taken against {clean['median']:.4g} ms")
+        ref_ms = clean["median"]
+    if time_ms == verdict.time_ms and ref_ms == verdict.ref_eager_ms:
+        return dataclasses.replace(verdict, timing=timing, notes=tuple(notes))
+    speedup = ref_ms / time_ms if ref_ms and time_ms else None
+    compile_ms = verdict.ref_compile_ms
+    log = verdict.log if status == verdict.status else f"integrity check failed: {flags[-1]}\n{verdict.log}"
+    return dataclasses.replace(
+        verdict, status=status, flags=tuple(flags), notes=tuple(notes), time_ms=time_ms, ref_eager_ms=ref_ms,
+        speedup_eager=speedup, speedup_compile=compile_ms / time_ms if compile_ms and time_ms else None,
+        speedup_lo=None, speedup_hi=None, timing=timing, log=log)

@@ -1,0 +1,267 @@
+"""Issue 54 on the cpu backend: a judge the candidate cannot reach. Each attack below was written
+against ktree's own harness, knowing its code: it rebinds ktree's modules in its process, walks the
+frames to the timer's samples, hooks every module of its process, returns lazy outputs on timed calls,
+or writes the peaks file the speed of light reads. None ends `correct` with a speedup it did not earn
+(each attack's kernel is slowed: it earns none), and an honest kernel judged after one in the same
+evaluator gets its verdict alone.
+
+The rules that decide it (engine.evaluate.host.judge.compose) are tested on plain records first; the
+end-to-end attacks wrap the scripted softmax's ctypes kernel, as test_timing_hacks does (one build,
+shared through the build cache)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.evaluate.host.judge import BELIEF, compose, outside_ms
+from engine.evaluate.host.sandbox import available
+from engine.evaluate.verdict import Verdict
+from tests.conftest import kernel_flags
+from tests.evaluate.test_timing_hacks import KERNEL, evaluate_all, wrapped
+
+# Each attack's kernel runs twelve times a call: it earns no speedup, whatever it reports.
+SLOW = """
+    def forward(self, x):
+        for _ in range(12):
+            out = super().forward(x)
+        return out
+"""
+
+# Class 2: ktree's own verdict rebound in the candidate's process: it writes the status and times it wants.
+FORGED_VERDICT = (SLOW, """
+import engine.evaluate.verdict as _verdict
+
+_to_dict = _verdict.Verdict.to_dict
+
+
+def _forged(self):
+    d = _to_dict(self)
+    if d.get("status") in ("correct", "flagged") and d.get("ref_eager_ms"):
+        d.update(status="correct", flags=[], time_ms=d["ref_eager_ms"] / 6.0, speedup_eager=6.0)
+    return d
+
+
+_verdict.Verdict.to_dict = _forged
+""")
+
+# Class 1: the timer's per-rep samples reached through the frames and rewritten (every list of
+# floats a caller holds under the name of the candidate's side, and every such list in a dict).
+FRAME_WALK = ("""
+    def forward(self, x):
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                lists = [value] if isinstance(value, list) else (
+                    [v for k, v in value.items() if k == "new" and isinstance(v, list)]
+                    if isinstance(value, dict) else [])
+                for samples in lists:
+                    if samples and all(isinstance(s, float) for s in samples):
+                        samples[:] = [s * 0.01 for s in samples]
+            frame = frame.f_back
+        for _ in range(12):
+            out = super().forward(x)
+        return out
+""")
+
+# Class 3: a global module hook: in every nn.Module call of its process, the reference's too.
+HOOK = ("""
+    def forward(self, x):
+        return super().forward(x)
+""", """
+import torch.nn.modules.module as _module
+
+_module.register_module_forward_hook(
+    lambda mod, args, out: out * 1.3 if type(mod).__name__ == "Model" else out)
+""")
+
+# Class 4: on timed calls (an input buffer seen before), a lazy output: its work runs when the
+# harness reads it, after the timed window.
+LAZY = ("""
+    seen = set()
+
+    def forward(self, x):
+        if x.data_ptr() in ModelNew.seen:
+            return _Lazy(x.clone(), lambda y: _Kernel.forward(self, y))
+        ModelNew.seen.add(x.data_ptr())
+        for _ in range(12):
+            out = super().forward(x)
+        return out
+""", """
+from torch.utils._pytree import tree_map
+
+
+class _Lazy(torch.Tensor):
+    @staticmethod
+    def __new__(cls, x, fn):
+        t = torch.Tensor._make_wrapper_subclass(cls, x.shape, dtype=x.dtype, device=x.device)
+        t._x, t._fn, t._value = x, fn, None
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def real(a):
+            if isinstance(a, _Lazy):
+                if a._value is None:
+                    for _ in range(12):
+                        a._value = a._fn(a._x)
+                return a._value
+            return a
+
+        return func(*tree_map(real, args), **tree_map(real, kwargs or {}))
+""")
+
+# Class 6: the measured peaks behind the speed-of-light floor, written where the candidate can: the
+# build cache's writable dir and the judge's (read-only under strict isolation), found through the
+# job on the stack.
+PEAKS = ("""
+    def forward(self, x):
+        return super().forward(x)
+""", """
+import glob
+import json as _json
+import os as _os
+
+
+def _poison():
+    frame = sys._getframe()
+    while frame is not None:
+        job = frame.f_locals.get("job")
+        if getattr(job, "cache_dir", None):
+            for sub in ("peaks", "judge/peaks"):
+                folder = _os.path.join(job.cache_dir, sub)
+                for name in glob.glob(_os.path.join(folder, "*peaks-*.json")) or [
+                        _os.path.join(folder, "cpu-peaks-forged.json")]:
+                    try:
+                        _os.makedirs(folder, exist_ok=True)
+                        with open(name, "w") as f:
+                            _json.dump({"bandwidth": 1e14, "fp32": 1e16, "tf32": 1e16, "bf16": 1e16,
+                                        "cpu_wait": 0.0}, f)
+                    except OSError:
+                        pass
+            return
+        frame = frame.f_back
+
+
+_poison()
+""")
+
+
+ATTACK_PARTS = {"forged verdict": FORGED_VERDICT, "frame walk": FRAME_WALK, "hook": HOOK, "lazy": LAZY,
+                "peaks": PEAKS}
+
+
+def attacks(kernel: str = KERNEL) -> dict[str, str]:
+    """Every attack wrapped around `kernel` (the GPU twins wrap the scripted CUDA softmax)."""
+    return {name: wrapped(*parts, kernel=kernel) for name, parts in ATTACK_PARTS.items()}
+
+
+ATTACKS = attacks()
+
+
+# -- the rules, on plain records ----------------------------------------------------------------------
+
+
+def _claim(**changes: object) -> Verdict:
+    fields = dict(status="correct", backend="cpu", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0, log="ok")
+    fields.update(changes)
+    return Verdict(**fields)  # type: ignore[arg-type]
+
+
+def _calls(cand_ms: float, ref_ms: float = 30.0, inner_ms: float = 2.0, ok: bool = True) -> dict:
+    wrong = {"errs": {"max_abs_err": 0.5}, "reason": "output 0: wrong"}
+    return {"calls": [{"seed": i, "ref_ms": ref_ms + i, "inner_ms": inner_ms, "cand_ms": cand_ms + i, "ok": ok,
+                       **({"errs": {}, "reason": ""} if ok else wrong)} for i in range(5)]}
+
+
+def test_the_outside_figure_is_the_fastest_round_trip_less_the_references_overhead():
+    assert outside_ms(_calls(cand_ms=100.0)["calls"]) == pytest.approx(100.0 - (30.0 + 2 - 2.0))
+    assert outside_ms(_calls(cand_ms=10.0)["calls"]) == 0.0  # never below zero
+    assert outside_ms([]) is None
+
+
+def test_a_claim_the_outside_clock_cannot_allow_is_flagged_and_the_outside_figure_stands():
+    judged = compose(_claim(), _calls(cand_ms=200.0), None, "cpu")
+    assert judged.status == "flagged" and judged.flags[0].startswith("outside-clock:")
+    assert judged.time_ms == pytest.approx(200.0 - 30.0)
+    assert judged.speedup_eager == pytest.approx(2.0 / 170.0)
+
+
+def test_an_honest_claim_within_the_clocks_room_stands_unchanged():
+    # round trips 29 ms over the reference's 28 ms of overhead: 1 ms outside, the claim 1 ms
+    honest = compose(_claim(), _calls(cand_ms=29.0), None, "cpu")
+    assert (honest.status, honest.time_ms, honest.speedup_eager) == ("correct", 1.0, 2.0)
+    # a claim BELIEF times under the outside figure, within the slack, still stands
+    edge = compose(_claim(time_ms=1.0), _calls(cand_ms=28.0 + BELIEF * 1.0), None, "cpu")
+    assert edge.status == "correct"
+
+
+def test_outputs_wrong_on_fresh_inputs_are_incorrect_whatever_the_claim():
+    judged = compose(_claim(), _calls(cand_ms=29.0, ok=False), None, "cpu")
+    assert judged.status == "incorrect" and judged.speedup_eager is None
+    assert "on fresh inputs" in judged.log and judged.max_abs_err == 0.5
+
+
+def test_a_reference_time_above_the_clean_one_is_not_believed():
+    judged = compose(_claim(ref_eager_ms=20.0, speedup_eager=20.0), _calls(cand_ms=29.0),
+                     {"median": 2.0, "hi": 2.2}, "cpu")
+    assert judged.status == "correct" and judged.ref_eager_ms == 2.0 and judged.speedup_eager == 2.0
+    assert any(n.startswith("reference:") for n in judged.notes)
+
+
+def test_a_candidate_process_that_dies_on_a_fresh_input_call_is_not_correct():
+    died = compose(_claim(), {"error": "the candidate's process died on a fresh-input call"}, None, "cpu")
+    assert died.status == "crashed"
+    failed = compose(_claim(), {"error": "on fresh inputs: RuntimeError: boom", "runtime": True}, None, "cpu")
+    assert failed.status == "runtime_error"
+    # the judge's own failure leaves the claim, marked unchecked
+    unchecked = compose(_claim(), {"error": "the judge's process did not start", "judge": True}, None, "cpu")
+    assert unchecked.status == "correct" and any(n.startswith("judge:") for n in unchecked.notes)
+
+
+def test_only_a_correct_claim_is_checked_from_outside():
+    wrong = _claim(status="incorrect")
+    assert compose(wrong, _calls(cand_ms=500.0), None, "cpu") is wrong
+
+
+# -- the attacks, end to end --------------------------------------------------------------------------
+
+
+def earned_nothing(verdict: Verdict) -> bool:
+    return verdict.status in ("flagged", "incorrect") or (
+        verdict.status == "correct" and (verdict.speedup_eager or 0.0) < 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["forged verdict", "frame walk", "lazy"])
+def test_an_attack_on_the_harness_earns_no_speedup(name: str):
+    [verdict] = evaluate_all([ATTACKS[name]])
+    assert earned_nothing(verdict), (verdict.status, verdict.speedup_eager, verdict.flags, verdict.log[:500])
+
+
+@pytest.mark.slow
+def test_an_honest_kernel_after_a_hooking_candidate_gets_its_verdict_alone():
+    """One evaluator, as one `ktree eval` call or one search: the hook stays in its candidate's
+    process (a child forked for it), never in the next one's."""
+    hooked, honest = evaluate_all([ATTACKS["hook"], KERNEL])
+    assert earned_nothing(hooked), (hooked.status, hooked.flags)
+    assert honest.status == "correct", honest.log
+    assert kernel_flags(honest.flags) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(available()[0] != "strict", reason="a candidate under basic isolation can write anywhere")
+def test_peaks_a_candidate_wrote_mislead_no_later_evaluation(build_cache: Path):
+    """The floor of an honest kernel judged after a candidate wrote 100 TB/s where it could is the
+    floor it had before (the peaks are kept by the judge, out of the sandbox's writable dirs)."""
+    before, poisoner, after = evaluate_all([KERNEL, ATTACKS["peaks"], KERNEL])
+    assert poisoner.status in ("flagged", "correct")
+    floor_before = before.sol_fraction * before.time_ms
+    floor_after = after.sol_fraction * after.time_ms
+    assert floor_after == pytest.approx(floor_before, rel=0.5)  # (re-measured peaks may differ a little)
+    for path in (build_cache / "judge" / "peaks").glob("*.json"):
+        assert json.loads(path.read_text())["bandwidth"] < 1e13, path
+    assert os.environ.get("KTREE_CACHE_DIR") == str(build_cache)

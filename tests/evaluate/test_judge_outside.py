@@ -156,7 +156,8 @@ ATTACK_PARTS = {"forged verdict": FORGED_VERDICT, "frame walk": FRAME_WALK, "hoo
 
 def attacks(kernel: str = KERNEL) -> dict[str, str]:
     """Every attack wrapped around `kernel` (the GPU twins wrap the scripted CUDA softmax)."""
-    return {name: wrapped(*parts, kernel=kernel) for name, parts in ATTACK_PARTS.items()}
+    return {name: wrapped(*((parts,) if isinstance(parts, str) else parts), kernel=kernel)
+            for name, parts in ATTACK_PARTS.items()}
 
 
 ATTACKS = attacks()

@@ -6,19 +6,24 @@ plain name, `worker.Worker`); the process it drives is `engine.evaluate.child.wo
 evaluation process). The line protocol between them is described there.
 
 One `Worker` per device. It starts the process on first use, sends it one job at a time, turns
-whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and restarts
-the process when it may no longer be trusted: after a timeout (killed), a death, any verdict other
-than correct/incorrect (a CUDA error poisons the context; a crash or a flag may leave patched
-modules, threads or streams behind), and every `max_jobs` evaluations.
+whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and replaces
+the process after a timeout (killed), a death, and every `max_jobs` evaluations. The process is a
+fork server: each job runs in a child forked for it, which exits after its one candidate, so a crash
+or a flag leaves nothing behind that a next job would find (issue 54). Messages about the job come
+from that child through the server; the child's exit comes from the server alone (`exited`).
+
+After a `correct` claim the judge checks it from outside while the child still lives
+(engine.evaluate.host.judge: its clean process, fresh-input calls timed here); what the judge learnt
+(`judged`: the clean facts sent before the candidate's import, the fresh-input calls) is the
+evaluator's to compose into the verdict.
 
 A planned retirement costs the device next to no wait: with `standby` (a GPU's worker), the next
-process is started while the last job of the one in use runs, prepared but for its CUDA context
-(Python, torch, the modules an evaluation imports: the seconds of a start), and only activated —
-the context made, under a second — when the one in use is gone. With `standby="always"` (the
-evaluator's choice on a GPU) the next process is kept started whenever one is in use, so a
-replacement after a flag, a crash, a timeout or a death is activated too (measured on two H100s:
-idle while variants waited 36 % -> 0.7 %). A standby that cannot see a new problem file is
-dropped and a fresh process started.
+process is started while the last job of the one in use runs, prepared (Python, torch, the modules
+an evaluation imports: the seconds of a start), and only activated when the one in use is gone.
+With `standby="always"` (the evaluator's choice on a GPU) the next process is kept started whenever
+one is in use, so a replacement after a crash, a timeout or a death is activated too (measured on
+two H100s: idle while variants waited 36 % -> 0.7 %). A standby that cannot see a new problem file
+is dropped and a fresh process started.
 """
 
 from __future__ import annotations

@@ -302,6 +302,10 @@ def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
 
     _non_dumpable()
     _prepare()  # paid once, before the first request (and before the device's lock is taken)
+    import torch
+
+    if torch.cuda.is_initialized():  # its children could not use the GPU: said, never a hang
+        raise SystemExit("the worker's server initialized CUDA before forking")
     buffer = bytearray()
     pending: list[bytes] = []
 

@@ -19,7 +19,8 @@ the judge's clock cannot allow (below `(min cand_ms - median overhead) / BELIEF 
 the outside figure stands, the speedups are taken against it and the verdict is `flagged`
 (`outside-clock: ...`); a claimed reference time above the one measured where no candidate ran is
 not believed either: the speedups are taken against the clean one. Outputs above HANDOVER_BYTES are
-handed over as one window that the judge picks with the seed.
+handed over as one window that the judge picks with the seed (on a GPU 32 MiB: a candidate that
+could compute that window alone, and knew which calls are the judge's, would pay only for it).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from engine.evaluate.host.sandbox import Sandbox, evaluation_binds, kill_tree, m
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 
-AUDIT_CALLS = 5
-HANDOVER_BYTES = 256 * 2**20
+AUDIT_CALLS = 3
+# The most of each output handed over a call (a window the judge picks with the seed): on a GPU the
+# copy and the judge's compare are held time (a variant held the GPU ~2 s in all: issue 57).
+HANDOVER_BYTES = {"cpu": 256 * 2**20, "cuda": 32 * 2**20}
 # A claimed time is believed down to the outside figure over BELIEF, less SLACK_MS: an honest median
 # of flushed, rotated calls against one call on freshly drawn inputs timed from another process.
 BELIEF = 2.0
@@ -126,31 +129,40 @@ class Judge:
         if why is not None:
             return {"error": why, "judge": True}
         plain = job.replace(solution_source="", input_seed=None).to_dict()
+        handover = HANDOVER_BYTES.get(job.backend, HANDOVER_BYTES["cuda"])
         calls = [{"seed": secrets.randbits(62), "window": secrets.randbelow(10**6) / 10**6}
                  for _ in range(AUDIT_CALLS)]
         for c in calls:  # the answers first: the candidate's process learns no seed before they exist
-            ask = {"job": plain, "seed": c["seed"], "max_bytes": HANDOVER_BYTES, "window": c["window"],
+            ask = {"job": plain, "seed": c["seed"], "max_bytes": handover, "window": c["window"],
                    "out": str(self._dir / "ref")}
             answer, took = await self.request({"call": ask}, deadline - time.monotonic())
             if answer is None or "error" in answer:
                 why = (answer or {}).get("error", "no answer")
                 return {"error": f"the reference failed on fresh inputs: {why}", "judge": True}
             c["ref_ms"], c["inner_ms"] = 1e3 * took, float(answer["inner_ms"])
-        for i, c in enumerate(calls):
-            out = job_dir / f"audit-{i}"
-            reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": HANDOVER_BYTES,
-                                                "window": c["window"]}, deadline - time.monotonic())
+        comparing: asyncio.Future[tuple[dict[str, Any] | None, float]] | None = None
+        for i, c in enumerate(calls + [None]):  # each compare runs while the next call is made
+            if c is not None:
+                out = job_dir / f"audit-{i}"
+                reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": handover,
+                                                    "window": c["window"]}, deadline - time.monotonic())
+            if comparing is not None:
+                result, _ = await comparing
+                if result is None:
+                    return {"error": "the judge's process failed comparing", "calls": calls, "judge": True}
+                calls[i - 1].update(ok=bool(result.get("ok")), errs=result.get("errs") or {},
+                                    reason=str(result.get("reason", "")))
+                comparing = None
+            if c is None:
+                break
             if reply is None:
                 return {"error": "the candidate's process died or hung on a fresh-input call", "calls": calls}
             if "audit_error" in reply:
                 return {"error": f"on fresh inputs: {reply['audit_error']}", "calls": calls, "runtime": True}
             c["cand_ms"] = 1e3 * took
-            result, _ = await self.request({"compare": {"seed": c["seed"], "path": str(out), "atol": job.atol,
-                                                        "rtol": job.rtol}}, deadline - time.monotonic())
-            if result is None:
-                return {"error": "the judge's process failed comparing", "calls": calls, "judge": True}
-            c.update(ok=bool(result.get("ok")), errs=result.get("errs") or {},
-                     reason=str(result.get("reason", "")))
+            comparing = asyncio.ensure_future(self.request(
+                {"compare": {"seed": c["seed"], "path": str(out), "atol": job.atol, "rtol": job.rtol}},
+                deadline - time.monotonic()))
         with contextlib.suppress(Exception):
             await self.request({"forget": 1}, 30.0)
         return {"calls": calls}

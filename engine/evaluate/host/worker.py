@@ -229,6 +229,9 @@ class Worker:
         """The process's own variables: the device's, its memory limit (engine.evaluate.harness.ledger caps
         its cached check sets at a share of it) and the host-wide memory ledger's dir."""
         env = {**memory_env(), **self.extra_env}
+        # The server forks a child per job, and a CUDA driver initialized before a fork is not the
+        # child's to use: torch.cuda.is_available() there asks NVML, never the driver.
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         if self.sandbox.limits.memory_bytes:
             env.setdefault("KTREE_MEMORY_LIMIT", str(int(self.sandbox.limits.memory_bytes)))
         if self.cache_dir:

@@ -178,8 +178,12 @@ def _calls(cand_ms: float, ref_ms: float = 30.0, inner_ms: float = 2.0, ok: bool
                        **({"errs": {}, "reason": ""} if ok else wrong)} for i in range(5)]}
 
 
-def test_the_outside_figure_is_the_fastest_round_trip_less_the_references_overhead():
-    assert outside_ms(_calls(cand_ms=100.0)["calls"]) == pytest.approx(100.0 - (30.0 + 2 - 2.0))
+def test_the_outside_figure_is_the_least_round_trip_less_its_pairs_overhead():
+    # each pair: the candidate's round trip (100 + i) less the reference's (30 + i) less its call (2)
+    assert outside_ms(_calls(cand_ms=100.0)["calls"]) == pytest.approx(100.0 - 28.0)
+    calls = _calls(cand_ms=100.0)["calls"]
+    calls[1]["ref_ms"] += 50.0  # a pair the host slowed on the reference's side: it counts least
+    assert outside_ms(calls) == pytest.approx(100.0 + 1 - 79.0)
     assert outside_ms(_calls(cand_ms=10.0)["calls"]) == 0.0  # never below zero
     assert outside_ms([]) is None
 
@@ -187,8 +191,8 @@ def test_the_outside_figure_is_the_fastest_round_trip_less_the_references_overhe
 def test_a_claim_the_outside_clock_cannot_allow_is_flagged_and_the_outside_figure_stands():
     judged = compose(_claim(), _calls(cand_ms=200.0), None, "cpu")
     assert judged.status == "flagged" and judged.flags[0].startswith("outside-clock:")
-    assert judged.time_ms == pytest.approx(200.0 - 30.0)
-    assert judged.speedup_eager == pytest.approx(2.0 / 170.0)
+    assert judged.time_ms == pytest.approx(200.0 - 28.0)
+    assert judged.speedup_eager == pytest.approx(2.0 / 172.0)
 
 
 def test_an_honest_claim_within_the_clocks_room_stands_unchanged():

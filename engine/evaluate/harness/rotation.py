@@ -308,7 +308,8 @@ class Rotation:
         if name == self.checked and len(self.violations) < 3:
             why = _timed_call(out, flat, self._current.get(name, (0, []))[1], self._handed_storage)
             if why:
-                self.violations.append(why.replace(": ", f": timed call {rep + 1}: ", 1))
+                where = f"timed call {rep + 1}" if rep >= 0 else "a warm-up call"
+                self.violations.append(why.replace(": ", f": {where}: ", 1))
         if name == self.checked and rep in self._sampled and 0 <= rep < len(self._plan):
             index, buffer = self._current[name]
             outputs, windows = (None, None) if flat is None else _kept_outputs(flat)

@@ -5,18 +5,20 @@ What the candidate's process reports once the candidate's code ran there is a cl
 rebind ktree's own modules, walk frames to the timer's samples, hook every module of the process, or
 return lazy outputs. So after a `correct` claim the judge checks it from outside:
 
+For each of AUDIT_CALLS fresh seeds, in turn:
+
 1. Its clean process (engine.evaluate.child.judge_process: never imports a candidate) calls the
-   reference on inputs drawn from AUDIT_CALLS fresh seeds and keeps the outputs as answers; the judge
-   times each round trip on its own clock (`ref_ms`), the process its own call (`inner_ms`): the
-   difference is what drawing the inputs, handing the outputs over and the pipe cost.
-2. The candidate's process gets the same seeds one at a time, after its verdict (it has never seen
-   them), calls the candidate once per seed and hands the outputs over as bytes inside the call
-   (engine.evaluate.child.audit); the judge times each round trip (`cand_ms`).
+   reference on inputs drawn from the seed and keeps the outputs as answers; the judge times the
+   round trip on its own clock (`ref_ms`), the process its own call (`inner_ms`): the difference is
+   what drawing the inputs, handing the outputs over and the pipe cost.
+2. Then the candidate's process gets the seed (it has never seen it; its verdict is in), calls the
+   candidate once and hands the outputs over as bytes inside the call (engine.evaluate.child.audit);
+   the judge times the round trip (`cand_ms`).
 3. The clean process compares the bytes with its answers (engine.evaluate.child.check.compare).
 
 `compose` then decides: an output that differs on fresh inputs is `incorrect`; a claimed time that
-the judge's clock cannot allow (below `(min cand_ms - median overhead) / BELIEF - slack`) is not believed:
-the outside figure stands, the speedups are taken against it and the verdict is `flagged`
+the judge's clock cannot allow (below `min(cand_ms - overhead) / BELIEF - slack`, over the pairs) is
+not believed: the outside figure stands, the speedups are taken against it and the verdict is `flagged`
 (`outside-clock: ...`); a claimed reference time above the one measured where no candidate ran is
 not believed either: the speedups are taken against the clean one. Outputs above HANDOVER_BYTES are
 handed over as one window that the judge picks with the seed (on a GPU 32 MiB: a candidate that
@@ -31,7 +33,6 @@ import dataclasses
 import json
 import secrets
 import shutil
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -132,7 +133,10 @@ class Judge:
         handover = HANDOVER_BYTES.get(job.backend, HANDOVER_BYTES["cuda"])
         calls = [{"seed": secrets.randbits(62), "window": secrets.randbelow(10**6) / 10**6}
                  for _ in range(AUDIT_CALLS)]
-        for c in calls:  # the answers first: the candidate's process learns no seed before they exist
+        # In pairs, the reference's call then the candidate's on the same seed, back to back: the
+        # host's load then weighs on both alike. The answers come first: the candidate's process
+        # learns a seed only once its answers exist.
+        for i, c in enumerate(calls):
             ask = {"job": plain, "seed": c["seed"], "max_bytes": handover, "window": c["window"],
                    "out": str(self._dir / "ref")}
             answer, took = await self.request({"call": ask}, deadline - time.monotonic())
@@ -140,29 +144,22 @@ class Judge:
                 why = (answer or {}).get("error", "no answer")
                 return {"error": f"the reference failed on fresh inputs: {why}", "judge": True}
             c["ref_ms"], c["inner_ms"] = 1e3 * took, float(answer["inner_ms"])
-        comparing: asyncio.Future[tuple[dict[str, Any] | None, float]] | None = None
-        for i, c in enumerate(calls + [None]):  # each compare runs while the next call is made
-            if c is not None:
-                out = job_dir / f"audit-{i}"
-                reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": handover,
-                                                    "window": c["window"]}, deadline - time.monotonic())
-            if comparing is not None:
-                result, _ = await comparing
-                if result is None:
-                    return {"error": "the judge's process failed comparing", "calls": calls, "judge": True}
-                calls[i - 1].update(ok=bool(result.get("ok")), errs=result.get("errs") or {},
-                                    reason=str(result.get("reason", "")))
-                comparing = None
-            if c is None:
-                break
+            out = job_dir / f"audit-{i}"
+            reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": handover,
+                                                "window": c["window"]}, deadline - time.monotonic())
             if reply is None:
                 return {"error": "the candidate's process died or hung on a fresh-input call", "calls": calls}
             if "audit_error" in reply:
                 return {"error": f"on fresh inputs: {reply['audit_error']}", "calls": calls, "runtime": True}
             c["cand_ms"] = 1e3 * took
-            comparing = asyncio.ensure_future(self.request(
-                {"compare": {"seed": c["seed"], "path": str(out), "atol": job.atol, "rtol": job.rtol}},
-                deadline - time.monotonic()))
+            result, _ = await self.request({"compare": {"seed": c["seed"], "path": str(out), "atol": job.atol,
+                                                        "rtol": job.rtol}}, deadline - time.monotonic())
+            if result is None:
+                return {"error": "the judge's process failed comparing", "calls": calls, "judge": True}
+            c.update(ok=bool(result.get("ok")), errs=result.get("errs") or {},
+                     reason=str(result.get("reason", "")))
+            if not c["ok"]:
+                break
         with contextlib.suppress(Exception):
             await self.request({"forget": 1}, 30.0)
         return {"calls": calls}
@@ -200,14 +197,13 @@ def keep_peaks(cache_dir: str, told: dict[str, Any] | None) -> None:
 
 
 def outside_ms(calls: list[dict[str, Any]]) -> float | None:
-    """The least time a call of the candidate can have taken, by the judge's clock: its fastest
-    round trip less what drawing, handing over and the pipe cost the reference's calls (their median;
-    compose's BELIEF and SLACK_MS leave room for the spread)."""
+    """The least time a call of the candidate can have taken, by the judge's clock: over the pairs
+    of calls on one seed, the smallest of the candidate's round trip less what drawing, handing over
+    and the pipe cost the reference's (its round trip less its own call's time)."""
     timed = [c for c in calls if "cand_ms" in c and "ref_ms" in c]
     if not timed:
         return None
-    overhead = statistics.median(max(c["ref_ms"] - c["inner_ms"], 0.0) for c in timed)
-    return max(min(c["cand_ms"] for c in timed) - overhead, 0.0)
+    return max(min(c["cand_ms"] - max(c["ref_ms"] - c["inner_ms"], 0.0) for c in timed), 0.0)
 
 
 def compose(verdict: Verdict, audit: dict[str, Any] | None, clean: dict[str, Any] | None,

@@ -526,9 +526,27 @@ def descendants(pid: int) -> list[int]:
     return [p for p, _ in _tree(pid, max_age_s=0.0) if p != pid]
 
 
+def _pss(pid: int) -> int | None:
+    """The process's proportional share of its resident memory (bytes), where /proc tells."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def tree_usage(pid: int) -> tuple[int, int]:
-    """(processes, resident bytes) of pid and all its descendants."""
+    """(processes, resident bytes) of pid and all its descendants. A page shared by several of them
+    (a worker's fork server and the children it forked share the pages of torch and the harness) is
+    counted once: each process's proportional share (Pss) where /proc tells, else its RSS."""
     tree = _tree(pid)
+    if len(tree) > 1:
+        shares = [_pss(p) for p, _ in tree]
+        if all(s is not None for s in shares):
+            return len(tree), sum(s for s in shares if s is not None)
     return len(tree), sum(rss for _, rss in tree)
 
 

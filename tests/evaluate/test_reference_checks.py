@@ -38,7 +38,9 @@ SNOOP = textwrap.dedent("""
 """)
 
 
-def test_second_evaluation_in_a_worker_reuses_the_references_with_the_same_verdict():
+def test_each_evaluation_in_a_worker_makes_the_same_references_and_verdict():
+    """Each evaluation runs in a process of its own (forked from the worker's server, issue 54): its
+    check set is its own, made from the evaluator's secret seed, so the same in each."""
     async def go() -> list:
         evaluator = LocalEvaluator("cpu", eval_timeout=120, worker=True)
         try:
@@ -53,8 +55,8 @@ def test_second_evaluation_in_a_worker_reuses_the_references_with_the_same_verdi
     first, second = asyncio.run(go())
     assert (first.status, second.status) == ("correct", "correct"), (first.log, second.log)
     assert first.timing["reference_checks"]["cached"] is False
-    assert second.timing["reference_checks"]["cached"] is True
-    assert first.timing["reference_checks"]["bytes"] > 0
+    assert second.timing["reference_checks"]["cached"] is False  # never a process's second candidate
+    assert first.timing["reference_checks"]["bytes"] == second.timing["reference_checks"]["bytes"] > 0
     # The same trials (same inputs, same fp64 answers): the same source errs by the same amounts.
     assert first.max_abs_err == second.max_abs_err and first.rel_l2_err == second.rel_l2_err
     # Where the time went: per phase in the worker, and what the device was held for.
@@ -64,7 +66,6 @@ def test_second_evaluation_in_a_worker_reuses_the_references_with_the_same_verdi
         held = v.timing["held_s"]
         assert held["total"] >= held["worker"] > 0
         assert v.timing["floor_s"] > 0
-    assert second.timing["phases_s"]["reference"] < first.timing["phases_s"]["reference"] + 0.05
 
 
 def test_the_input_seed_is_the_evaluators_secret_and_no_job_file_is_left_to_read():

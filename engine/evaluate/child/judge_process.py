@@ -1,8 +1,11 @@
-"""The judge's clean process: `python -m engine.evaluate.child.judge_process`, one per device.
+"""The judge's clean process, one per device: a child of a worker's fork server of its own
+(engine.evaluate.child.worker_process, asked `{"judge": 1}`), so that the judge's calls reach it along
+the same path as the candidate's reach the candidate (the server's relay: the same hops, the same
+waits on a loaded host, which the judge's clock then takes out).
 
 It never imports a candidate, so nothing a candidate did can reach it (issue 54). It holds the
 reference of the problem under evaluation and serves the judge (engine.evaluate.host.judge), one JSON
-line in, one out, on stdin and stdout:
+line in, one out, after `{"judging": pid}`:
 
 - `{"call": {"job", "seed", "out", "max_bytes", "window"}}`: the reference on inputs drawn from `seed`,
   its outputs written as bytes (harness.handover, as the candidate's side writes them) and kept here as
@@ -22,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from typing import Any
 
 from engine.evaluate.jobs import EvalJob
@@ -121,18 +123,14 @@ def serve(requests: Any, out: Any) -> None:
     from engine.evaluate.harness import timing
 
     timing.fix_threads()  # the candidate's process times with the same thread count
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":  # its CUDA context now, not under the lock
-        import torch
-
-        with contextlib.suppress(Exception):
-            if torch.cuda.is_available():
-                torch.empty(1, device="cuda")
-    out.write(json.dumps({"ready": os.getpid()}) + "\n")
+    out.write(json.dumps({"judging": os.getpid()}) + "\n")
     out.flush()
     for line in requests:
         if not line.strip():
             continue
         message = json.loads(line)
+        if "end" in message:
+            return
         try:
             if "call" in message:
                 answer = call(message["call"])
@@ -144,20 +142,3 @@ def serve(requests: Any, out: Any) -> None:
             answer = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         out.write(json.dumps(answer) + "\n")
         out.flush()
-
-
-def main() -> int:
-    from engine.evaluate.child.evaluation import _die_with_parent, pin_cores
-    from engine.evaluate.child.worker_process import _non_dumpable
-
-    _die_with_parent()
-    pin_cores()
-    _non_dumpable()
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the problem's own prints go to stderr, never into the protocol
-    serve(sys.stdin, protocol)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

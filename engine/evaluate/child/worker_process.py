@@ -174,29 +174,45 @@ def _child(reply_fd: int, request_fd: int) -> None:
         out.flush()
 
     _cuda_context()
-    line = requests.readline()
-    if not line.strip():
-        return  # dropped unused (the server is going)
-    request = json.loads(line)
-    send({"taken": request["job"]})
-    work = os.path.dirname(request["job"])
-    os.environ["TMPDIR"] = work  # what it writes lives in its job's dir, removed after it
-    with contextlib.suppress(OSError):
-        os.chdir(work)
-    log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    with open(request["job"]) as f:
-        job = EvalJob.from_dict(json.load(f))
-    os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
-    _reset_extension_versions()
-    if request.get("warm"):  # before the GPU's lock: Triton's JIT only (languages.triton.triton_prewarm)
+    warmed = None  # the solution this process compiled before the lock (Triton's JIT), if any
+    while True:
+        line = requests.readline()
+        if not line.strip():
+            return  # dropped unused (the server is going)
+        request = json.loads(line)
+        if "judge" in request:  # the judge's clean process: never a candidate (child.judge_process)
+            from engine.evaluate.child import judge_process
+
+            judge_process.serve(requests, out)
+            return
+        if "job" not in request:
+            return  # `end`: dropped after its warm-up, its evaluation never came
+        with open(request["job"]) as f:
+            job = EvalJob.from_dict(json.load(f))
+        if warmed is not None and job.solution_source != warmed:
+            return  # another candidate's job: never served here (the engine sends it again)
+        send({"taken": request["job"]})
+        work = os.path.dirname(request["job"])
+        os.environ["TMPDIR"] = work  # what it writes lives in its job's dir, removed after it
+        with contextlib.suppress(OSError):
+            os.chdir(work)
+        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.unlink(request["job"])  # the job (its input seed) is not left for the candidate to read
+        if warmed is None:
+            _reset_extension_versions()
+        if not request.get("warm"):
+            break
+        # Before the GPU's lock: Triton's JIT only (languages.triton.triton_prewarm). The process
+        # stays for this candidate's evaluation, its kernels loaded, and serves no other.
         _write_result(request["result"], _prewarm(job))
+        warmed = job.solution_source
         send({"done": request["result"]})
-        return
     _reset_peak_memory()
-    outbox.listen(send)  # the clean facts, until the candidate's import (harness.outbox)
+    if warmed is None:  # (a warmed process ran the candidate's module already: nothing it says is clean)
+        outbox.listen(send)  # the clean facts, until the candidate's import (harness.outbox)
     verdict = child.run_evaluate(job, on_phase=lambda name: send({"phase": name}))
     outbox.seal()
     verdict = _after_evaluation(verdict)

@@ -50,7 +50,9 @@ HANDOVER_BYTES = {"cpu": 256 * 2**20, "cuda": 32 * 2**20}
 # A claimed time is believed down to the outside figure over BELIEF, less SLACK_MS: an honest median
 # of flushed, rotated calls against one call on freshly drawn inputs timed from another process.
 BELIEF = 2.0
-SLACK_MS = {"cpu": 0.3, "cuda": 0.1}
+# On a GPU, a Triton launch's host work under a loaded host (16 evaluations at once) costs a single
+# call tenths of a millisecond that its events do not see.
+SLACK_MS = {"cpu": 0.3, "cuda": 0.5}
 # A claimed reference time is believed up to this times the clean one's upper end.
 REF_BELIEF = 1.5
 START_TIMEOUT_S = 300.0
@@ -63,24 +65,32 @@ class Judge:
     cannot see (strict isolation binds the files it was started with)."""
 
     def __init__(self, env: dict[str, str], sandbox: Sandbox, cache_dir: str, outputs_dir: Path):
-        self.env = dict(env)
+        self.env = dict(env)  # the device's (its cores, its GPU), as the candidate's process has them
         self.sandbox = sandbox
         self.cache_dir = cache_dir
         self.outputs_dir = outputs_dir  # where the candidate's process hands its outputs over (read-only here)
         self.proc: asyncio.subprocess.Process | None = None
         self._problems: tuple[str, ...] = ()
         self._dir = make_workdir("judge")
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one audit at a time
+        self._starting = asyncio.Lock()
 
     async def ready(self, problem_path: str) -> str | None:
-        """The process, started if needed; None when ready, else why not."""
+        """The process, started if needed; None when ready, else why not. One start at a time (an
+        early start and a job's may ask at once)."""
+        async with self._starting:
+            return await self._ready(problem_path)
+
+    async def _ready(self, problem_path: str) -> str | None:
         if self.proc is not None and (self.proc.returncode is not None or problem_path not in self._problems):
             await self.stop()
         if self.proc is not None:
             return None
         problems = tuple(dict.fromkeys((*self._problems, problem_path)))
         cache_ro, _ = evaluation_binds(self.cache_dir)
-        argv = self.sandbox.command([sys.executable, "-m", "engine.evaluate.child.judge_process"],
+        # a fork server of its own, whose child becomes the clean process: the judge's calls travel
+        # the same relay as the candidate's (engine.evaluate.child.judge_process)
+        argv = self.sandbox.command([sys.executable, "-m", "engine.evaluate.child.worker_process"],
                                    workdir=self._dir, read_only=[*problems, *cache_ro, str(self.outputs_dir)],
                                    writable=[])
         with open(self._dir / "stderr.txt", "ab") as err:
@@ -89,11 +99,15 @@ class Judge:
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                 start_new_session=True)
         self._problems = problems
-        try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)  # type: ignore[union-attr]
-        except TimeoutError:
-            line = b""
-        if b"ready" not in line:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        line = b""
+        with contextlib.suppress(TimeoutError, BrokenPipeError, ConnectionResetError):
+            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
+            if b"ready" in line:
+                self.proc.stdin.write(b'{"judge": 1}\n')
+                await self.proc.stdin.drain()
+                line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
+        if b"judging" not in line:
             await self.stop()
             tail = (self._dir / "stderr.txt").read_text(errors="replace")[-2000:]
             return f"the judge's process did not start\n{tail}"
@@ -112,10 +126,13 @@ class Judge:
             return None, time.perf_counter() - t0
         took = time.perf_counter() - t0
         try:
-            return json.loads(line), took
+            answer = json.loads(line)
         except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or "exited" in answer:  # its process died (its server says so)
             await self.stop()
             return None, took
+        return answer, took
 
     async def audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
                     timeout_s: float) -> dict[str, Any]:

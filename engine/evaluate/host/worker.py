@@ -135,6 +135,7 @@ class Worker:
         # (engine.evaluate.host.judge); what the judge learnt of the last job, in `judged`.
         self.judge: Judge | None = Judge(self._env(), self.sandbox, cache_dir, self._dir) if judge else None
         self.judged: dict[str, Any] = {}
+        self._warmed: str | None = None  # the solution whose warm-up process waits for its evaluation
         self._starting = asyncio.Lock()  # one start at a time (an early start and a job's)
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
@@ -289,8 +290,8 @@ class Worker:
                     return {"error": "the worker died in the warm-up"}
                 if "done" in message or "exited" in message:
                     break
-            if "exited" not in message:
-                await self._until_exited(timeout_s - (time.monotonic() - t0))
+            if "done" in message:  # its process stays for this candidate's evaluation, and no other's
+                self._warmed = job.solution_source
             return json.loads(paths["result"].read_text())
         except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
             await self.stop("warm-up")
@@ -316,6 +317,7 @@ class Worker:
 
     async def stop(self, why: str = "") -> None:
         proc, self.proc = self.proc, None
+        self._warmed = None
         if proc is None:
             return
         if why:
@@ -397,6 +399,13 @@ class Worker:
         if problem is not None:
             return "crashed", None, problem
         assert self.proc is not None and self.proc.stdin is not None
+        warmed, self._warmed = self._warmed, None
+        if warmed is not None and warmed != job.solution_source:  # warmed for another candidate: ended
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.proc.stdin.write(b'{"end": 1}\n')
+                await self.proc.stdin.drain()
+            if not await self._until_exited(30.0):
+                return None
         work = Path(tempfile.mkdtemp(prefix="job-", dir=self._dir))
         paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
         paths["job"].write_text(json.dumps(job.to_dict()))

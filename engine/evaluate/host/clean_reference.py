@@ -1,12 +1,12 @@
-"""The reference's eager time measured where no candidate ran, kept for the cpu backend (issue 34).
+"""The reference's eager time measured where no candidate ran, kept for later jobs (issue 34).
 
-On cuda the reference job (engine.evaluate.child.reference: its own process, no
-candidate) returns it as `eager_stats`, cached with the torch.compile time. On the cpu there is no
-such process (a fresh one costs seconds of imports per problem): the first evaluation in a worker
-process times the reference alone before its candidate is imported
-(engine.evaluate.child.measure.before_candidate) and reports it in `verdict.timing["reference_clean"]`
-with `measured` true when no other work slowed it; the evaluator keeps it here, beside the
-reference's other cached times, and gives it to every later job (`EvalJob.ref_eager_clean`).
+On cuda the reference job (engine.evaluate.child.reference: its own process, no candidate) returns
+it as `eager_stats`, cached with the torch.compile time, where the torch.compile baseline is taken.
+Elsewhere (the cpu; cuda without the baseline) an evaluation whose job brings no clean time times the
+reference alone before its candidate is imported (engine.evaluate.child.measure.before_candidate) and
+tells the judge then (engine.evaluate.harness.outbox), with `measured` true when no other work slowed
+it; the evaluator keeps it here, beside the reference's other cached times, and gives it to every
+later job (`EvalJob.ref_eager_clean`): each evaluation runs in a fresh process, which would time it again.
 
 Standard library only.
 """

@@ -311,7 +311,9 @@ class LocalEvaluator(ReferenceTimings):
                     if ref.get("eager_stats") and run.ref_eager_clean is None:  # timed where no candidate ran
                         run = run.replace(ref_eager_clean=ref["eager_stats"])
                     held["reference"] = time.monotonic() - held_from
-                if self.backend == "cpu" and run.mode == "evaluate" and run.ref_eager_clean is None:
+                # A clean time an earlier evaluation's process told before its candidate's import:
+                # each evaluation runs in a fresh process, which would time the reference alone again.
+                if run.mode == "evaluate" and run.ref_eager_clean is None:
                     run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
                 limit = self._limit(run, device)
                 if " GB" in limit.why and limit.source != "flag":  # a large problem: its time said, not silent
@@ -343,9 +345,9 @@ class LocalEvaluator(ReferenceTimings):
                     self._note(f"{verdict.log.splitlines()[0]}; judging it again")
                     continue
                 told = (device.worker.judged if device.worker is not None else {}).get("clean") or {}
-                if self.backend == "cpu":  # a clean reference time measured before the candidate ran
-                    clean_reference.keep(self._clean_file(run, device), run, verdict.timing,
-                                         told.get("reference_clean"))
+                # a clean reference time measured before the candidate ran
+                clean_reference.keep(self._clean_file(run, device), run, verdict.timing,
+                                     told.get("reference_clean"))
                 keep_peaks(self.cache_dir, told.get("peaks"))
                 if device.worker is not None:  # the claim against the judge's own calls and clock
                     clean = run.ref_eager_clean or (told.get("reference_clean") or None)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import os
 import re
 from collections.abc import Callable
@@ -100,6 +101,9 @@ class ReferenceChecks:
     seed: int = 0
     live_fns: tuple[Any, ...] = ()  # (draw, answer, device): a live set's way to its trials
     plan: Any = None  # engine.evaluate.harness.memory.Plan: the answers' precision, the caches' room
+    # per output, the reference's own relative L2 error against fp64 on trial 0 (fp64 answers only):
+    # an output of noise around zero errs by more than its norm (engine.evaluate.child.check.noise_outputs)
+    native_rel_l2: list[float] = field(default_factory=list)
 
     @property
     def answers(self) -> str:
@@ -284,6 +288,8 @@ def expected64(ref64: Any, drawn: list[Any], device: str, flatten: Callable[[Any
     if cap is not None and need > cap:
         raise KtreeOutOfMemory(f"computing the fp64 answers (neither on the GPU nor within this process's"
                                f" host share: {need / 2**30:.1f} GiB)", exc)
+    if isinstance(ref64, Fp64Reference):
+        ref64 = ref64.model()
     host_ref = copy.deepcopy(ref64).to("cpu") if isinstance(ref64, torch.nn.Module) else ref64
     try:
         return [t.detach() for t in flatten(host_ref(*[_to64(t, "cpu") for t in drawn]))]
@@ -328,12 +334,30 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
             out_bytes = [t.numel() * t.element_size() for t in native]
             plan = memory.make_plan(memory.tensor_bytes(drawn), sum(out_bytes), memory.fp64_bytes(drawn),
                                     memory.fp64_bytes(native), reference_peak, trials, _gpu_free(device),
-                                    fp64=settings.get("KTREE_CHECK_ANSWERS", "auto") != "native")
+                                    fp64=settings.get("KTREE_CHECK_ANSWERS", "auto") != "native",
+                                    weights=weights(ref), weights64=weights64(ref))
             if settings.get("KTREE_CHECK_ANSWERS") == "fp64" and plan.answers != "fp64":
                 plan = dataclasses.replace(plan, answers="fp64")
+            native_rel: list[float] = []
+            exp = None
             if plan.answers == "fp64":
-                exp = expected64(ref64, drawn, device, flatten)
+                try:
+                    exp = expected64(ref64, drawn, device, flatten)
+                except Exception as caught:
+                    if is_oom(caught):
+                        raise
+                    # The reference fails in fp64 (state that .double() left in its precision, an op
+                    # without fp64) where it ran in its own: its own answers, said in the verdict.
+                    plan = dataclasses.replace(plan, answers="native", why=(
+                        f"the reference fails in fp64 ({_last_line(str(caught)) or type(caught).__name__});"
+                        f" answers in its own precision"))
+                if exp is not None and [t.shape for t in exp] != [t.shape for t in native]:
+                    exp, plan = None, dataclasses.replace(plan, answers="native", why=(
+                        "the reference's fp64 outputs differ in shape from its own; answers in its own precision"))
+            if exp is not None:
                 native_errs = errors(native, exp)
+                native_rel = [memory.compare_tensors(n, e, math.inf, math.inf).rel_l2
+                              for n, e in zip(native, exp, strict=True)]
             else:  # the reference's own answers: its error against fp64 is not measured
                 exp, native_errs = native, {}
             del native
@@ -362,7 +386,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
                              native_errs=native_errs, on_device=placement == "device" or (
                                  device == "cpu" and placement == "host"), nbytes=total,
                              build_s=0.0, placement=placement, trial_bytes=trial_bytes, gpu=gpu, seed=seed,
-                             live_fns=(draw, live_answer, device), plan=plan)
+                             live_fns=(draw, live_answer, device), plan=plan, native_rel_l2=native_rel)
     if placement == "live":
         del drawn, exp
         _free_memory()
@@ -398,13 +422,74 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     return checks
 
 
-def weights(model: Any) -> int:
-    """A model's parameters and buffers (bytes): part of the reference's own memory."""
+def model_tensors(model: Any) -> list[Any]:
+    """A model's tensors, each once: its parameters, buffers, and the plain tensor attributes of its
+    modules (state such as an LSTM's `self.h0 = torch.randn(...)`, which is neither)."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        return 0
-    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+        return []
+    found: dict[int, Any] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        found.setdefault(id(t), t)
+    for module in model.modules():
+        for value in vars(module).values():
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, torch.Tensor):
+                    found.setdefault(id(t), t)
+    return list(found.values())
+
+
+def weights(model: Any) -> int:
+    """A model's parameters, buffers and plain tensor attributes (bytes): part of the reference's
+    own memory."""
+    return sum(t.numel() * t.element_size() for t in model_tensors(model))
+
+
+def weights64(model: Any) -> int:
+    """What `weights` takes with its floating tensors in fp64 (an fp64 copy of the model)."""
+    return memory.fp64_bytes(model_tensors(model))
+
+
+def fp64_copy(model: Any) -> Any:
+    """An fp64 copy of `model`: its floating parameters, buffers and plain tensor attributes in fp64
+    (`.double()` alone leaves plain tensors in their precision: an LSTM's initial state then meets
+    fp64 inputs), each made straight from the original (no full copy in the original precision on
+    the way: a model is held no more times than needed)."""
+    import copy
+
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return model
+    memo: dict[int, Any] = {}
+    for t in model_tensors(model):
+        if t.is_floating_point() and t.dtype != torch.float64:
+            with torch.no_grad():
+                t64 = t.detach().to(torch.float64)
+            memo[id(t)] = torch.nn.Parameter(t64, requires_grad=t.requires_grad) \
+                if isinstance(t, torch.nn.Parameter) else t64
+    return copy.deepcopy(model, memo).double()
+
+
+class Fp64Reference:
+    """The reference in fp64, made on its first call (`model`, or called as the model is): where the
+    memory plan answers in the reference's own precision, no fp64 copy is ever made."""
+
+    def __init__(self, ref: Any):
+        self.ref = ref
+        self._model: Any = None
+
+    def model(self) -> Any:
+        if self._model is None:
+            self._model = fp64_copy(self.ref)
+        return self._model
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+
+        model = self.model()
+        return clocks.module_call(model, *args) if isinstance(model, torch.nn.Module) else model(*args)
 
 
 def _allocated(device: str) -> int:

@@ -353,7 +353,8 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
                         f" answers in its own precision"))
                 if exp is not None and [t.shape for t in exp] != [t.shape for t in native]:
                     exp, plan = None, dataclasses.replace(plan, answers="native", why=(
-                        "the reference's fp64 outputs differ in shape from its own; answers in its own precision"))
+                        "the reference's fp64 outputs differ in shape from its own;"
+                        " answers in its own precision"))
             if exp is not None:
                 native_errs = errors(native, exp)
                 native_rel = [memory.compare_tensors(n, e, math.inf, math.inf).rel_l2

@@ -231,3 +231,73 @@ def test_noise_is_told_from_a_small_output_by_the_reference_s_own_error():
 def test_docs_state_the_rules():
     text = (Path(__file__).resolve().parents[2] / "docs" / "verdicts.md").read_text()
     assert "noise around zero" in text and "fails in fp64" in text
+
+
+# A weight-heavy model at cpu (KernelBench level 2 #59's shape, at a quarter of its width): 1 GiB of
+# weights and little else. The bound: the reference's own peak + 2 x (inputs + outputs) + 2 GiB.
+HEAVY = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features, bias=False)
+
+    def forward(self, x):
+        return self.linear(x) * 0.5
+
+features = 16384
+
+def get_inputs():
+    return [torch.randn(4, features)]
+
+def get_init_inputs():
+    return [features]
+'''
+HEAVY_OWN = HEAVY.split("features = 16384")[0].replace("class Model(", "class ModelNew(")
+PLAN_FACTOR = 2.0  # the plan's estimate within this factor of the measured peak (as test_memory_plan's)
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory: pytest.TempPathFactory) -> Verdict:
+    path = tmp_path_factory.mktemp("heavy") / "linear_1gib.py"
+    path.write_text(HEAVY)
+
+    async def go() -> Verdict:
+        evaluator = LocalEvaluator("cpu")
+        try:
+            return await evaluator.evaluate(evaluator.job(str(path), HEAVY_OWN, {}, flops=None, bytes=None,
+                                                          time_budget_s=0.2, trials=2))
+        finally:
+            await evaluator.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_a_weight_heavy_model_stays_within_the_bound(heavy):
+    v = heavy
+    m = v.memory
+    assert v.status == "flagged", f"{v.status}: {v.log}"  # (the reference's own forward)
+    assert m["weights_bytes"] == 2**30 and m["reference_peak_bytes"] >= 2**30, m
+    assert m["answers"] == "native", m  # its fp64 copy (2 GiB) beside two models does not fit the margin
+    assert m["host_peak_bytes"] <= m["bound_bytes"], m
+    measured = m["host_peak_bytes"] - m["host_start_bytes"]
+    assert m["plan_bytes"] / PLAN_FACTOR <= measured <= m["plan_bytes"] * PLAN_FACTOR, m
+
+
+def test_the_plan_counts_the_models_it_holds():
+    """With 1 GiB of weights the fp64 copy (2 GiB) beside the reference and the candidate leaves no
+    room in the 2 GiB margin: native answers, and an estimate that counts both models."""
+    from engine.evaluate.harness import memory
+
+    gib, mib = 2**30, 2**20
+    heavy = memory.make_plan(inputs=mib // 4, outputs=mib // 4, inputs64=mib // 2, outputs64=mib // 2,
+                             reference_peak=gib + mib, trials=3, weights=gib, weights64=2 * gib)
+    assert heavy.answers == "native" and heavy.estimate <= heavy.bound
+    assert heavy.estimate >= 2 * gib  # the reference's weights and the candidate's
+    light = memory.make_plan(inputs=mib // 4, outputs=mib // 4, inputs64=mib // 2, outputs64=mib // 2,
+                             reference_peak=64 * mib + mib, trials=3, weights=64 * mib, weights64=128 * mib)
+    assert light.answers == "fp64" and light.estimate >= 4 * 64 * mib  # (+ its fp64 copy)
+    assert light.record()["weights_bytes"] == 64 * mib

@@ -301,3 +301,14 @@ def test_the_plan_counts_the_models_it_holds():
                              reference_peak=64 * mib + mib, trials=3, weights=64 * mib, weights64=128 * mib)
     assert light.answers == "fp64" and light.estimate >= 4 * 64 * mib  # (+ its fp64 copy)
     assert light.record()["weights_bytes"] == 64 * mib
+
+
+def test_an_output_of_noise_is_named_degenerate_where_problems_are_listed(tmp_path: Path):
+    from engine.problems import load_problem
+
+    path = tmp_path / "groupnorm_mean.py"
+    path.write_text(NOISE)
+    assert load_problem(str(path)).degenerate
+    lstm = tmp_path / "lstm.py"
+    lstm.write_text(LSTM)
+    assert not load_problem(str(lstm)).degenerate

@@ -52,6 +52,7 @@ from typing import Any
 from engine.evaluate import settings
 from engine.evaluate.harness import clocks, memory
 from engine.evaluate.harness import ledger as ledger_module
+from engine.evaluate.harness.fp64_model import Fp64Reference, fp64_copy, weights, weights64  # noqa: F401
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
 FREE_SHARE = 0.5  # a device-resident set takes at most this share of the GPU's free memory
@@ -421,76 +422,6 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     checks.fingerprint = _fingerprint(checks)
     _CACHE[key] = checks
     return checks
-
-
-def model_tensors(model: Any) -> list[Any]:
-    """A model's tensors, each once: its parameters, buffers, and the plain tensor attributes of its
-    modules (state such as an LSTM's `self.h0 = torch.randn(...)`, which is neither)."""
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        return []
-    found: dict[int, Any] = {}
-    for t in (*model.parameters(), *model.buffers()):
-        found.setdefault(id(t), t)
-    for module in model.modules():
-        for value in vars(module).values():
-            for t in (value if isinstance(value, (list, tuple)) else (value,)):
-                if isinstance(t, torch.Tensor):
-                    found.setdefault(id(t), t)
-    return list(found.values())
-
-
-def weights(model: Any) -> int:
-    """A model's parameters, buffers and plain tensor attributes (bytes): part of the reference's
-    own memory."""
-    return sum(t.numel() * t.element_size() for t in model_tensors(model))
-
-
-def weights64(model: Any) -> int:
-    """What `weights` takes with its floating tensors in fp64 (an fp64 copy of the model)."""
-    return memory.fp64_bytes(model_tensors(model))
-
-
-def fp64_copy(model: Any) -> Any:
-    """An fp64 copy of `model`: its floating parameters, buffers and plain tensor attributes in fp64
-    (`.double()` alone leaves plain tensors in their precision: an LSTM's initial state then meets
-    fp64 inputs), each made straight from the original (no full copy in the original precision on
-    the way: a model is held no more times than needed)."""
-    import copy
-
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        return model
-    memo: dict[int, Any] = {}
-    for t in model_tensors(model):
-        if t.is_floating_point() and t.dtype != torch.float64:
-            with torch.no_grad():
-                t64 = t.detach().to(torch.float64)
-            memo[id(t)] = torch.nn.Parameter(t64, requires_grad=t.requires_grad) \
-                if isinstance(t, torch.nn.Parameter) else t64
-    return copy.deepcopy(model, memo).double()
-
-
-class Fp64Reference:
-    """The reference in fp64, made on its first call (`model`, or called as the model is): where the
-    memory plan answers in the reference's own precision, no fp64 copy is ever made."""
-
-    def __init__(self, ref: Any):
-        self.ref = ref
-        self._model: Any = None
-
-    def model(self) -> Any:
-        if self._model is None:
-            self._model = fp64_copy(self.ref)
-        return self._model
-
-    def __call__(self, *args: Any) -> Any:
-        import torch
-
-        model = self.model()
-        return clocks.module_call(model, *args) if isinstance(model, torch.nn.Module) else model(*args)
 
 
 def _allocated(device: str) -> int:

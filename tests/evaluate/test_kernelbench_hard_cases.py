@@ -312,3 +312,14 @@ def test_an_output_of_noise_is_named_degenerate_where_problems_are_listed(tmp_pa
     lstm = tmp_path / "lstm.py"
     lstm.write_text(LSTM)
     assert not load_problem(str(lstm)).degenerate
+
+
+def test_a_precision_cast_casts_plain_tensor_attributes_too():
+    from engine.evaluate.languages.common import model_to
+
+    namespace: dict = {}
+    exec(LSTM, namespace)
+    model = model_to(namespace["Model"](8, 16, 2, 3), "cpu", torch.float64)
+    assert model.h0.dtype == model.c0.dtype == model.lstm.weight_ih_l0.dtype == torch.float64
+    out = model(torch.randn(4, 6, 8, dtype=torch.float64))
+    assert out.dtype == torch.float64

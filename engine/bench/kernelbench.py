@@ -243,6 +243,8 @@ def verdict_row(problem: KBProblem, candidate: str, verdict: Any, wall_s: float)
         "held_parts": (getattr(verdict, "timing", None) or {}).get("held_s"),  # a worker's start: "start"
         "held_s": held_seconds(verdict), "wall_s": round(wall_s, 2), "compile_s": verdict.compile_s,
         "eval_s": verdict.eval_s, "device": verdict.device,
+        "speedup_eager": getattr(verdict, "speedup_eager", None),
+        "speedup_compile": getattr(verdict, "speedup_compile", None),
         "oom": bool(_OOM.search(log)), "host_kill": _HOST_KILL in log, "why": why,
         "log": "" if verdict.status in ("correct", "flagged") else log[-600:],
     }
@@ -307,9 +309,9 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
             " skipped")
     new: dict[str, dict[str, Any]] = {}
     own = evaluator is None and any(solutions is None or solution_for(solutions, p) for p in todo)
-    if own:
+    if own:  # (solutions are compared with torch.compile too: its baseline is timed for them)
         evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, eval_timeout=timeout_s,
-                                   compile_baseline=False)
+                                   compile_baseline=solutions is not None)
     # Every device's worker sees every problem file from its start, as a suite's: a new problem then
     # takes the standby started beside the last one, not a fresh process (Python, torch, the CUDA
     # context: seconds per problem, paid one problem after another on each device).
@@ -353,8 +355,10 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
                 else:
                     source = (solutions / candidate).read_text()
                 atol, rtol = loaded.tolerance
+                # (a solution's speedup is a figure of the run: its timing has the usual budget)
+                budget = {"time_budget_s": TIME_BUDGET_S} if solutions is None else {}
                 job = evaluator.job(loaded.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes,
-                                    time_budget_s=TIME_BUDGET_S)
+                                    **budget)
                 verdict = await evaluator.evaluate(job)
             except Exception as exc:  # ktree's own failure: said in the row, the other problems go on
                 finish(unjudged_row(problem, candidate, "bench-error", f"{type(exc).__name__}: {exc}",
@@ -378,9 +382,12 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
         for row in rows:
             row["alone"] = earlier.get(_key(row))
     device = next((r.get("device") for r in rows if r.get("device")), backend)
-    return {"backend": backend, "device": device, "wall_s": round(time.monotonic() - started, 1),
-            "resumed": len(done), "rows": rows, "workers": workers,
-            "summary": summarize(rows, compared=alone is not None)}
+    result = {"backend": backend, "device": device, "wall_s": round(time.monotonic() - started, 1),
+              "resumed": len(done), "rows": rows, "workers": workers,
+              "summary": summarize(rows, compared=alone is not None)}
+    if solutions is not None:
+        result["figures"] = figures(rows, backend)
+    return result
 
 
 def _cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, float | None]:
@@ -420,6 +427,66 @@ def summarize(rows: list[dict[str, Any]], compared: bool = False) -> dict[str, A
     passed = not any(names[k] for k in ("crashed", "timeout", "over_bound", "unjudged", "differing"))
     return {"problems": len(rows), "verdicts": len(judged), "counts": counts, "measured": measured,
             **names, "passed": passed}
+
+
+# --- the figures papers and leaderboards compare ----------------------------------------------------
+
+FAST_P = (1.0, 1.5, 2.0)  # fast_p's thresholds (p = 1: faster than the baseline at all)
+BASELINES = (("eager", "speedup_eager", "eager PyTorch"), ("compile", "speedup_compile", "torch.compile"))
+AGGREGATION = (
+    "fraction correct: the problems whose verdict is `correct`, over n (n: every selected problem this"
+    " machine could load; one without a solution, or `flagged`, `incorrect`, an error, is not correct)",
+    "fast_p: the problems that are correct AND whose speedup is over p (strictly), over the same n"
+    " (KernelBench's fast_p: fast_0 is the fraction correct); speedup = the baseline's median time /"
+    " the solution's median time, each the median of its timed reps on this machine",
+    "geometric mean of speedups: exp(mean(log speedup)) over the correct problems with a time (not"
+    " over n: a problem without a correct solution has no speedup to average)",
+)
+
+
+def figures(rows: list[dict[str, Any]], backend: str = "") -> dict[str, Any]:
+    """KernelBench's figures over a run with solutions: n, the fraction correct, fast_p at FAST_P
+    over eager PyTorch and over torch.compile, the geometric mean of the speedups over each, and how
+    each was aggregated (AGGREGATION). A baseline never timed (torch.compile on the cpu backend, or
+    a run without it) says so instead of its figures."""
+    import math
+
+    scored = [r for r in rows if r["status"] != "no-package"]
+    n = len(scored)
+    correct = [r for r in scored if r["status"] == "correct"]
+    out: dict[str, Any] = {"n": n, "correct": len(correct),
+                           "fraction_correct": len(correct) / n if n else None,
+                           "aggregation": list(AGGREGATION)}
+    for name, key, _ in BASELINES:
+        timed = [float(r[key]) for r in correct if r.get(key)]
+        if correct and not timed:
+            why = ("torch.compile is timed on the cuda backend only" if name == "compile" and backend == "cpu"
+                   else "no correct problem has a time against it")
+            out[name] = {"fast_p": None, "geomean": None, "timed": 0, "why": why}
+            continue
+        fast = {f"{p:g}": (sum(1 for r in correct if (r.get(key) or 0.0) > p) / n if n else None)
+                for p in FAST_P}
+        geomean = math.exp(sum(math.log(x) for x in timed) / len(timed)) if timed else None
+        out[name] = {"fast_p": fast, "geomean": geomean, "timed": len(timed)}
+    return out
+
+
+def figures_lines(fig: dict[str, Any]) -> list[str]:
+    """The figures as a short table and the aggregation under it."""
+    if not fig.get("n"):
+        return ["KernelBench figures: no problem to score"]
+    header = ["baseline", *[f"fast_{p:g}" for p in FAST_P], "geomean speedup (correct, timed)"]
+    rows = []
+    for name, _, label in BASELINES:
+        f = fig[name]
+        if f["fast_p"] is None:
+            rows.append([label, *["-"] * len(FAST_P), f"- ({f['why']})"])
+            continue
+        geo = "-" if f["geomean"] is None else f"{f['geomean']:.3g}x"
+        rows.append([label, *[f"{f['fast_p'][f'{p:g}']:.3f}" for p in FAST_P], f"{geo} ({f['timed']})"])
+    return [f"KernelBench figures over n = {fig['n']} problems: fraction correct {fig['fraction_correct']:.3f}"
+            f" ({fig['correct']} / {fig['n']})", "", markdown_table(header, rows), "",
+            "how each figure was aggregated:", *[f"- {line}" for line in fig["aggregation"]]]
 
 
 # --- the table ---------------------------------------------------------------------------------------
@@ -472,6 +539,8 @@ def kernelbench_table(result: dict[str, Any]) -> str:
     resumed = f" ({result['resumed']} read back from an earlier run)" if result.get("resumed") else ""
     lines.append(f"{result['backend']}: {s['problems']} problems in {result['wall_s']:g} s{resumed};"
                  f" {'passed' if s['passed'] else 'failed'}")
+    if result.get("figures") is not None:
+        lines += ["", *figures_lines(result["figures"])]
     for w in result.get("workers") or []:
         lines.append(f"{w['device']}: its worker started {w['starts']} times, {w['standby_used']} of them"
                      " a standby made ready beside the last problem")

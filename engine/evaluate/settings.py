@@ -54,6 +54,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("KTREE_CHECK_CACHE_HOST_MB", "place", "the check sets' host memory budget"),
     Setting("KTREE_CHECK_CACHE_OFFLOAD", "place", "1: a check set over the GPU budget may be kept in"
             " host memory"),
+    Setting("KTREE_HOST_BUILDS", "place", "builds at once on the host, every ktree process together"
+            " (default: the compile pool's size)"),
+    Setting("KTREE_ADMIT_MEMORY_MB", "place", "a build or a worker's start waits until the host has this"
+            " much memory available (default 1024)"),
     Setting("KTREE_WORKER", "place", "0: one fresh process per evaluation instead of a kept worker"),
     Setting("KTREE_BWRAP", "place", "the bubblewrap binary for strict isolation (empty: none)"),
     Setting("KTREE_NCU", "place", "the Nsight Compute binary (`none`: no ncu profiles)"),

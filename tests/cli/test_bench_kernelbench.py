@@ -316,3 +316,36 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert main(["bench", "kernelbench", *(a.format(**names) for a in args), "--backend", "cpu"]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_solutions_get_the_figures_papers_compare(bench: dict[str, Any]):
+    """A run with solutions ends with the fraction correct, fast_p over eager and torch.compile, the
+    geometric mean of speedups and how each was aggregated (issue 55)."""
+    result = bench["solutions"]
+    fig = result["figures"]
+    assert fig["n"] == 2 and fig["correct"] == 0 and fig["fraction_correct"] == 0.0  # flagged, skipped
+    table = kernelbench_table(result)
+    assert "KernelBench figures over n = 2 problems: fraction correct 0.000 (0 / 2)" in table
+    assert "| baseline | fast_1 | fast_1.5 | fast_2 | geomean speedup (correct, timed) |" in table
+    assert "how each figure was aggregated:" in table
+    assert "figures" not in bench["result"]  # (the wrapped reference: no solution to score)
+
+
+def test_the_figures_aggregate_as_kernelbench_does():
+    from engine.bench.kernelbench import figures
+
+    def r(status: str, eager: float | None = None, compiled: float | None = None) -> dict[str, Any]:
+        return {"status": status, "speedup_eager": eager, "speedup_compile": compiled}
+
+    rows = [r("correct", 2.5, 1.2), r("correct", 1.2, 0.8), r("correct", 0.5, 0.4), r("flagged", 9.0, 9.0),
+            r("incorrect"), r("skipped"), r("no-package")]
+    fig = figures(rows, "cuda")
+    assert fig["n"] == 6 and fig["correct"] == 3 and fig["fraction_correct"] == 0.5
+    assert fig["eager"]["fast_p"] == {"1": 2 / 6, "1.5": 1 / 6, "2": 1 / 6}  # the flagged 9x counts for nothing
+    assert fig["compile"]["fast_p"] == {"1": 1 / 6, "1.5": 0.0, "2": 0.0}
+    assert fig["eager"]["geomean"] == pytest.approx((2.5 * 1.2 * 0.5) ** (1 / 3))
+    assert fig["eager"]["timed"] == 3
+    cpu = figures([r("correct", 2.0, None)], "cpu")
+    assert cpu["compile"]["fast_p"] is None and "cuda backend only" in cpu["compile"]["why"]
+    assert cpu["eager"]["fast_p"] == {"1": 1.0, "1.5": 1.0, "2": 0.0}  # (2.0 is not over 2)
+    assert any(line.startswith("fast_p: the problems that are correct AND") for line in fig["aggregation"])

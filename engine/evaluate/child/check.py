@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from engine.evaluate.child.load import EvalFailure, format_exc, make_inputs
@@ -39,11 +39,14 @@ SYSTEMATIC_REL = 2.0 ** -9
 
 
 def compare(out: Any, expected: Any, atol: float, rtol: float, dtypes: list[Any] | None = None,
-            systematic: bool = False) -> tuple[bool, dict[str, float], str]:
+            systematic: bool = False, noise: Collection[int] = ()) -> tuple[bool, dict[str, float], str]:
     """allclose(atol, rtol) AND ||out-ref||/||ref|| <= rtol, per output tensor; NaN/Inf fail;
     shapes must match, and dtypes too where `dtypes` (the reference's, in the problem's own
     precision) is given; with `systematic`, an fp32/fp64 output whose error is a scale or shift of
-    the answer fails too (SYSTEMATIC_SHARE, SYSTEMATIC_REL)."""
+    the answer fails too (SYSTEMATIC_SHARE, SYSTEMATIC_REL). An output in `noise` (its reference is
+    noise around zero at its own precision: `noise_outputs`) is judged by allclose alone, as
+    KernelBench judges every output: no relative L2 error (nor its structure) is measured against
+    a norm that is rounding error, and it is left out of `rel_l2_err`."""
     import torch
 
     outs, refs = flatten(out), flatten(expected)
@@ -65,9 +68,12 @@ def compare(out: Any, expected: Any, atol: float, rtol: float, dtypes: list[Any]
         rel_l2 = e.rel_l2
         errs["max_abs_err"] = max(errs["max_abs_err"], e.max_abs)
         errs["max_rel_err"] = max(errs["max_rel_err"], e.max_rel)
-        errs["rel_l2_err"] = max(errs["rel_l2_err"], rel_l2)
+        if i not in noise:
+            errs["rel_l2_err"] = max(errs["rel_l2_err"], rel_l2)
         if not e.allclose:
             ok, reason = False, reason or f"output {i}: max abs error {e.max_abs:.3g} exceeds allclose"
+        elif i in noise:
+            continue  # (allclose alone: the reference's own scale, element by element)
         elif rel_l2 > rtol:
             ok, reason = False, reason or f"output {i}: relative L2 error {rel_l2:.3g} > {rtol:g}"
         elif systematic and o.dtype in (torch.float32, torch.float64):
@@ -86,6 +92,30 @@ def _affine(a: float, b: float, e: Any) -> str:
     shift = abs(b) >= 0.1 * abs(a) * rms and b
     return "it is the answer" + (f" x {1 + a:.4g}" if scale else "") + (
         f" {'+' if b > 0 else '-'} {abs(b):.3g}" if shift else "")
+
+
+# An output whose reference errs against fp64 by more than this share of the tolerance (relative L2)
+# is noise around zero at its own precision (a mean of group-normalised values: ~1e-8 in fp32 where
+# fp64 gives ~1e-17): its relative L2 error measures rounding, not work, and honest kernels err as
+# much as the reference or a few times more (another order of summation), so it is judged by allclose
+# alone, on the reference's own scale element by element, as KernelBench judges every output.
+NOISE_SHARE = 0.25
+
+
+def noise_outputs(checks: Any, rtol: float) -> frozenset[int]:
+    """The outputs (by position) whose reference is noise around zero: its own relative L2 error
+    against fp64 on trial 0 over NOISE_SHARE x `rtol` (none with native answers: not measured)."""
+    own = getattr(checks, "native_rel_l2", None) or []
+    return frozenset(i for i, err in enumerate(own) if err > NOISE_SHARE * rtol)
+
+
+def noise_note(checks: Any, noise: frozenset[int], atol: float, rtol: float) -> str:
+    own = checks.native_rel_l2
+    which = ", ".join(f"output {i} (the reference in {checks.dtypes[i]} errs by {own[i]:.3g} relative L2"
+                      f" against fp64)" for i in sorted(noise))
+    return (f"noise around zero: {which}: its values are rounding error at the reference's own precision,"
+            f" judged by allclose alone (atol={atol:g}, rtol={rtol:g}) as KernelBench judges; a constant"
+            f" near zero passes that numeric check")
 
 
 DEGENERATE_NOTE = ("degenerate problem: the reference output does not depend on its inputs (the same"
@@ -129,11 +159,12 @@ def reference_varies(checks: expected_cache.ReferenceChecks, device: str, atol: 
     if trials < 2:
         return {"at_all": True, "beyond_tolerance": True}
     first = checks.trial_expected(0, device)
+    noise = noise_outputs(checks, rtol)
     at_all = beyond = False
     for trial in range(1, trials):
         other = checks.trial_expected(trial, device)
         at_all = at_all or not same_outputs(first, other)
-        beyond = beyond or not compare(other, first, atol, rtol)[0]
+        beyond = beyond or not compare(other, first, atol, rtol, noise=noise)[0]
     return {"at_all": at_all, "beyond_tolerance": beyond}
 
 
@@ -192,8 +223,12 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
     call_new = watch.call_new
     assert call_new is not None
     found = integrity_checks.Finding()
+    noise = noise_outputs(checks, job.rtol)
+    notes = [noise_note(checks, noise, job.atol, job.rtol)] if noise else []
+    if checks.plan is not None and checks.plan.why:
+        notes.append(f"answers: {checks.plan.why}")
     first_out: memory.Kept | None = None  # trial 0's outputs: the same on every trial is input-independent
-    watch.compare = lambda out, expected: compare(out, expected, job.atol, job.rtol, dtypes)
+    watch.compare = lambda out, expected: compare(out, expected, job.atol, job.rtol, dtypes, noise=noise)
     with torch.no_grad():
         for trial in range(job.trials):
             inputs = checks.trial_inputs(trial, device)
@@ -211,13 +246,13 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
                 return Verdict(status="runtime_error", trials=trial, log=format_exc(exc), **base)
             found.add(integrity_checks.run("trial", watch))
             ok, trial_errs, reason = compare(out, checks.trial_expected(trial, device), job.atol, job.rtol,
-                                             dtypes, systematic=True)
+                                             dtypes, systematic=True, noise=noise)
             for k, v in trial_errs.items():
                 errs[k] = max(errs.get(k, 0.0), v)
             if not ok:
                 return Verdict(
                     status="incorrect", trials=trial + 1, log=f"trial {trial + 1}: {reason}",
-                    **errs, **base,
+                    notes=tuple(notes), **errs, **base,
                 )
             watch.outputs = flatten(out)
             if trial == 0:  # (a clone where small, else chunked fingerprints: engine.evaluate.harness.memory)
@@ -236,4 +271,4 @@ def check_trials(job: EvalJob, checks: expected_cache.ReferenceChecks, watch: in
             del out
         del first_out
     watch.errs, watch.native_errs, watch.dtypes = errs, checks.native_errs, dtypes
-    return Checked(errs, found.flags, found.notes)
+    return Checked(errs, found.flags, notes + found.notes)

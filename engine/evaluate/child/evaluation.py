@@ -17,7 +17,6 @@ the fp64 answers, with the integrity checks), `measure` (timing, the reference's
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import sys
@@ -175,7 +174,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     unfit = too_large(problem, ref, device)
     if unfit:  # said before any input is drawn (engine.evaluate.harness.memory)
         return Verdict(status="runtime_error", log=f"{PROBLEM_TOO_LARGE}: {unfit}", **base)
-    ref64 = copy.deepcopy(ref).double()
+    ref64: Any = expected_cache.Fp64Reference(ref)  # (made only where the answers are fp64)
     clock.lap("load")
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
     # input seed (engine.evaluate.harness.expected_cache), made before the candidate's code is imported.
@@ -187,6 +186,8 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         _PLAN["record"] = checks.plan.record()
     if checks.answers != "fp64":
         ref64 = None  # answers in the reference's precision (the plan's): no fp64 copy is kept
+    else:
+        ref64.model()  # (made before the candidate's code is imported, where the answers were cached)
     mark("answers")
     checks_cached = checks.uses > 0
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate.child.check import caller, compare
+from engine.evaluate.child.check import caller, compare, noise_outputs
 from engine.evaluate.child.load import format_exc, make_inputs, reference_on_inputs, to_device
 from engine.evaluate.harness import clocks, integrity_checks
 from engine.evaluate.jobs import EvalJob
@@ -201,7 +201,8 @@ def judge_reference(inproc: Any, clean: dict[str, Any] | None, cpu_wait: float |
 
 
 def check_samples(rotation: Any, ref: Any, ref64: Any, device: str, atol: float, rtol: float,
-                  dtypes: list[Any], answers: str = "fp64") -> tuple[bool, str, list[str], int]:
+                  dtypes: list[Any], answers: str = "fp64",
+                  noise: frozenset[int] = frozenset()) -> tuple[bool, str, list[str], int]:
     """The sampled timed outputs against the reference's answers on their sets (fp64, or the
     reference's own precision where the memory plan says so: `answers`), computed now, after the
     candidate's outputs exist, one set at a time. A sample that kept a window of a large output
@@ -233,7 +234,7 @@ def check_samples(rotation: Any, ref: Any, ref64: Any, device: str, atol: float,
                     # (on the set itself: it is not used again after its answers; no copy of it)
                     expected = caller(ref)(*rotation.sets[index])
             ok, _, reason = compare(sample.outputs, _windowed(expected, sample), atol, rtol,
-                                    dtypes)
+                                    dtypes, noise=noise)
             if not ok:
                 return False, f"timed outputs: {where}: {reason}", flags, len(rotation.samples)
             passed.append(sample.outputs)
@@ -291,7 +292,8 @@ def time_candidate(job: EvalJob, ref: Any, ref64: Any, watch: integrity_checks.W
     memory.mark("timed-checks", device)
     t0 = clocks.perf_counter()
     ok, reason, sample_flags, checked = check_samples(rotation, ref, ref64, device, job.atol, job.rtol, dtypes,
-                                                      watch.expected.answers if watch.expected else "fp64")
+                                                      watch.expected.answers if watch.expected else "fp64",
+                                                      noise_outputs(watch.expected, job.rtol))
     watch.recheck = (ok, reason, sample_flags)
     record["rotation"] = {**rotation.cost(), "checked": checked, "check_s": round(clocks.since(t0), 4)}
     rotation.release()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import os
 import re
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from typing import Any
 from engine.evaluate import settings
 from engine.evaluate.harness import clocks, memory
 from engine.evaluate.harness import ledger as ledger_module
+from engine.evaluate.harness.fp64_model import Fp64Reference, fp64_copy, weights, weights64  # noqa: F401
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
 FREE_SHARE = 0.5  # a device-resident set takes at most this share of the GPU's free memory
@@ -100,6 +102,9 @@ class ReferenceChecks:
     seed: int = 0
     live_fns: tuple[Any, ...] = ()  # (draw, answer, device): a live set's way to its trials
     plan: Any = None  # engine.evaluate.harness.memory.Plan: the answers' precision, the caches' room
+    # per output, the reference's own relative L2 error against fp64 on trial 0 (fp64 answers only):
+    # an output of noise around zero errs by more than its norm (engine.evaluate.child.check.noise_outputs)
+    native_rel_l2: list[float] = field(default_factory=list)
 
     @property
     def answers(self) -> str:
@@ -284,6 +289,8 @@ def expected64(ref64: Any, drawn: list[Any], device: str, flatten: Callable[[Any
     if cap is not None and need > cap:
         raise KtreeOutOfMemory(f"computing the fp64 answers (neither on the GPU nor within this process's"
                                f" host share: {need / 2**30:.1f} GiB)", exc)
+    if isinstance(ref64, Fp64Reference):
+        ref64 = ref64.model()
     host_ref = copy.deepcopy(ref64).to("cpu") if isinstance(ref64, torch.nn.Module) else ref64
     try:
         return [t.detach() for t in flatten(host_ref(*[_to64(t, "cpu") for t in drawn]))]
@@ -328,12 +335,31 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
             out_bytes = [t.numel() * t.element_size() for t in native]
             plan = memory.make_plan(memory.tensor_bytes(drawn), sum(out_bytes), memory.fp64_bytes(drawn),
                                     memory.fp64_bytes(native), reference_peak, trials, _gpu_free(device),
-                                    fp64=settings.get("KTREE_CHECK_ANSWERS", "auto") != "native")
+                                    fp64=settings.get("KTREE_CHECK_ANSWERS", "auto") != "native",
+                                    weights=weights(ref), weights64=weights64(ref))
             if settings.get("KTREE_CHECK_ANSWERS") == "fp64" and plan.answers != "fp64":
                 plan = dataclasses.replace(plan, answers="fp64")
+            native_rel: list[float] = []
+            exp = None
             if plan.answers == "fp64":
-                exp = expected64(ref64, drawn, device, flatten)
+                try:
+                    exp = expected64(ref64, drawn, device, flatten)
+                except Exception as caught:
+                    if is_oom(caught):
+                        raise
+                    # The reference fails in fp64 (state that .double() left in its precision, an op
+                    # without fp64) where it ran in its own: its own answers, said in the verdict.
+                    plan = dataclasses.replace(plan, answers="native", why=(
+                        f"the reference fails in fp64 ({_last_line(str(caught)) or type(caught).__name__});"
+                        f" answers in its own precision"))
+                if exp is not None and [t.shape for t in exp] != [t.shape for t in native]:
+                    exp, plan = None, dataclasses.replace(plan, answers="native", why=(
+                        "the reference's fp64 outputs differ in shape from its own;"
+                        " answers in its own precision"))
+            if exp is not None:
                 native_errs = errors(native, exp)
+                native_rel = [memory.compare_tensors(n, e, math.inf, math.inf).rel_l2
+                              for n, e in zip(native, exp, strict=True)]
             else:  # the reference's own answers: its error against fp64 is not measured
                 exp, native_errs = native, {}
             del native
@@ -362,7 +388,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
                              native_errs=native_errs, on_device=placement == "device" or (
                                  device == "cpu" and placement == "host"), nbytes=total,
                              build_s=0.0, placement=placement, trial_bytes=trial_bytes, gpu=gpu, seed=seed,
-                             live_fns=(draw, live_answer, device), plan=plan)
+                             live_fns=(draw, live_answer, device), plan=plan, native_rel_l2=native_rel)
     if placement == "live":
         del drawn, exp
         _free_memory()
@@ -396,15 +422,6 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     checks.fingerprint = _fingerprint(checks)
     _CACHE[key] = checks
     return checks
-
-
-def weights(model: Any) -> int:
-    """A model's parameters and buffers (bytes): part of the reference's own memory."""
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        return 0
-    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
 
 
 def _allocated(device: str) -> int:

@@ -261,10 +261,13 @@ class Plan:
     cache_bytes: int  # what a cached set of the trials may take on the device (0: none)
     rotation_bytes: int  # the timing rotation's byte cap (sets, buffers, sampled outputs)
     phases: dict[str, int]
+    weights: int = 0  # the reference's parameters, buffers and plain tensors (in reference_peak)
+    weights64: int = 0  # an fp64 copy of them (held with fp64 answers)
+    why: str = ""  # why the answers are not what the sizes alone would choose (fp64 failed, say)
 
     @property
     def workspace(self) -> int:
-        return max(0, self.reference_peak - self.inputs - self.outputs)
+        return max(0, self.reference_peak - self.inputs - self.outputs - self.weights)
 
     @property
     def answer_bytes(self) -> int:
@@ -274,7 +277,8 @@ class Plan:
         return {"inputs_bytes": self.inputs, "outputs_bytes": self.outputs,
                 "reference_peak_bytes": self.reference_peak, "answers": self.answers,
                 "bound_bytes": self.bound, "plan_bytes": self.estimate,
-                "plan_phases": dict(self.phases)}
+                "plan_phases": dict(self.phases), "weights_bytes": self.weights,
+                **({"answers_why": self.why} if self.why else {})}
 
 
 def _compute(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace: int, answers: str) -> int:
@@ -285,39 +289,48 @@ def _compute(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace
 
 
 def _phases(inputs: int, outputs: int, inputs64: int, outputs64: int, workspace: int, trials: int,
-            answers: str, cached: int) -> dict[str, int]:
-    """Each phase's peak estimate (bytes) with `answers` and a cached set of `cached` bytes."""
+            answers: str, cached: int, weights: int = 0, weights64: int = 0) -> dict[str, int]:
+    """Each phase's peak estimate (bytes) with `answers` and a cached set of `cached` bytes; the
+    models held in each: the reference (`weights`), its fp64 copy with fp64 answers (`weights64`),
+    and from the candidate's load on, the candidate's own (taken as the reference's size)."""
     answer = outputs64 if answers == "fp64" else outputs
     compute = _compute(inputs, outputs, inputs64, outputs64, workspace, answers)
     kept_inputs = 0 if inputs > LARGE_BYTES else inputs  # the inputs-modified copy (else fingerprints)
     problem = inputs + outputs + workspace
     window = min(outputs, WINDOW_BYTES)
+    before = weights + (weights64 if answers == "fp64" else 0)  # the reference, its fp64 copy
+    models = before + weights  # ... and the candidate
     return {
         # the trials' answers before the candidate: the first and one other, one being computed
-        "prepare": cached + (0 if cached else 2 * answer) + compute,
+        "prepare": before + cached + (0 if cached else 2 * answer) + compute,
         # a check trial: the candidate's inputs and outputs, its kept copy, the answer computed
         # after its outputs exist (or read from the cache), the comparison's pieces
-        "check": cached + inputs + outputs + kept_inputs + (answer if cached else compute) + SCRATCH,
+        "check": models + cached + inputs + outputs + kept_inputs + (answer if cached else compute) + SCRATCH,
         # trial 0's extra call, on a copy of its inputs, beside its outputs
-        "passed": cached + problem + kept_inputs + inputs + outputs,
+        "passed": models + cached + problem + kept_inputs + inputs + outputs,
         # timing (a lean rotation: two sets in place, sampled windows) and the recheck after it
         # (a cached set stays where it is: the next evaluation of the problem uses it)
-        "time": cached + 2 * inputs + 2 * outputs + workspace + 3 * window,
-        "recheck": cached + 2 * inputs + 3 * window + compute + SCRATCH,
+        "time": models + cached + 2 * inputs + 2 * outputs + workspace + 3 * window,
+        "recheck": models + cached + 2 * inputs + 3 * window + compute + SCRATCH,
     }
 
 
 def make_plan(inputs: int, outputs: int, inputs64: int, outputs64: int, reference_peak: int,
-              trials: int, gpu_free: int | None = None, fp64: bool = True) -> Plan:
+              trials: int, gpu_free: int | None = None, fp64: bool = True, weights: int = 0,
+              weights64: int = 0) -> Plan:
     """The answers' precision and the caches' room for a problem of these sizes: fp64 where every
     phase fits the bound with them (and `fp64` is allowed), else native; a device cache of the
-    trials where it fits beside the largest phase (and in half of `gpu_free`, when given)."""
-    reference_peak = max(reference_peak, inputs + outputs)
-    workspace = reference_peak - inputs - outputs
+    trials where it fits beside the largest phase (and in half of `gpu_free`, when given).
+    `weights`: the reference's own tensors (part of `reference_peak`), `weights64` their fp64
+    copy's: a weight-heavy model is held by the reference, the candidate, and with fp64 answers
+    an fp64 copy, and every phase counts them."""
+    reference_peak = max(reference_peak, inputs + outputs + weights)
+    workspace = reference_peak - inputs - outputs - weights
     bound = reference_peak + 2 * (inputs + outputs) + MARGIN
     chosen, phases = "native", {}
+    models = {"weights": weights, "weights64": weights64}
     for answers in (("fp64", "native") if fp64 else ("native",)):
-        phases = _phases(inputs, outputs, inputs64, outputs64, workspace, trials, answers, 0)
+        phases = _phases(inputs, outputs, inputs64, outputs64, workspace, trials, answers, 0, **models)
         if max(phases.values()) <= bound:
             chosen = answers
             break
@@ -327,12 +340,13 @@ def make_plan(inputs: int, outputs: int, inputs64: int, outputs64: int, referenc
     def rotation_room(phases: dict[str, int], cached: int) -> int:
         # A full rotation's sets and buffers live from before the candidate to the recheck: beside
         # every check trial, trial 0's extra call, each timed call and the recheck's answers.
-        beside = max(phases["check"], phases["passed"], cached + outputs + workspace + SCRATCH,
-                     cached + compute + SCRATCH)
+        held = 2 * weights + (weights64 if chosen == "fp64" else 0)
+        beside = max(phases["check"], phases["passed"], held + cached + outputs + workspace + SCRATCH,
+                     held + cached + compute + SCRATCH)
         return max(min(2 * (inputs + outputs) + MARGIN - SCRATCH, bound - beside - SLACK), 0)
 
     cache = trials * (inputs + answer)
-    with_cache = _phases(inputs, outputs, inputs64, outputs64, workspace, trials, chosen, cache)
+    with_cache = _phases(inputs, outputs, inputs64, outputs64, workspace, trials, chosen, cache, **models)
     full = (MIN_SETS + 2) * inputs  # a rotation that is not lean: its sets and two buffers
     cache_ok = (max(with_cache.values()) <= bound and (gpu_free is None or cache <= gpu_free // 2)
                 # the rotation goes first: a cache that would make it lean (its sets passed in
@@ -343,12 +357,13 @@ def make_plan(inputs: int, outputs: int, inputs64: int, outputs64: int, referenc
     cached = cache if cache_ok else 0
     rotation = rotation_room(phases, cached)
     if rotation >= full:  # timing and the recheck with a full rotation in place of two sets
-        phases = {**phases, "time": max(phases["time"], cached + rotation + outputs + workspace),
-                  "recheck": max(phases["recheck"], cached + rotation + compute + SCRATCH)}
+        held = 2 * weights + (weights64 if chosen == "fp64" else 0)
+        phases = {**phases, "time": max(phases["time"], held + cached + rotation + outputs + workspace),
+                  "recheck": max(phases["recheck"], held + cached + rotation + compute + SCRATCH)}
     return Plan(inputs=inputs, outputs=outputs, inputs64=inputs64, outputs64=outputs64,
                 reference_peak=reference_peak, trials=trials, answers=chosen, bound=bound,
                 estimate=max(phases.values()), cache_bytes=cached,
-                rotation_bytes=rotation, phases=phases)
+                rotation_bytes=rotation, phases=phases, weights=weights, weights64=weights64)
 
 
 def fits_device(inputs: int, outputs: int, total: int) -> str | None:

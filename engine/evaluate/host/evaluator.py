@@ -25,6 +25,7 @@ from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.harness.noise import timer_cores as timer_cores_now
 from engine.evaluate.host import build_memo, clean_reference, static_rules
+from engine.evaluate.host.admission import HostAdmission
 from engine.evaluate.host.devices import (
     DOWN_REST_S,
     Device,
@@ -143,6 +144,9 @@ class LocalEvaluator(ReferenceTimings):
         self._reference_failed: dict[Path, dict] = {}
         self._builds_allowed = asyncio.Event()  # cleared while a CPU timing waits for the cores
         self._builds_allowed.set()
+        # Host-wide, every ktree process together: the host's build slots, and on the cpu backend
+        # the timer's cores against other processes' builds and worker starts (host.admission).
+        self._admission = HostAdmission(cpu=backend == "cpu" and host_lock)
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
             worker = settings.get("KTREE_WORKER", "1") != "0"
         # The torch.compile baseline (cuda): compiled and timed once per problem and GPU, tens of
@@ -266,7 +270,8 @@ class LocalEvaluator(ReferenceTimings):
             # host lock is taken, not while holding it; so is a reference timing not on disk yet
             # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
-                await device.worker.ready(job.problem_path)
+                async with self._admission.busy("a worker's start", self._note):
+                    await device.worker.ready(job.problem_path)
                 if prewarm and "jit" not in prelock:  # e.g. Triton's JIT, compiling only
                     t_jit = time.monotonic()
                     report = await device.worker.warm(job, language.first_call_limit_s)
@@ -570,7 +575,8 @@ class LocalEvaluator(ReferenceTimings):
         finally:
             self.waiting[stage] -= 1
         try:
-            yield
+            async with self._admission.build(self._note):
+                yield
         finally:
             sem.release()
 
@@ -590,7 +596,8 @@ class LocalEvaluator(ReferenceTimings):
             for _ in range(self.compile_workers):
                 await self._compile_slots.acquire()
                 taken += 1
-            yield
+            async with self._admission.quiet(self._note):  # ... nor any other ktree process's
+                yield
         finally:
             for _ in range(taken):
                 self._compile_slots.release()

@@ -122,7 +122,11 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
         parts.append(f"session {session.get('id')}{where}")
     elif session not in (None, ""):
         parts.append(f"session {session}")
-    return "held by " + (", ".join(parts) or "another process")
+    ahead = holder.get("ahead")
+    queued = f"; {ahead} waiting before this one" if ahead else ""
+    if not holder.get("pid") and not session:
+        return f"held by another process{queued}"
+    return "held by " + (", ".join(parts) or "another process") + queued
 
 
 class DeviceLock:
@@ -157,12 +161,59 @@ class DeviceLock:
         return True
 
     async def acquire(self, session: Any = None, on_wait: Any = None) -> None:
-        """Wait until held. `on_wait(holder)` hears the holder (a dict: pid, session, since, or
-        None when unreadable) each time the try finds the lock taken."""
-        while not self.try_acquire(session):
-            if on_wait is not None:
-                on_wait(self.holder())
-            await asyncio.sleep(POLL_S)
+        """Wait until held, in the order the waiters came (first come, first served across the
+        host's processes: a ticket file per waiter, held by its flock, so a dead waiter's is
+        passed over). `on_wait(holder)` hears the holder (a dict: pid, session, since, and
+        `ahead`, the waiters before this one; or None when unreadable) each time it must wait."""
+        if not self._waiters() and self.try_acquire(session):
+            return
+        queue = self.path.with_name(self.path.name + ".queue")
+        queue.mkdir(mode=0o700, exist_ok=True)
+        ticket = queue / f"{time.time_ns():020d}-{os.getpid()}-{id(self):x}"
+        fd = os.open(ticket, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            while True:
+                ahead = self._waiters(before=ticket.name)
+                if not ahead and self.try_acquire(session):
+                    return
+                if on_wait is not None:
+                    holder = self.holder()
+                    on_wait({**holder, "ahead": len(ahead)} if holder else
+                            ({"ahead": len(ahead)} if ahead else None))
+                await asyncio.sleep(POLL_S)
+        finally:
+            with contextlib.suppress(OSError):
+                ticket.unlink()
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _waiters(self, before: str | None = None) -> list[str]:
+        """The live waiters' tickets (before `before`, where given), oldest first; a dead one's is
+        removed (its flock can be taken)."""
+        queue = self.path.with_name(self.path.name + ".queue")
+        try:
+            names = sorted(os.listdir(queue))
+        except OSError:
+            return []
+        live = []
+        for name in names:
+            if before is not None and name >= before:
+                break
+            try:
+                fd = os.open(queue / name, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                live.append(name)  # held: its waiter lives
+            else:
+                with contextlib.suppress(OSError):
+                    (queue / name).unlink()
+            finally:
+                os.close(fd)
+        return live
 
     def release(self) -> None:
         if self._fd is None:

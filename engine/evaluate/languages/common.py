@@ -126,7 +126,20 @@ def precision_dtype(job: EvalJob) -> Any:
 
 
 def model_to(model: Any, device: str, dtype: Any) -> Any:
-    return model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+    """`model` on `device`, in `dtype` where given (a --precision cast): its parameters and buffers,
+    and its floating plain tensor attributes too (an LSTM's `self.h0 = torch.randn(...)`, which
+    `.to` leaves in their precision: the cast model would meet its own state in another dtype)."""
+    import torch
+
+    if dtype is None:
+        return model.to(device)
+    model = model.to(device=device, dtype=dtype)
+    if isinstance(model, torch.nn.Module):
+        for module in model.modules():
+            for name, value in list(vars(module).items()):
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+                    setattr(module, name, value.to(dtype=dtype))
+    return model
 
 
 def make_inputs(problem: Any, device: str, dtype: Any = None) -> Any:

@@ -1,6 +1,6 @@
 """The records and words every room shares: a tree node, the statuses it can show, the search
-strategies and LLM providers by name (read from engine.llm.providers' table), and the one rule
-for "the best variant".
+strategies by name, and the one rule for "the best variant". (The LLM providers' names are
+engine.llm.providers' own: its table is read there, not here.)
 
 Everything else imports these from here; nothing here imports the search, the store, the CLI or
 the TUI.

@@ -1,4 +1,4 @@
-"""The candidate's side of the judge's fresh-input calls (issue 54), after its verdict, in its own
+"""The candidate's side of the judge's fresh-input calls (docs/judge.md), after its verdict, in its own
 process (engine.evaluate.child.worker_process serves them until the judge says `end`).
 
 Each call brings a seed the candidate's process has never seen: the inputs are drawn from it here, the

@@ -3,7 +3,7 @@
 the same path as the candidate's reach the candidate (the server's relay: the same hops, the same
 waits on a loaded host, which the judge's clock then takes out).
 
-It never imports a candidate, so nothing a candidate did can reach it (issue 54). It holds the
+It never imports a candidate, so nothing a candidate did can reach it (docs/judge.md). It holds the
 reference of the problem under evaluation and serves the judge (engine.evaluate.host.judge), one JSON
 line in, one out, after `{"judging": pid}`:
 

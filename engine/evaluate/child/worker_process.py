@@ -7,7 +7,7 @@ Saves each evaluation the start-up of a fresh process (Python, torch, the harnes
 letting one candidate's process serve another: it is a fork server. Prepared once, it never imports a
 candidate; each request is served by a process forked from it ahead of the request (its CUDA context
 made then, before the device's lock), which exits after that one candidate
-(issue 54: hooks or rebound functions left by one candidate once reached the next one's verdict).
+(hooks or rebound functions left by one candidate once reached the next one's verdict).
 The engine writes one request per line on stdin — `{"job": PATH, "result": PATH, "log": PATH}` — and
 the server answers on its original stdout, one JSON line per message: `{"ready": pid}` once; then per
 request, relayed from its child, `{"taken": PATH}` as soon as the job is read (a death before that is

@@ -123,7 +123,7 @@ def time_pair(
 def time_one(fn: Callable[..., object], device: str, budget_s: float = 2.0, max_reps: int = 100,
              feed: Any = None, name: str = "ref") -> Stats:
     """One callee timed alone, as time_pair times each of its two (the reference in a process
-    where no candidate ran: engine.evaluate.child.measure.clean_reference)."""
+    where no candidate ran: engine.evaluate.child.measure.before_candidate)."""
     samples, _ = _time(device, [(name, fn)], budget_s, max_reps, feed)
     return Stats.of(samples[name])
 
@@ -304,7 +304,7 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
 # sandbox binds the cache read-only but for its WRITABLE_IN_CACHE dirs). A worker's child measures
 # peaks before its candidate is imported and tells the judge (harness.outbox), which writes them here
 # (engine.evaluate.host.worker.keep_peaks); a candidate that writes a file of peaks where it can
-# misleads nobody (issue 54: 100 TB/s written into the old, writable, peaks dir).
+# misleads nobody (one wrote 100 TB/s into the old, writable, peaks dir: every later floor was 500x too low).
 PEAKS_DIR = ("judge", "peaks")
 
 

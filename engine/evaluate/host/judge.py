@@ -1,4 +1,4 @@
-"""The judge the candidate cannot reach (issue 54): its clean process, its fresh-input calls, its clock,
+"""The judge the candidate cannot reach (docs/judge.md): its clean process, its fresh-input calls, its clock,
 and the verdict composed here, in the engine's process.
 
 What the candidate's process reports once the candidate's code ran there is a claim: that code can

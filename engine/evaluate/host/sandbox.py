@@ -163,7 +163,7 @@ def evaluation_binds(cache_dir: str) -> tuple[list[str], list[str]]:
     dir writable. Under strict these are the mounts; under basic nothing is enforced."""
     if not cache_dir:
         return [], []
-    # Triton's JIT writes its kernels where the worker runs them (child.load._load_triton): its cache
+    # Triton's JIT writes its kernels where the worker runs them (languages.triton._load_triton): its cache
     # stays writable; Triton keys each entry by a hash of its source, options and target.
     return [cache_dir], [os.path.join(cache_dir, WRITABLE_IN_CACHE), os.path.join(cache_dir, TRITON_CACHE)]
 

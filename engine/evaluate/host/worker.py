@@ -9,7 +9,7 @@ One `Worker` per device. It starts the process on first use, sends it one job at
 whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and replaces
 the process after a timeout (killed), a death, and every `max_jobs` evaluations. The process is a
 fork server: each job runs in a child forked for it, which exits after its one candidate, so a crash
-or a flag leaves nothing behind that a next job would find (issue 54). Messages about the job come
+or a flag leaves nothing behind that a next job would find (docs/judge.md). Messages about the job come
 from that child through the server; the child's exit comes from the server alone (`exited`).
 
 After a `correct` claim the judge checks it from outside while the child still lives

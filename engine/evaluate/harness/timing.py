@@ -303,7 +303,7 @@ def device_peaks(cache_dir: str | None = None) -> dict[str, float]:
 # Where the measured peaks are kept, in the build cache: a dir no evaluation process may write (the
 # sandbox binds the cache read-only but for its WRITABLE_IN_CACHE dirs). A worker's child measures
 # peaks before its candidate is imported and tells the judge (harness.outbox), which writes them here
-# (engine.evaluate.host.worker.keep_peaks); a candidate that writes a file of peaks where it can
+# (engine.evaluate.host.judge.keep_peaks); a candidate that writes a file of peaks where it can
 # misleads nobody (one wrote 100 TB/s into the old, writable, peaks dir: every later floor was 500x too low).
 PEAKS_DIR = ("judge", "peaks")
 

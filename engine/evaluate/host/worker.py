@@ -256,7 +256,11 @@ class Worker:
                 why = await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
                 if why is not None:
                     return why
-        if self.judge is not None and problem_path:  # its clean process too, before the device's lock
+        # The judge's clean process too, before the device's lock, on a GPU. On the cpu it starts when
+        # a first `correct` claim needs it: its start (Python, torch: seconds on two cores) would take
+        # the cores of the timing it overlaps, and an evaluator that never sees a correct claim (a
+        # `ktree eval` of a broken kernel) never pays it.
+        if self.judge is not None and problem_path and self.extra_env.get("CUDA_VISIBLE_DEVICES"):
             await self.judge.ready(problem_path)
         return None
 

@@ -337,3 +337,41 @@ async def test_dialogs_wrap_their_question():
                 question = " ".join(str(label.content).split())
                 assert shown_text(app, label) == question, (size, shown_text(app, label))
                 assert dialog.query_one(".dialog").content_region.contains_region(label.region)
+
+
+async def test_steering_a_variant_that_is_not_correct_refuses_with_why(running):
+    """Pin, expand or an idea under a failed variant would make it a parent: LLM work (money, with a
+    paid provider) spent under code that never worked. Each key says why and records nothing; a
+    pinned one can still be unpinned."""
+    db, sid = running
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = await open_search(app, pilot)
+        broken = a_variant(screen, "compile_error")
+        screen.select_node(broken)
+        for key in ("p", "e", "i"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.screen is screen, key  # no dialog asks how many, or for the idea
+        said = [n.message for n in app._notifications]
+        why = f"#{broken} is compile_error: only a correct variant can be"
+        assert said == [f"{why} pinned (E edits it into a new variant)",
+                        f"{why} expanded (E edits it into a new variant)",
+                        f"{why} given an idea (E edits it into a new variant)"]
+        idea = screen.model.nodes[screen.model.nodes[broken].parent_id]
+        await pilot.press("E")  # editing it is the way to a working one
+        assert isinstance(app.screen, EditSource)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert commands(db) == []
+
+        store = await Store.open(db)  # pinned before it failed (or by another process): unpinned
+        await store.update_node(broken, pinned=1)
+        await store.close()
+        await wait_until(pilot, lambda: screen.model.nodes[broken].pinned)
+        await pilot.press("p")
+        assert commands(db) == [("pin", {"node_id": broken, "pinned": False})]
+        screen.select_node(idea.id)  # more variants of its idea: asked as before
+        await pilot.press("e")
+        assert isinstance(app.screen, AskNumber)
+        await pilot.press("escape")
+        await pilot.press("q")

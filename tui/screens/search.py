@@ -330,14 +330,18 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
 
     # -- the selected node ------------------------------------------------------------------
 
-    def select_node(self, node_id: int) -> None:
-        """Select a node: the tree cursor goes to it (opening its ancestors) and the panes show it."""
+    def select_node(self, node_id: int, from_table: bool = False) -> None:
+        """Select a node: the tree cursor goes to it (opening its ancestors), the timings' cursor to
+        its row (unless the user chose it there: moving it back could undo keys typed ahead), and
+        the panes show it."""
         if node_id not in self.model.nodes:
             return
         tree = self.query_one(SearchTree)
         item = tree.reveal(node_id)
         if item is not None:
             tree.move_cursor(item)
+        if not from_table:
+            self.query_one(TimingsTable).point_at(node_id)
         self._show(node_id)
 
     def _show(self, node_id: int) -> None:
@@ -375,6 +379,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     def _tree_highlighted(self, event: Tree.NodeHighlighted) -> None:
         data = event.node.data
         if data is not None and data in self.model.nodes and data != self.selected:
+            self.query_one(TimingsTable).point_at(data)
             self._show(data)
 
     @on(TabbedContent.TabActivated, "#details")
@@ -387,15 +392,19 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     @on(DataTable.RowHighlighted, "#timings")
     @on(DataTable.RowSelected, "#timings")
     def _row(self, event: DataTable.RowHighlighted | DataTable.RowSelected) -> None:
+        """The user moved to a row (TimingsTable posts no highlight for rows the program wrote)."""
         if event.row_key.value is None or not event.data_table.has_focus:
             return
-        self.select_node(int(event.row_key.value))
+        self.select_node(int(event.row_key.value), from_table=True)
 
     # -- timings order ----------------------------------------------------------------------
 
     def _sort(self, column: str, reverse: bool) -> None:
         self._sorted = (column, reverse)
-        self.query_one(TimingsTable).sort_by(column, reverse)
+        table = self.query_one(TimingsTable)
+        table.sort_by(column, reverse)
+        if self.selected is not None:  # the cursor stays on the selected row, wherever it went
+            table.point_at(self.selected)
         label = COLUMN_LABELS.get(column, column)
         self.feed(Note(f"timings sorted by {label}{' (descending)' if reverse else ''}"))
 
@@ -548,6 +557,8 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
                              for i in sorted(self._timing_rows) if self._kept(i))
             if self._sorted is not None:  # the order chosen before stays
                 table.sort_by(*self._sorted)
+            if self.selected is not None:
+                table.point_at(self.selected)
         shown = f"{table.row_count} of {len(self._timing_rows)} rows"
         self.feed(Note(f"timings filtered by “{query}”: {shown} (/ then Esc: all)" if query
                        else "timings: every row"))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from textual.app import SystemCommand
 
 from engine import control
-from engine.domain import Node
+from engine.domain import WORK_STATUSES, Node
 from engine.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
@@ -87,6 +87,21 @@ class SteeringMixin:
             return None
         return node
 
+    def _no_parent(self, node: Node, what: str) -> bool:
+        """Whether `node` is a variant that is not correct, said with why: pinning it, expanding it
+        or an idea under it would make it a parent, and each idea and variant under a parent that
+        failed is LLM work (money, with a paid provider) spent on code that never worked. `what`:
+        what only a correct variant can be ("pinned")."""
+        if node.kind != "variant" or node.status == "correct":
+            return False
+        if node.status in WORK_STATUSES:
+            why = f"#{node.id} is {node.status}, no verdict yet: only a correct variant can be {what}"
+        else:
+            why = (f"#{node.id} is {node.status}: only a correct variant can be {what}"
+                   " (E edits it into a new variant)")
+        self.notify(why, severity="warning")
+        return True
+
     async def _send(self, command: control.Command, node_id: int | None, mark: str) -> int:
         """Record a command; mark it pending in the tree at once, confirmed when the engine applies it."""
         if node_id is not None:
@@ -121,12 +136,14 @@ class SteeringMixin:
         node = self._target(("variant",), "a variant to pin")
         if node is None or not self._steerable():
             return
+        if not node.pinned and self._no_parent(node, "pinned"):
+            return
         await self._send(control.Pin(node.id, pinned=not node.pinned), node.id,
                          "unpin" if node.pinned else "pin")
 
     def action_expand(self) -> None:
         node = self._target(("root", "idea", "variant"), "a node to expand")
-        if node is None or not self._steerable():
+        if node is None or not self._steerable() or self._no_parent(node, "expanded"):
             return
         cfg = self.model.info.get("config") or {}
         if node.kind == "idea":
@@ -146,6 +163,8 @@ class SteeringMixin:
         if node is None or not self._steerable():
             return
         parent = self.model.nodes[node.parent_id] if node.kind == "idea" and node.parent_id else node
+        if self._no_parent(parent, "given an idea"):
+            return
 
         async def done(text: str | None) -> None:
             if text:

@@ -33,7 +33,7 @@ from engine.evaluate import languages, settings
 from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.llm.providers import ProviderSetupError, Setup
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
-from engine.scripted_library import NoAnswers, ScriptedIdea, available, language_dir
+from engine.scripted_library import NoAnswers, ScriptedIdea, answered, available, language_dir
 
 DATA = scripted_library.ROOT  # the library's folder (the benches read its kernel files)
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
@@ -191,12 +191,12 @@ class ScriptedProvider:
                       f" library's \"{stand_in.title}\" ({path.name})")
             return (
                 f"The scripted model has no implementation of {title!r}. {remark[0].upper()}{remark[1:]}.\n\n"
-                f"```python\n{self._stamped(f'# {remark}' + chr(10) + path.read_text().rstrip())}\n```\n"
+                f"```python\n{self._stamped(f'# {remark}' + chr(10) + answered(path).rstrip())}\n```\n"
             )
         path = self._take(idea, lang_dir)
         return (
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
-            f"```python\n{self._stamped(path.read_text().rstrip())}\n```\n"
+            f"```python\n{self._stamped(answered(path).rstrip())}\n```\n"
         )
 
     def _take(self, idea: ScriptedIdea, lang_dir: str) -> Path:
@@ -231,9 +231,9 @@ class ScriptedProvider:
         for idea in (i for pool in self.pools.values() for i in pool):
             for path in idea.variants:
                 fixed = path.parent / "fixes" / path.name
-                if path.read_text().strip() == failing.strip() and fixed.exists():
+                if failing.strip() in (answered(path).strip(), path.read_text().strip()) and fixed.exists():
                     return (f"Here is the corrected {path.name}.\n\n"
-                            f"```python\n{self._stamped(fixed.read_text().rstrip())}\n```\n")
+                            f"```python\n{self._stamped(answered(fixed).rstrip())}\n```\n")
         return "I cannot tell what is wrong with this build from the log."
 
 

@@ -58,7 +58,8 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         queued = under(human.id)[0]  # paused: not judged yet, so no parent to pin
         screen.select_node(queued)
         await pilot.press("p")
-        assert app._notifications and "only a correct variant can be pinned" in list(app._notifications)[-1].message
+        said = [n.message for n in app._notifications]
+        assert said and "only a correct variant can be pinned" in said[-1]
 
         await pilot.press("P")  # resume
         await wait_until(pilot, lambda: not screen.model.paused)

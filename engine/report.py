@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.domain import (
+    EAGER_BESIDE,
+    EAGER_LATEST,
     LIBRARY_EXCLUDED,
     best_variant,
     excludes_library,
@@ -72,7 +74,7 @@ def format_verdict(v: Verdict) -> str:
         parts.append(f"{fmt_ms(v.time_ms)} (p10 {fmt_ms(v.time_p10_ms)},"
                      f" p90 {fmt_ms(v.time_p90_ms)})")
     if v.ref_eager_ms is not None:
-        parts.append(f"eager {fmt_ms(v.ref_eager_ms)}")
+        parts.append(f"eager {fmt_ms(v.ref_eager_ms)} {EAGER_BESIDE}")
     if v.speedup_eager is not None:
         parts.append(f"speedup {fmt_x(v.speedup_eager)}")
     if (v.gpu or {}).get("slot"):  # which device measured it
@@ -138,7 +140,8 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
         f"Session {session['id']}: {session['problem']} on {where_label(session['backend'], device)} [{sizes}],"
         f" provider {session['provider']}, {session['status']}, best {fmt_x(session.get('best_speedup'))}",
         "",
-        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err | on |",
+        f"| variant | round | idea | status | ms | eager ms ({EAGER_BESIDE}) | speedup vs eager | max abs err"
+        " | on |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in variants:
@@ -157,8 +160,9 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
     """`ktree problems`: one row a problem, at the sizes this machine's backend runs; reference
     times as cached for this device."""
     preset = " (the CPU size presets)" if backend == "cpu" else ""
-    lines = [f"Problems on {backend}{preset}; reference times measured on {device}: eager by the latest"
-             " search or `ktree bench timing`, torch.compile by `ktree bench timing` only", "",
+    lines = [f"Problems on {backend}{preset}; reference times measured on {device}: eager as the latest"
+             f" search last timed it ({EAGER_LATEST}) or by `ktree bench timing`, torch.compile by"
+             " `ktree bench timing` only", "",
              "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms | scripted |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -211,7 +215,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         origin = f" ({n.origin})" if n.origin != "llm" else ""
         if n.kind == "root":
             ref = session.get("ref_ms")
-            return f"#{n.id} reference {n.title}" + (f", eager {fmt_ms(ref)}" if ref else "") + marks
+            said = f", eager {fmt_ms(ref)} ({EAGER_LATEST})" if ref else ""
+            return f"#{n.id} reference {n.title}{said}{marks}"
         if n.kind == "idea":
             return f"#{n.id} idea r{n.round}{origin}: {n.title} — {n.status}{marks}"
         v = verdicts.get(n.id)

@@ -199,3 +199,32 @@ def test_a_compile_error_shows_the_compilers_first_error_line_everywhere():
                    "status": "finished"}
         [line] = [ln for ln in tree_outline(session, [node], {3: v}).splitlines() if "#3 variant" in ln]
         assert "compile_error" in line and compiler in line
+
+
+def test_each_eager_time_says_which_measurement_it_is():
+    """Issue 56, item 5: one session showed three eager times (`show`/`problems` 0.1518 ms, `export`
+    and the TUI 0.1507 ms, the dataset's median 0.1574) and no screen said which it showed. The
+    reference is timed beside every variant: a verdict's own says "timed beside it", the session's
+    (the reference line of `show`, `problems`) "as timed beside the latest correct variant"."""
+    from types import SimpleNamespace
+
+    from engine.domain import EAGER_BESIDE, EAGER_LATEST
+    from engine.evaluate.verdict import Verdict
+    from engine.report import format_verdict, problems_table, session_table, tree_outline
+    from tui.widgets.verdict import verdict_text
+
+    v = Verdict(status="correct", backend="cpu", time_ms=0.1, ref_eager_ms=0.1507, speedup_eager=1.507)
+    assert "eager 0.1507 ms timed beside it, speedup 1.51x" in format_verdict(v)
+    node = SimpleNamespace(id=3, kind="variant", status="correct", round=1, pinned=False, pruned=False,
+                           parent_id=1, origin="llm", title="t", speedup=1.507, time_ms=0.1, library="",
+                           disturbed=False, language="cuda")
+    assert "(eager 0.1507 ms timed beside it)" in verdict_text(node, v).plain
+    root = SimpleNamespace(id=1, kind="root", status="reference", round=0, pinned=False, pruned=False,
+                           parent_id=None, origin="llm", title="softmax", speedup=None, time_ms=None,
+                           library="", disturbed=False, language=None)
+    session = {"id": 1, "problem": "softmax", "backend": "cpu", "sizes": {}, "provider": "scripted",
+               "status": "finished", "ref_ms": 0.1518}
+    outline = tree_outline(session, [root, node], {3: v})
+    assert "#1 reference softmax, eager 0.1518 ms (as timed beside the latest correct variant)" in outline
+    assert f"eager ms ({EAGER_BESIDE})" in session_table(session, [])
+    assert EAGER_LATEST in problems_table([], "cpu", "a CPU").splitlines()[0]

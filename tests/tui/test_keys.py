@@ -170,6 +170,8 @@ async def test_export_writes_a_solution_file(running, tmp_path, monkeypatch):
         text = path.read_text()
         assert text.startswith("# ktree solution for softmax")
         assert screen.model.nodes[vid].source.strip() in text
+        eager = screen.model.verdicts[vid].ref_eager_ms  # which eager time it is (issue 56, item 5)
+        assert f" vs PyTorch eager {eager:.4g} ms (timed beside it) = " in text
         await pilot.press("w")
         await pilot.pause()
         assert (tmp_path / f"softmax_node{vid}_2.py").exists()  # never overwrites

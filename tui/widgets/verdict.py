@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
+from engine.domain import EAGER_BESIDE, LIBRARY_EXCLUDED, Node, library_line, shown_notes
 from engine.evaluate.profile.profiler import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label, is_timing_flag
 from tui.widgets.code import fmt_num
@@ -102,7 +102,7 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
         out.append(f" [{span[0]:.2f}-{span[1]:.2f}]", style="yellow" if _marked(v) else "")
     ref_spread = (f", p10 {fmt_num(v.ref_p10_ms, '.4g')}, p90 {fmt_num(v.ref_p90_ms, '.4g')}"
                   if v.ref_p10_ms is not None else "")
-    out.append(f" ({fmt_num(v.ref_eager_ms, '.4g', ' ms')}{ref_spread})"
+    out.append(f" (eager {fmt_num(v.ref_eager_ms, '.4g', ' ms')} {EAGER_BESIDE}{ref_spread})"
                f" · vs torch.compile {fmt_num(v.speedup_compile, '.2f', 'x')}"
                f" ({fmt_num(v.ref_compile_ms, '.4g', ' ms')})")
     sol = v.sol_fraction

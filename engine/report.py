@@ -86,16 +86,8 @@ def format_verdict(v: Verdict) -> str:
         line += f"\n    {LIBRARY_WORDS}: {library_line(v.library)}"
     for note in shown_notes(v.notes, v.library):
         line += f"\n    note: {note[:240]}"
-    if v.status not in ("correct", "flagged") and v.log:
-        error = v.log.split("\n\ncompute-sanitizer", 1)[0]
-        first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
-        compiler = v.compiler_error
-        if compiler:  # the compiler's own line, not ninja's last words; a reused result says so after it
-            line += f"\n    {compiler[:300]}"
-            if first.startswith(REUSED_BUILD_ERROR):
-                line += f"\n    {first[:200]}"
-        else:
-            line += f"\n    {first[:200]}"
+    for why in why_not_correct(v):
+        line += f"\n    {why}"
     if v.sanitizer:
         report = "\n".join(f"      {ln}" for ln in v.sanitizer.splitlines())
         line += f"\n    compute-sanitizer (memcheck):\n{report}"
@@ -109,9 +101,24 @@ def format_verdict(v: Verdict) -> str:
     return line
 
 
+def why_not_correct(v: Verdict) -> list[str]:
+    """A verdict that is not correct, in a line or two: the compiler's own first error (not ninja's
+    last words; a reused result says so after it), else the log's last line (the mismatch, the
+    exception)."""
+    if v.status in ("correct", "flagged") or not v.log:
+        return []
+    error = v.log.split("\n\ncompute-sanitizer", 1)[0]
+    first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
+    compiler = v.compiler_error
+    if not compiler:
+        return [first[:200]]
+    return [compiler[:300], *([first[:200]] if first.startswith(REUSED_BUILD_ERROR) else [])]
+
+
 def eval_table(rows: list[tuple[str, Verdict]]) -> str:
     """`ktree eval` of several solutions: one row per solution (file, status, time, speedup vs
-    eager, max abs error, flags), aligned columns."""
+    eager, max abs error, flags), aligned columns; under a solution that is not correct, why (the
+    compiler's line, the mismatch)."""
     head = ("file", "status", "ms", "speedup", "max abs err", "bound", "flags")
     body = []
     for file, v in rows:
@@ -121,8 +128,14 @@ def eval_table(rows: list[tuple[str, Verdict]]) -> str:
                      fmt_x(v.speedup_eager),
                      "-" if err is None else f"{err:.3g}", v.bound or "-", flags or "-"))
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in [head, *body])
+
+    def line(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+
+    out = [line(head)]
+    for r, (_, v) in zip(body, rows, strict=True):
+        out += [line(r), *(f"    {why}" for why in why_not_correct(v))]
+    return "\n".join(out)
 
 
 def format_session_row(row: dict[str, Any]) -> str:

@@ -228,3 +228,21 @@ def test_each_eager_time_says_which_measurement_it_is():
     assert "#1 reference softmax, eager 0.1518 ms (as timed beside the latest correct variant)" in outline
     assert f"eager ms ({EAGER_BESIDE})" in session_table(session, [])
     assert EAGER_LATEST in problems_table([], "cpu", "a CPU").splitlines()[0]
+
+
+def test_the_eval_table_says_why_each_solution_failed():
+    """Issue 56, item 7: `ktree eval REF a.py b.py` showed only each status; under a solution that
+    is not correct the table now gives the compiler's own line or the mismatch, as one verdict does."""
+    from engine.evaluate.verdict import Verdict
+    from engine.report import eval_table
+
+    compiler = "main.cpp:10:70: error: 'kTil' was not declared in this scope"
+    mismatch = "trial 1: max abs error 0.37 > atol 0.01 (at [3, 17])"
+    rows = [("good.py", Verdict(status="correct", time_ms=1.0, speedup_eager=2.0, max_abs_err=1e-6)),
+            ("broken.py", Verdict(status="compile_error", log=f"{compiler}\nninja: build stopped: failed.")),
+            ("wrong.py", Verdict(status="incorrect", max_abs_err=0.37, log=mismatch))]
+    lines = eval_table(rows).splitlines()
+    assert lines[0].startswith("file") and lines[1].startswith("good.py")
+    assert lines[2].startswith("broken.py") and lines[3] == f"    {compiler}"
+    assert lines[4].startswith("wrong.py") and lines[5] == f"    {mismatch}"
+    assert len(lines) == 6  # nothing under the correct one

@@ -76,7 +76,7 @@ class KtreeApp(App[int]):
         try:
             self.store = await Store.open(self.db_path)
         except StoreError as exc:
-            self.exit(2, message=f"ktree: error: {exc}")
+            self.exit(return_code=2, message=f"ktree: error: {exc}")
             return
         self.sub_title = self.db_path.name
         self.collector.hold()
@@ -89,7 +89,8 @@ class KtreeApp(App[int]):
         if self.open_session_id is not None:
             session = await self.store.session(self.open_session_id)
             if session is None:
-                self.exit(2, message=f"ktree: error: no session {self.open_session_id} in {self.db_path}")
+                missing = f"no session {self.open_session_id} in {self.db_path}"
+                self.exit(return_code=2, message=f"ktree: error: {missing}")
                 return
             running = session_state(session) == "running"
             await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
@@ -287,7 +288,7 @@ class KtreeApp(App[int]):
             search = factory(self.store, self.bus)
         except Exception as exc:  # a usage error found late: say it in one line
             if not self.screen_stack or len(self.screen_stack) <= 1:
-                self.exit(2, message=f"ktree: error: {exc}")
+                self.exit(return_code=2, message=f"ktree: error: {exc}")
             else:
                 self.notify(f"cannot start: {exc}", severity="error")
             return False

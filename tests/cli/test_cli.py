@@ -362,3 +362,22 @@ def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
     assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "bound", "flags"]
     assert "a_identity.py" in lines[1] and "incorrect" in lines[1]
     assert "b_torch.py" in lines[2] and "flagged" in lines[2] and "torch-ops" in lines[2]
+
+
+def test_a_database_with_no_sessions_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """Issue 56, item 8: `sessions` and `show` on a database with no sessions printed nothing."""
+    import asyncio
+
+    from engine.cli import main
+    from engine.store import Store
+
+    async def empty() -> None:
+        await (await Store.open(tmp_path / "k.db")).close()
+
+    asyncio.run(empty())
+    db = str(tmp_path / "k.db")
+    assert main(["sessions", "--db", db]) == 0
+    assert capsys.readouterr().out.strip() == f"no sessions in {db} (`ktree run PROBLEM` starts one)"
+    assert main(["show", "--db", db]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.strip().splitlines() == [f"ktree: error: no sessions in {db}"]

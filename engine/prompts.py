@@ -31,7 +31,21 @@ class ReplyError(ValueError):
 
 
 class NoIdeas(ReplyError):
-    """A well-formed reply that proposes nothing: an empty JSON list."""
+    """A well-formed reply that proposes nothing: an empty JSON list. `said`: the reply's words
+    around it (why, where the model says so)."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message)
+        self.said = said
+
+    @property
+    def title(self) -> str:
+        """The node's title: why in short where the reply says it (its first clause), so the tree
+        and `show` tell "every idea tried" from a model that failed."""
+        why = re.split(r"[:.]\s", self.said.strip(), maxsplit=1)[0].strip().rstrip(".:")
+        if not why:
+            return "(no ideas returned)"
+        return f"(no ideas: {why[0].lower()}{why[1:120]})"
 
 
 @dataclass(frozen=True)
@@ -226,7 +240,7 @@ def parse_ideas(text: str) -> list[IdeaText]:
     if not ideas and _empty_json_list(text):
         said = " ".join((text[:text.find("[")] + " " + text[text.rfind("]") + 1:]).split())
         raise NoIdeas("the LLM returned an empty list of ideas ([])"
-                      + (f", saying: {said[:400]}" if said else ""))
+                      + (f", saying: {said[:400]}" if said else ""), said[:400])
     if not ideas:
         raise ReplyError("the reply holds no ideas (neither a JSON list nor a numbered list)")
     return ideas

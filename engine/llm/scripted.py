@@ -168,9 +168,9 @@ class ScriptedProvider:
         chosen = order[:k]
         reply = json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
         if not chosen:  # (said beside the empty list: the node that asked shows why it got none)
-            reply += (f"\n\nThe scripted library holds {len(self.ideas)} ideas for {self.problem} on"
-                      f" {self.backend}, all already tried on this branch: none is left to propose here"
-                      " (a real provider proposes new ones).")
+            reply += (f"\n\nAll {len(self.ideas)} scripted ideas for {self.problem} on {self.backend} are"
+                      " already tried on this branch: none is left to propose here (a real provider"
+                      " proposes new ones).")
         return reply
 
     def _implement(self, prompt: str) -> str:

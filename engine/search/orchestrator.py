@@ -274,7 +274,7 @@ class Search(SessionLifecycle):
         try:
             ideas = prompts.parse_ideas(reply)[:k]
         except prompts.ReplyError as exc:  # an empty list is said as such: it parsed, and held nothing
-            title = "(no ideas returned)" if isinstance(exc, prompts.NoIdeas) else "(unparseable ideas)"
+            title = exc.title if isinstance(exc, prompts.NoIdeas) else "(unparseable ideas)"
             await self.update(node.id, status="failed", title=title, text=str(exc))
             return
         m = self.strategy.variants_per_idea()

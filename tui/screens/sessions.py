@@ -22,6 +22,7 @@ from tui.keymap import fit_footer
 from tui.screens.ahead import SteadyBelow
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
+from tui.widgets.banner import MARKS
 from tui.widgets.footer import SteadyFooter
 
 # What matters most first: a narrow screen leaves out the columns that do not fit whole, from the
@@ -31,6 +32,7 @@ COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "
            ("variants", "variants"), ("cost", "cost"), ("started", "started"), ("duration", "duration"),
            ("strategy", "strategy"), ("models", "models")]
 PROBLEM_WIDTH = 24
+SCRIPTED_STYLE = MARKS["scripted"][1]
 MODELS_WIDTH = 28
 AHEAD_DELAY_S = 0.2  # back on this screen: a search screen is built ahead after this long (once drawn)
 STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "interrupted": "magenta",
@@ -256,12 +258,10 @@ class SessionsScreen(SteadyBelow, Screen):
     def _cells(self, s: dict[str, Any], indent: bool = False) -> dict[str, Any]:
         status = session_status(s)
         models = ", ".join(m.split(":", 1)[-1] for m in s["models"]) or s["provider"]
-        if "scripted" in s["provider"].split(","):
-            models = f"SCRIPTED {models}"
         mark = "▶ " if s["id"] in self.marked else ""
         cells = {
             "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""),
-            "problem": fit(f"  └ {s['problem']}" if indent else s["problem"], PROBLEM_WIDTH),
+            "problem": problem_cell(s["problem"], "scripted" in s["provider"].split(","), indent),
             "status": Text(status, style=STATUS_STYLES.get(status, "")),
             "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
             "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
@@ -439,6 +439,18 @@ def fitting_columns(rows: list[dict[str, Any]], width: int) -> list[str]:
             room -= need
             keys.append(key)
     return keys
+
+
+def problem_cell(problem: str, scripted: bool, indent: bool = False) -> Text:
+    """A session's problem, marked SCRIPTED as the search screen's header marks it (canned answers,
+    no LLM): in the problem column, which every width shows (the models column, where the mark
+    was, is the first to go at 80 columns, and beside a suite's score at 120)."""
+    lead = "  └ " if indent else ""
+    mark = "SCRIPTED " if scripted else ""
+    cell = Text(fit(f"{lead}{mark}{problem}", PROBLEM_WIDTH))
+    if scripted:
+        cell.stylize(SCRIPTED_STYLE, len(lead), len(lead) + len(mark) - 1)
+    return cell
 
 
 def fit(text: str, width: int) -> str:

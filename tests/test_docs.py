@@ -161,3 +161,16 @@ def test_the_readme_s_venv_in_the_checkout_stays_out_of_git_tests_and_lint():
     if shutil.which("git") and (REPO / ".git").exists():
         ignored = subprocess.run(["git", "check-ignore", "-q", ".venv/lib/site.py"], cwd=REPO)
         assert ignored.returncode == 0
+
+
+def test_the_tui_page_names_every_key_of_the_search_screen():
+    """Issue 56, item 16: docs/tui.md's key table, "every key", left out `f` (profile). Every binding
+    of the search screen (and the app's) is in its tables, by its id."""
+    from tui.app import KtreeApp
+    from tui.screens.search import SearchScreen
+
+    text = (REPO / "docs" / "tui.md").read_text()
+    ids = {b.id for b in [*SearchScreen.BINDINGS, *KtreeApp.BINDINGS] if b.id}
+    assert {"profile", "pin", "quit"} <= ids
+    missing = sorted(i for i in ids if not re.search(rf"^\|[^|]*\| [^|]*`{re.escape(i)}`", text, re.M))
+    assert missing == []

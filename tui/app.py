@@ -347,6 +347,11 @@ class KtreeApp(App[int]):
         await self.push_screen(Confirm("The search is running. Stop it and quit? (It is recorded as"
                                        " interrupted; `ktree` resumes it later.)"), done)
 
+    async def action_help_quit(self) -> None:
+        """Ctrl-C quits as `q` does (asking first while a search runs here): Textual's own only said
+        which key quits. In a text field it still copies (the field's binding comes first)."""
+        await self.action_quit()
+
     def _search_running(self) -> bool:
         return any(w.group == "search" and w.is_running for w in self.workers)
 

@@ -377,3 +377,52 @@ async def test_steering_a_variant_that_is_not_correct_refuses_with_why(running):
         assert isinstance(app.screen, AskNumber)
         await pilot.press("escape")
         await pilot.press("q")
+
+
+async def test_profile_key_on_a_finished_session_profiles_here(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 14: `f` on a finished session answered "run `ktree show 1 --profile 4`". With no
+    engine to ask, the screen profiles the variant itself (as that command does: the session's
+    evaluator, the profile recorded), and the verdict pane shows it. The profiler is a stand-in."""
+    from dataclasses import replace
+
+    from engine import launch
+
+    profile = {"tool": "cpu", "kernels": [], "diagnosis": {"bound": "memory", "numbers": {},
+                                                           "evidence": "achieved bandwidth 64% of peak"}}
+    asked: list[tuple[str, str]] = []
+
+    class Profiler:
+        closed = False
+
+        def job(self, problem_path: str, source: str, sizes: dict, **kw: object) -> tuple[str, str]:
+            return (problem_path, source)
+
+        async def profile(self, job: tuple[str, str], verdict, on_phase=None):  # noqa: ANN001, ANN201
+            asked.append(job)
+            return replace(verdict, profile=profile)
+
+        async def close(self) -> None:
+            Profiler.closed = True
+
+    monkeypatch.setattr(launch, "profile_evaluator", lambda session: Profiler())
+    db, sid = await fake_db(tmp_path / "k.db", 20)  # finished
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SearchScreen) and screen.model.status == "finished"
+        vid = a_variant(screen)
+        screen.select_node(vid)
+        await pilot.press("f")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asked == [("problems/level1/softmax.py", screen.model.nodes[vid].source)] and Profiler.closed
+        pane = str(screen.query_one("#verdict", Static).render())
+        assert "profile (cpu): memory-bound" in pane and "achieved bandwidth 64% of peak" in pane
+        said = [n.message for n in app._notifications]
+        assert f"#{vid}: profile (cpu): memory-bound — achieved bandwidth 64% of peak" in said
+        assert not any("--profile" in m for m in said) and commands(db) == []
+        await pilot.press("q")
+    store = await Store.open(db)  # recorded, as `ktree show --profile` records it
+    [evaluation] = [e for e in await store.evaluations(sid) if e["node_id"] == vid and e["verdict"].profile]
+    await store.close()
+    assert evaluation["verdict"].profile["diagnosis"]["bound"] == "memory"

@@ -451,3 +451,22 @@ async def test_a_row_arriving_in_the_focused_timings_moves_no_selection(tmp_path
         await pilot.pause()
         assert screen.selected == root + 2
         await pilot.press("q")
+
+
+async def test_ctrl_c_quits_as_q_does(tmp_path: Path):
+    """Issue 56, item 14: Ctrl-C in the TUI only showed Textual's "Press ctrl+q to quit". It quits,
+    asking first while a search runs in this process, as `q` does."""
+    search = Forever()
+    async with app_on(tmp_path / "k.db", size=(120, 40),
+                      search_factory=lambda store, bus: search) as (app, pilot):
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm) and not search.cancelled
+        await pilot.press("y")
+        await pilot.pause()
+    assert search.cancelled and app.return_code == 0
+    db, _ = await fake_db(tmp_path / "past.db", 5)
+    async with app_on(db, size=(80, 24)) as (app, pilot):  # nothing running: quits at once
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert not app.is_running

@@ -208,3 +208,30 @@ async def test_every_scripted_session_is_marked_at_every_width(tmp_path: Path):
             assert "SCRIPTED" not in str(table.get_cell(str(members[2]), "problem"))
             assert shown_text(app, table).count("SCRIPTED") == len(scripted), size  # drawn, not only held
             await pilot.press("q")
+
+
+async def test_deleting_a_suite_problem_says_so_and_comparing_two_problems_is_noted(tmp_path: Path):
+    """Issue 56, item 14: the delete dialog of a suite's problem did not mention the suite (whose
+    score the delete halves), and compare took two different problems without a note."""
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    async with app_on(db, size=(160, 40)) as (app, pilot):
+        screen = app.screen
+        table = screen.query_one("#sessions", DataTable)
+        table.move_cursor(row=table.get_row_index(str(members[0])))  # relu, finished, in the suite
+        await pilot.press("D")
+        assert isinstance(app.screen, Confirm)
+        assert f"It is suite S{suite}'s relu: the suite then counts that problem as not started" \
+               in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+        plain = next(k for k in table.rows if k.value.isdigit() and int(k.value) not in members).value
+        await pilot.press("m")  # relu
+        table.move_cursor(row=table.get_row_index(plain))  # softmax, not in the suite
+        await pilot.press("D")
+        assert "suite" not in app.screen.question  # type: ignore[attr-defined]
+        await pilot.press("n", "m", "c")
+        await pilot.pause()
+        assert isinstance(app.screen, CompareScreen)  # still compared, with a note
+        said = [n.message for n in app._notifications]
+        assert "two different problems (relu and softmax): each speedup is against its own reference" in said
+        await pilot.press("escape", "q")

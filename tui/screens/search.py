@@ -103,6 +103,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
         self._pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
+        self._profiling: set[int] = set()  # variants `f` profiles in this process
         self._sorted: tuple[str, bool] | None = None  # the timings' chosen order, kept through a filter
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it

@@ -377,6 +377,10 @@ class SessionsScreen(SteadyBelow, Screen):
         if len(self.marked) != 2:
             self.notify("mark two sessions with m first", severity="warning")
             return
+        problems = [self.rows[m]["problem"] for m in self.marked if m in self.rows]
+        if len(set(problems)) == 2:  # allowed, but not a like-for-like comparison: said
+            self.notify(f"two different problems ({' and '.join(problems)}): each speedup is against its own"
+                        " reference", severity="warning")
         await self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
@@ -395,8 +399,11 @@ class SessionsScreen(SteadyBelow, Screen):
                 self.notify(f"deleted session {row['id']}")
                 await self.action_reload()
 
+        suite = row.get("suite_id")
+        member = (f" It is suite S{suite}'s {row['problem']}: the suite then counts that problem as not"
+                  " started, and its score falls." if suite is not None else "")
         self.app.push_screen(Confirm(f"Delete session {row['id']} ({row['problem']}, {row['variants']}"
-                                     " variants) and everything recorded under it?"), done)
+                                     f" variants) and everything recorded under it?{member}"), done)
 
     def palette_commands(self) -> Iterator[SystemCommand]:
         for action, title, help_text in [

@@ -7,6 +7,7 @@ marked applied, for a followed session), which clears the mark.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -16,6 +17,7 @@ from textual.app import SystemCommand
 
 from engine import control
 from engine.domain import WORK_STATUSES, Node
+from engine.events import ProfileTaken
 from engine.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
@@ -54,6 +56,7 @@ class SteeringMixin:
 
     model: ScreenModel
     selected: int | None
+    _profiling: set[int]  # variants being profiled in this process (a session no engine runs)
 
     if TYPE_CHECKING:  # what the screen it is mixed into provides
         app: Any
@@ -64,6 +67,8 @@ class SteeringMixin:
         def notify(self, message: str, *, severity: str = "information") -> None: ...
 
         def run_action(self, action: str) -> Any: ...
+
+        def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
 
     def palette_commands(self) -> Iterator[SystemCommand]:
         """What the command palette offers on this screen: the steering actions."""
@@ -200,11 +205,45 @@ class SteeringMixin:
         if verdict.profile:
             self.notify(f"#{node.id} has its profile already (see the verdict pane)")
             return
-        if self.model.status != "running":  # no engine to ask: the command line takes it here
-            self.notify(f"session {self.model.session_id} is {self.model.status}: run"
-                        f" `ktree show {self.model.session_id} --profile {node.id}`", severity="warning")
+        if self.model.status != "running":  # no engine to ask: profiled here
+            self._profile_here(node)
             return
         await self._send(control.Profile(node.id), node.id, "profile")
+
+    def _profile_here(self, node: Node) -> None:
+        """A session no engine runs: its variant profiled in this process, as `ktree show SESSION
+        --profile NODE` does, the profile recorded and shown (a worker: the screen stays live)."""
+        sid = self.model.session_id
+        if node.id in self._profiling:
+            self.notify(f"#{node.id} is being profiled")
+            return
+        self._profiling.add(node.id)
+        self.notify(f"profiling #{node.id} (session {sid} is {self.model.status}: here, not by its engine)")
+
+        async def work() -> None:
+            from engine.launch import profile_evaluator
+            from engine.report import profile_line
+            from engine.search.profile_requests import profile_recorded, profile_target
+
+            try:
+                target = await profile_target(self.store, sid, node.id)  # type: ignore[arg-type]
+                evaluator = await asyncio.to_thread(profile_evaluator, target.session)
+                try:
+                    verdict = await profile_recorded(self.store, target, evaluator)
+                finally:
+                    await evaluator.close()
+            except Exception as exc:  # said in one line (no GPU for a cuda session, a closed store)
+                self.notify(f"#{node.id}: cannot profile: {exc}", severity="error")
+                return
+            finally:
+                self._profiling.discard(node.id)
+            if not verdict.profile:
+                self.notify(f"#{node.id}: no profile taken (profiling is off)", severity="warning")
+                return
+            self.feed(ProfileTaken(target.node, verdict, "asked"))
+            self.notify(f"#{node.id}: {profile_line(verdict.profile)}")
+
+        self.run_worker(work(), name="profile", group="profile", exit_on_error=False)
 
     async def action_pause(self) -> None:
         if not self._steerable():

@@ -12,6 +12,7 @@ from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
+from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
@@ -346,6 +347,19 @@ class KtreeApp(App[int]):
         self._asking_quit = True
         await self.push_screen(Confirm("The search is running. Stop it and quit? (It is recorded as"
                                        " interrupted; `ktree` resumes it later.)"), done)
+
+    async def _on_key(self, event: events.Key) -> None:
+        """Type-ahead: a key read before the focus moved was handed to the widget focused then (the
+        tree, under `/ #29`), which passes it up unhandled. A printable one goes on to the text field
+        focused since (the `/` bar, a dialog's field), as it would have typed one at a time; any
+        other runs the bindings of the focus as it is now (Enter: the bar's)."""
+        focused = self.focused
+        if event.is_printable and isinstance(focused, Input | TextArea):
+            event.stop()
+            event.prevent_default()  # (not Textual's App._on_key too: it runs the bindings)
+            # Typed here, in turn with the keys around it (posted to the field, it would come after
+            # an Enter the app runs at once); the field's own handler keeps its restrictions.
+            await focused._on_key(event)
 
     async def action_help_quit(self) -> None:
         """Ctrl-C quits as `q` does (asking first while a search runs here): Textual's own only said

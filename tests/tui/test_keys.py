@@ -11,8 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from textual import events
 from textual.app import App
-from textual.widgets import Input, Label, RichLog, Static, TextArea, Tree
+from textual.widgets import Input, Label, RichLog, Static, TabbedContent, TextArea, Tree
 
 from engine import control
 from engine.events import CommandApplied
@@ -426,3 +427,26 @@ async def test_profile_key_on_a_finished_session_profiles_here(tmp_path: Path,
     [evaluation] = [e for e in await store.evaluations(sid) if e["node_id"] == vid and e["verdict"].profile]
     await store.close()
     assert evaluation["verdict"].profile["diagnosis"]["bound"] == "memory"
+
+
+async def test_keys_typed_ahead_land_where_they_would_one_at_a_time(running):
+    """Issue 56, item 11: `/`, `#29`, Enter, `x` as one burst: the filter had not opened (its focus
+    waited behind the keys), `2` switched tabs, and `x` pruned the node selected before instead of
+    #29. Each key of a burst now lands where it would have, typed one at a time."""
+    db, sid = running
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = await open_search(app, pilot)
+        target = max(n.id for n in screen.model.nodes.values() if n.kind == "variant")
+        first = screen.selected
+        assert first != target and target >= 10  # two digits: `1`, `2`... are tab keys outside the bar
+        burst = [("slash", "/"), ("number_sign", "#"), *((d, d) for d in str(target)), ("enter", "\r"),
+                 ("x", "x")]
+        for key, character in burst:  # all read before any is handled (Pilot's press waits after each)
+            app.post_message(events.Key(key, character))
+        await pilot.pause()
+        await pilot.pause()
+        assert screen.selected == target
+        assert screen.query_one("#details", TabbedContent).active == "tab-timings"  # no tab key ran
+        assert commands(db) == [("prune", {"node_id": target, "pruned": True})]
+        assert screen.query_one("#tree", Tree).has_focus and not screen.query_one("#filter", Input).value
+        await pilot.press("q")

@@ -19,7 +19,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
@@ -523,14 +523,14 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self._filter_pane = self._focused_pane()
         self.query_one(FilterBar).open()
 
-    @on(Input.Submitted, "#filter")
-    def _filter(self, event: Input.Submitted) -> None:
+    def apply_filter(self, value: str) -> None:
+        """Enter in the `/` bar (FilterBar: at once, before the next key is read)."""
         bar = self.query_one(FilterBar)
         bar.display = False
-        query = event.value.strip()
+        query = value.strip()
         wanted = number(query)
         pane = self.query_one("#timings" if self._filter_pane == "timings" else "#tree")
-        pane.focus()
+        self.set_focus(pane)
         if wanted is not None:
             bar.value = ""
             if wanted in self.model.nodes:

@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Header, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
@@ -206,14 +206,14 @@ class SessionsScreen(SteadyBelow, Screen):
     def action_filter(self) -> None:
         self.query_one(FilterBar).open()
 
-    @on(Input.Submitted, "#filter")
-    async def _filter(self, event: Input.Submitted) -> None:
-        """A number jumps to that session; words keep only the rows that have them."""
+    async def apply_filter(self, value: str) -> None:
+        """Enter in the `/` bar (FilterBar: at once, before the next key is read): a number jumps
+        to that session; words keep only the rows that have them."""
         bar = self.query_one(FilterBar)
         table = self.query_one("#sessions", DataTable)
-        wanted = number(event.value)
+        wanted = number(value)
         bar.display = False
-        table.focus()
+        self.set_focus(table)
         if wanted is not None:
             bar.value = ""
             if str(wanted) not in table.rows:
@@ -224,7 +224,7 @@ class SessionsScreen(SteadyBelow, Screen):
             else:
                 self.notify(f"no session {wanted}", severity="warning")
             return
-        self.query_text = event.value.strip()
+        self.query_text = value.strip()
         await self.action_reload()
         if self.query_text:
             self.notify(f"filter “{self.query_text}”: {table.row_count} rows (/ then Esc: all)")

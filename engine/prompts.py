@@ -238,7 +238,8 @@ def parse_ideas(text: str) -> list[IdeaText]:
     if not ideas:
         ideas = _ideas_from_list(text)
     if not ideas and _empty_json_list(text):
-        said = " ".join((text[:text.find("[")] + " " + text[text.rfind("]") + 1:]).split())
+        around = text[:text.find("[")] + " " + text[text.rfind("]") + 1:]
+        said = " ".join(re.sub(r"```\w*", " ", around).split())  # (its fences are no words)
         raise NoIdeas("the LLM returned an empty list of ideas ([])"
                       + (f", saying: {said[:400]}" if said else ""), said[:400])
     if not ideas:

@@ -104,3 +104,17 @@ def test_cpu_prompts_speak_of_the_cpu_and_give_the_run_s_sizes():
         gpu_text = make("cuda", gpu)  # a GPU run: the file as it is
         assert gpu_text.startswith("You are an expert GPU performance engineer.")
         assert problem.source.strip() in gpu_text and "this run's size" not in gpu_text
+
+
+def test_an_empty_list_s_title_says_why_only_where_the_reply_does():
+    """Issue 56, item 10: the node of an empty idea list is titled with the reply's reason; a bare
+    (or fenced) `[]` says no more than that none came."""
+    for reply, title in (("```json\n[]\n```", "(no ideas returned)"), ("[]", "(no ideas returned)"),
+                         ("All 3 ideas are tried here: none left.\n```json\n[]\n```",
+                          "(no ideas: all 3 ideas are tried here)")):
+        try:
+            parse_ideas(reply)
+        except NoIdeas as exc:
+            assert exc.title == title, reply
+        else:
+            raise AssertionError(f"{reply!r} parsed")

@@ -94,6 +94,8 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         "timings": ["help", "sort", "export", "pause", "stop", "filter", "tab_llm", "zoom", "goto_best",
                     "details", "back", "quit"],
         "llm": ["help", "tab_timings", "pause", "stop", "zoom", "details", "back", "quit"],
+        "verdict": ["help", "zoom", "edit_variant", "export", "profile", "goto_best", "details", "back",
+                    "quit"],
     }
     STEERING_IDS = {"prune", "undo_prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 

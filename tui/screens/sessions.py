@@ -369,7 +369,8 @@ class SessionsScreen(SteadyBelow, Screen):
         for sid, r in self.rows.items():
             if str(sid) in table.rows:
                 table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
-        self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
+        # Briefly: the ▶ beside the ids says it too, and a toast's 5 s covered the compare screen's code.
+        self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}", timeout=1.5)
         if len(self.marked) == 2:  # drawn ahead of `c`
             self.app.prepare_compare(*self.marked)  # type: ignore[attr-defined]
 

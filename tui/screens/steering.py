@@ -272,5 +272,4 @@ class SteeringMixin:
             return
         path = export_path(self.model.info.get("problem", "problem"), node.id, Path.cwd())
         path.write_text(text)
-        self.notify(f"wrote {path}")
-        self.feed(Note(f"exported #{node.id} to {path}"))
+        self.feed(Note(f"exported #{node.id} to {path}"))  # (the status line: a toast covered it)

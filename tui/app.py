@@ -354,12 +354,13 @@ class KtreeApp(App[int]):
         focused since (the `/` bar, a dialog's field), as it would have typed one at a time; any
         other runs the bindings of the focus as it is now (Enter: the bar's)."""
         focused = self.focused
-        if event.is_printable and isinstance(focused, Input | TextArea):
+        editable = isinstance(focused, Input) or (isinstance(focused, TextArea) and not focused.read_only)
+        if event.is_printable and editable:
             event.stop()
             event.prevent_default()  # (not Textual's App._on_key too: it runs the bindings)
             # Typed here, in turn with the keys around it (posted to the field, it would come after
             # an Enter the app runs at once); the field's own handler keeps its restrictions.
-            await focused._on_key(event)
+            await focused._on_key(event)  # type: ignore[union-attr]
 
     async def action_help_quit(self) -> None:
         """Ctrl-C quits as `q` does (asking first while a search runs here): Textual's own only said

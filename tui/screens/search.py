@@ -509,7 +509,12 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         on the screen and the pane: they restyle the screen, which redraws every widget of it from
         scratch, and the pane, which a Tree takes as a reason to draw itself twice (~100 ms each `z`
         and Esc), for rules (centred, hatched around, undocked) that change nothing here: every pane
-        that zooms fills the screen by its own."""
+        that zooms fills the screen by its own, the verdict's (a few lines tall) once given the room."""
+        verdict = self.query_one(VerdictPane)
+        if maximized is verdict:
+            verdict.styles.height = "1fr"
+        elif previously is verdict:
+            self._apply_tabs()  # its height as the layout has it
 
     # -- `/`: filter the timings, find in the tree, jump to a node ---------------------------
 

@@ -59,17 +59,6 @@ def session_state(row: dict[str, Any], now: float | None = None) -> str:
     return "running"
 
 
-async def _stopped(pending: aiosqlite.Connection) -> None:
-    """Let a connection that failed to open stop its thread in this loop: aiosqlite asks it to stop
-    and it answers through the loop, so a command that then ends its loop at once (one line, exit 2)
-    printed the thread's `RuntimeError: Event loop is closed` traceback after its error."""
-    thread = getattr(pending, "_thread", None)
-    deadline = time.monotonic() + 2
-    while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0)  # its last callback, queued on the loop
-
-
 def _node(row: sqlite3.Row | aiosqlite.Row) -> Node:
     node = {k: row[k] for k in Node.__dataclass_fields__}
     return Node(**{**node, "pinned": bool(node["pinned"]), "pruned": bool(node["pruned"]),
@@ -117,13 +106,11 @@ class Store:
         if unwritable and not read_only:
             raise StoreError(f"{path} is read-only ({unwritable}): this command writes to the database;"
                              " sessions, show and export read it as it is")
-        mode = "ro&immutable=1" if unwritable else "ro"
-        pending = (aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", timeout=30, uri=True)
-                   if read_only else aiosqlite.connect(path, timeout=30))
-        try:
-            conn = await pending
+        where = f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' * bool(unwritable)}" if read_only else path
+        try:  # opened here first: one that fails then leaves no aiosqlite thread answering into a closed loop
+            sqlite3.connect(where, timeout=30, uri=read_only).close()  # (`Event loop is closed`, 25 lines)
+            conn = await aiosqlite.connect(where, timeout=30, uri=read_only)
         except (sqlite3.Error, OSError) as exc:
-            await _stopped(pending)
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         conn.row_factory = aiosqlite.Row
         store = cls(conn, path, read_only)

@@ -33,6 +33,8 @@ from engine.options import CheckSettings, Placement
 
 DB_HELP = "SQLite database (default: $KTREE_DB or ./store.db)"
 
+BACKEND_HELP = "where to run: cuda, cpu, or auto (cuda where a GPU is visible, else cpu)"
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -127,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     ds_export = dataset_sub.add_parser("export", parents=[common], help="write the selection to a folder")
     ds_export.add_argument("--out", required=True, metavar="DIR", help="the folder (new or empty)")
     ds_export.add_argument("--force", action="store_true", help="write over a previous export in DIR")
-    ds_export.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both")
+    ds_export.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both",
+                           help="the tables' file format: Parquet, JSON Lines, or both (the default)")
     ds_stats = dataset_sub.add_parser("stats", parents=[common], help="count what export would write")
     for p in (ds_export, ds_stats):
         p.add_argument("sessions", nargs="*", type=options.positive, metavar="SESSION", help="session ids")
@@ -157,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         return bench_sub.add_parser(name, parents=[common], **kw)
     bt = bench_command("timing", help="time each problem's reference, eager and torch.compile")
     bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
-    bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    bt.add_argument("--json", action="store_true")
+    bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
+    bt.add_argument("--json", action="store_true", help="the results as JSON")
     bt.add_argument("--load", choices=["cores", "compile"], default=None,
                     help="then time every reference again with the host loaded: `cores` runs --load-cores"
                          " busy loops, `compile` keeps ktree's own compile pool building; reports idle vs"
@@ -171,14 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     bp = bench_command("pipeline", help="a scripted search with no LLM latency: how busy the"
                                                " device is kept, wall time vs compile + device time")
     bp.add_argument("problem", nargs="?", default="softmax")
-    bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bp.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bp.add_argument("--language", default=DEFAULT_LANGUAGE, metavar="|".join(languages.choices()),
                     help="the variants' kernel language; with two, one bench per language in turn")
     bp.add_argument("--rounds", type=options.positive, help="default: 3 on cuda, 1 on cpu")
     bp.add_argument("--ideas", type=options.positive, help="default: 4 on cuda, 2 on cpu")
     bp.add_argument("--variants", type=options.positive, help="default: 4 on cuda, 2 on cpu")
-    bp.add_argument("--top", type=options.positive, default=2)
-    bp.add_argument("--compile-workers", type=options.positive, default=None)
+    bp.add_argument("--top", type=options.positive, default=2, help="parents kept each round (default 2)")
+    bp.add_argument("--compile-workers", type=options.positive, default=None,
+                    help="compile processes (default: as the evaluator sizes its pool)")
     bp.add_argument("--gpus", type=options.gpu_list, default=None, metavar="0,1,...", help="the GPUs to"
                     " evaluate on (default: every visible GPU); with several, per-GPU load is reported")
     bp.add_argument("--scaling", action="store_true",
@@ -203,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--llm-concurrency", type=options.positive, default=8,
                     help="concurrent LLM calls (shared by a suite's problems; default 8)")
     bp.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
-    bp.add_argument("--json", action="store_true")
+    bp.add_argument("--json", action="store_true", help="the results as JSON")
     bp.add_argument("--log", action="store_true",
                     help="one line per node status change on stderr, as the search goes")
     _executor_flags(bp)
@@ -212,33 +216,33 @@ def build_parser() -> argparse.ArgumentParser:
     bpr = bench_command("profile", help="what a profile costs per variant (each profiler path) on the"
                                         " seed problems' honest scripted kernels")
     bpr.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
-    bpr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bpr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bpr.add_argument("--path", action="append", choices=["ncu", "torch", "auto"],
                      help="profiler paths to measure (repeatable; default: ncu and torch on cuda, auto on cpu)")
     bpr.add_argument("--variants", type=options.positive, default=None, metavar="N",
                      help="at most N honest variants per problem (default: all)")
-    bpr.add_argument("--json", action="store_true")
+    bpr.add_argument("--json", action="store_true", help="the results as JSON")
     bg = bench_command("gpu-cost", help="seconds each variant holds the device, by phase, beside its timing"
                                         " floor, for the seed problems' honest scripted kernels")
     bg.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
-    bg.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bg.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bg.add_argument("--variants", type=options.positive, default=3, metavar="N",
                     help="at most N honest variants per problem (default 3)")
     bg.add_argument("--profile", default="off", choices=PROFILE_MODES,
                     help="also profile each correct variant on demand (the profile column; default off)")
-    bg.add_argument("--json", action="store_true")
+    bg.add_argument("--json", action="store_true", help="the results as JSON")
     bd = bench_command("dataset", help="seconds and peak memory of `ktree dataset export` on synthetic rows")
     bd.add_argument("--rows", type=options.positive, default=10_000, help="variant rows (default 10000)")
     bd.add_argument("--sessions", type=options.positive, default=20,
                     help="sessions they are spread over (default 20)")
-    bd.add_argument("--json", action="store_true")
+    bd.add_argument("--json", action="store_true", help="the results as JSON")
     bv = bench_command("verdicts", help="the evaluator on the real-world corpus (tests/realworld): honest"
                                         " kernels must end correct, hacks must not; recall, false rejects")
-    bv.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bv.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bv.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable; default: all)")
     bv.add_argument("--corpus", metavar="DIR",
                     help="another corpus folder with a cases.toml (default: tests/realworld)")
-    bv.add_argument("--json", action="store_true")
+    bv.add_argument("--json", action="store_true", help="the results as JSON")
     bk = bench_command("kernelbench", help="every problem of a KernelBench checkout evaluated (the reference's"
                                            " own forward wrapped as ModelNew, or a folder's solutions):"
                                            " verdict, peak GPU and host memory, held and wall seconds")
@@ -259,16 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--compare-with", metavar="FILE.jsonl",
                     help="an earlier run's rows (its kernelbench.jsonl, or its --out folder): each status set"
                          " beside this run's (the alone column); a differing one fails the bench")
-    bk.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bk.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bk.add_argument("--gpus", type=options.gpu_list, default=None, metavar="0,1,...",
                     help="the GPUs to evaluate on (default: every visible GPU)")
     bk.add_argument("--timeout", "--eval-timeout", dest="timeout", type=options.seconds, default=None,
                     metavar="S", help="each problem's evaluation limit in seconds, as eval's --eval-timeout"
                                       " (default: from the problem's size)")
     bk.add_argument("--cpu-timer", choices=["pause", "pin"], default=None, help=cpu_timer_help)
-    bk.add_argument("--json", action="store_true")
+    bk.add_argument("--json", action="store_true", help="the results as JSON")
     bc = bench_command("compile", help="build time per variant with and without each compile lever")
-    bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    bc.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help=BACKEND_HELP)
     bc.add_argument("--sources", type=options.positive, default=2, help="builds per configuration (default 2)")
     bc.add_argument("--concurrent", type=int, default=16,
                     help="then this many distinct builds at once with every lever (default 16; 0: skip)")
@@ -276,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only these solution structures (repeatable; default: all for the backend)")
     bc.add_argument("--side-by-side", action="store_true",
                     help="run the configurations at once (faster, but they share the cores)")
-    bc.add_argument("--json", action="store_true")
+    bc.add_argument("--json", action="store_true", help="the results as JSON")
     return parser
 
 def _browse(args: argparse.Namespace) -> int:

@@ -151,6 +151,12 @@ def library_line(library: Mapping[str, Any] | None) -> str:
     return f"{ops} ({100 * share:.0f} % of the reference's time)" if isinstance(share, (int, float)) else ops
 
 
+# The reference's eager time is timed beside every variant (interleaved, on the same worker), so it
+# differs a little from one verdict to the next; each figure shown says which it is (docs/timing.md).
+EAGER_BESIDE = "timed beside it"  # a verdict's own: its speedup is against this one
+EAGER_LATEST = "as timed beside the latest correct variant"  # the session's (`show`, `problems`)
+
+
 def counted(n: int, one: str, many: str = "") -> str:
     """`n` things, in number: "1 round", "2 rounds", "1 fix", "0 fixes"."""
     return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -124,10 +124,16 @@ def estimate(problem: Any, config: Any, models: list[tuple[str, str]], backend: 
         "calls": {"idea": idea_calls, "implement": impl, "fix_at_most": fixes},
         "expected": {**expected, "cost_usd": round(dollars(expected), 4)},
         "at_most": {**most, "cost_usd": round(dollars(most), 4)},
-        "assumptions": (f"input tokens from the prompts built for {problem.name} (4 characters a token);"
-                        f" output {IDEA_OUT_TOKENS} tokens an idea, {code_out} a solution file;"
-                        " reasoning tokens (billed as output) counted apart, as a range per model"),
+        "assumptions": assumptions(f"the prompts built for {problem.name}", str(code_out)),
+        "solution_tokens": code_out,
     }
+
+
+def assumptions(prompts_of: str, solution_tokens: str) -> str:
+    """What an estimate assumes, in words (a suite's: each problem's own prompts)."""
+    return (f"input tokens from {prompts_of} (4 characters a token); output {IDEA_OUT_TOKENS} tokens an"
+            f" idea, {solution_tokens} a solution file; reasoning tokens (billed as output) counted apart,"
+            " as a range per model")
 
 
 def format_estimate(e: dict[str, Any]) -> str:

@@ -6,14 +6,17 @@ raises ReplyError, which the search records as a failed node with the reason.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
 from engine.domain import library_line, shown_notes
 from engine.evaluate import languages
+from engine.evaluate.loading import size_constants
 from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
 from engine.evaluate.verdict import Verdict
 
@@ -28,7 +31,21 @@ class ReplyError(ValueError):
 
 
 class NoIdeas(ReplyError):
-    """A well-formed reply that proposes nothing: an empty JSON list."""
+    """A well-formed reply that proposes nothing: an empty JSON list. `said`: the reply's words
+    around it (why, where the model says so)."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message)
+        self.said = said
+
+    @property
+    def title(self) -> str:
+        """The node's title: why in short where the reply says it (its first clause), so the tree
+        and `show` tell "every idea tried" from a model that failed."""
+        why = re.split(r"[:.]\s", self.said.strip(), maxsplit=1)[0].strip().rstrip(".:")
+        if not why:
+            return "(no ideas returned)"
+        return f"(no ideas: {why[0].lower()}{why[1:120]})"
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,34 @@ class IdeaText:
 
 def _template(name: str) -> Template:
     return Template((TEMPLATES / name).read_text())
+
+
+def machine(backend: str) -> str:
+    """What the prompts' engineer is an expert on: the backend's hardware."""
+    return "CPU" if backend == "cpu" else "GPU"
+
+
+def sized_source(source: str, sizes: Mapping[str, int] | None) -> str:
+    """The problem file as this run uses it: each module-level size constant the run sets to
+    another value (the cpu backend's `cpu_sizes`) rewritten to that value, with the file's own in a
+    comment, so a model tunes for the sizes it will be timed at."""
+    if not sizes:
+        return source
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    own = size_constants(source)
+    lines = source.splitlines()
+    for node in reversed(tree.body):
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if not isinstance(target, ast.Name) or node.end_lineno is None:
+            continue
+        name = target.id
+        if name in sizes and name in own and sizes[name] != own[name]:
+            note = f"# this run's size (the file's own, {own[name]}, is for the GPU)"
+            lines[node.lineno - 1:node.end_lineno] = [f"{name} = {sizes[name]}  {note}"]
+    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
 
 
 def describe_verdict(verdict: Verdict | None, ref_ms: float | None = None) -> str:
@@ -98,10 +143,15 @@ def idea_prompt(
     tried: list[str],
     k: int,
     backend: str,
+    sizes: Mapping[str, int] | None = None,
 ) -> str:
+    """The idea prompt. `sizes`: the run's size constants (the problem's source, and a parent that
+    is the reference itself, are shown at them)."""
     return _template("idea.txt").substitute(
-        problem_source=problem_source.strip(),
-        parent_source=parent_source.strip(),
+        machine=machine(backend),
+        problem_source=sized_source(problem_source, sizes).strip(),
+        sizes_note=sizes_note(problem_source, sizes),
+        parent_source=_parent(parent_source, problem_source, sizes),
         parent_verdict=parent_verdict,
         tried="\n".join(f"- {t}" for t in tried) if tried else "(none yet)",
         k=k,
@@ -119,15 +169,34 @@ def contract(backend: str, language: str, tol: float) -> str:
     return template.substitute(tol=f"{tol:g}")
 
 
+def sizes_note(source: str, sizes: Mapping[str, int] | None) -> str:
+    """A line under the problem where the run's sizes are not the file's (its docstring may still
+    speak of the file's), else nothing."""
+    own = size_constants(source) if sizes else {}
+    changed = {k: v for k, v in (sizes or {}).items() if k in own and own[k] != v}
+    if not changed:
+        return ""
+    said = ", ".join(f"{k} = {v}" for k, v in (sizes or {}).items() if k in own)
+    return f"This run times it at {said}, not the file's own sizes (those are for a GPU): tune for these.\n"
+
+
+def _parent(parent_source: str, problem_source: str, sizes: Mapping[str, int] | None) -> str:
+    """A parent's source as a prompt shows it: the reference at the run's sizes, a variant as written."""
+    same = parent_source.strip() == problem_source.strip()
+    return (sized_source(parent_source, sizes) if same else parent_source).strip()
+
+
 def implement_prompt(
     problem_source: str, parent_source: str, idea: IdeaText, backend: str, tol: float,
-    language: str = languages.DEFAULT,
+    language: str = languages.DEFAULT, sizes: Mapping[str, int] | None = None,
 ) -> str:
     """The implementation prompt. The parent may be in another language than the one asked for
-    (a mixed tree): the contract says which language to write."""
+    (a mixed tree): the contract says which language to write. `sizes`: as for idea_prompt."""
     return _template("implement.txt").substitute(
-        problem_source=problem_source.strip(),
-        parent_source=parent_source.strip(),
+        machine=machine(backend),
+        problem_source=sized_source(problem_source, sizes).strip(),
+        sizes_note=sizes_note(problem_source, sizes),
+        parent_source=_parent(parent_source, problem_source, sizes),
         idea_title=idea.title,
         idea_description=idea.description,
         contract=contract(backend, language, tol).strip(),
@@ -135,7 +204,8 @@ def implement_prompt(
 
 
 def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, backend: str,
-               tol: float, sanitizer: str = "", language: str = languages.DEFAULT) -> str:
+               tol: float, sanitizer: str = "", language: str = languages.DEFAULT,
+               sizes: Mapping[str, int] | None = None) -> str:
     """The fix prompt for a variant that failed to build (in its language's words: CUDA's compiler
     output, Triton's JIT error raised at the first call), or (with `sanitizer`: compute-sanitizer's report)
     for a run that hit an illegal or misaligned memory access."""
@@ -147,7 +217,9 @@ def fix_prompt(problem_source: str, source: str, idea_title: str, log: str, back
     else:
         failure, heading = languages.get(language).fix_words
     return _template("fix.txt").substitute(
-        problem_source=problem_source.strip(),
+        machine=machine(backend),
+        problem_source=sized_source(problem_source, sizes).strip(),
+        sizes_note=sizes_note(problem_source, sizes),
         idea_title=idea_title,
         source=source.strip(),
         failure=failure,
@@ -166,9 +238,10 @@ def parse_ideas(text: str) -> list[IdeaText]:
     if not ideas:
         ideas = _ideas_from_list(text)
     if not ideas and _empty_json_list(text):
-        said = " ".join((text[:text.find("[")] + " " + text[text.rfind("]") + 1:]).split())
+        around = text[:text.find("[")] + " " + text[text.rfind("]") + 1:]
+        said = " ".join(re.sub(r"```\w*", " ", around).split())  # (its fences are no words)
         raise NoIdeas("the LLM returned an empty list of ideas ([])"
-                      + (f", saying: {said[:400]}" if said else ""))
+                      + (f", saying: {said[:400]}" if said else ""), said[:400])
     if not ideas:
         raise ReplyError("the reply holds no ideas (neither a JSON list nor a numbered list)")
     return ideas

@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.domain import (
+    EAGER_BESIDE,
+    EAGER_LATEST,
     LIBRARY_EXCLUDED,
     best_variant,
     excludes_library,
@@ -72,7 +74,7 @@ def format_verdict(v: Verdict) -> str:
         parts.append(f"{fmt_ms(v.time_ms)} (p10 {fmt_ms(v.time_p10_ms)},"
                      f" p90 {fmt_ms(v.time_p90_ms)})")
     if v.ref_eager_ms is not None:
-        parts.append(f"eager {fmt_ms(v.ref_eager_ms)}")
+        parts.append(f"eager {fmt_ms(v.ref_eager_ms)} {EAGER_BESIDE}")
     if v.speedup_eager is not None:
         parts.append(f"speedup {fmt_x(v.speedup_eager)}")
     if (v.gpu or {}).get("slot"):  # which device measured it
@@ -84,16 +86,8 @@ def format_verdict(v: Verdict) -> str:
         line += f"\n    {LIBRARY_WORDS}: {library_line(v.library)}"
     for note in shown_notes(v.notes, v.library):
         line += f"\n    note: {note[:240]}"
-    if v.status not in ("correct", "flagged") and v.log:
-        error = v.log.split("\n\ncompute-sanitizer", 1)[0]
-        first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
-        compiler = v.compiler_error
-        if compiler:  # the compiler's own line, not ninja's last words; a reused result says so after it
-            line += f"\n    {compiler[:300]}"
-            if first.startswith(REUSED_BUILD_ERROR):
-                line += f"\n    {first[:200]}"
-        else:
-            line += f"\n    {first[:200]}"
+    for why in why_not_correct(v):
+        line += f"\n    {why}"
     if v.sanitizer:
         report = "\n".join(f"      {ln}" for ln in v.sanitizer.splitlines())
         line += f"\n    compute-sanitizer (memcheck):\n{report}"
@@ -107,9 +101,24 @@ def format_verdict(v: Verdict) -> str:
     return line
 
 
+def why_not_correct(v: Verdict) -> list[str]:
+    """A verdict that is not correct, in a line or two: the compiler's own first error (not ninja's
+    last words; a reused result says so after it), else the log's last line (the mismatch, the
+    exception)."""
+    if v.status in ("correct", "flagged") or not v.log:
+        return []
+    error = v.log.split("\n\ncompute-sanitizer", 1)[0]
+    first = next((ln for ln in reversed(error.strip().splitlines()) if ln.strip()), "")
+    compiler = v.compiler_error
+    if not compiler:
+        return [first[:200]]
+    return [compiler[:300], *([first[:200]] if first.startswith(REUSED_BUILD_ERROR) else [])]
+
+
 def eval_table(rows: list[tuple[str, Verdict]]) -> str:
     """`ktree eval` of several solutions: one row per solution (file, status, time, speedup vs
-    eager, max abs error, flags), aligned columns."""
+    eager, max abs error, flags), aligned columns; under a solution that is not correct, why (the
+    compiler's line, the mismatch)."""
     head = ("file", "status", "ms", "speedup", "max abs err", "bound", "flags")
     body = []
     for file, v in rows:
@@ -119,8 +128,14 @@ def eval_table(rows: list[tuple[str, Verdict]]) -> str:
                      fmt_x(v.speedup_eager),
                      "-" if err is None else f"{err:.3g}", v.bound or "-", flags or "-"))
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in [head, *body])
+
+    def line(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+
+    out = [line(head)]
+    for r, (_, v) in zip(body, rows, strict=True):
+        out += [line(r), *(f"    {why}" for why in why_not_correct(v))]
+    return "\n".join(out)
 
 
 def format_session_row(row: dict[str, Any]) -> str:
@@ -138,7 +153,8 @@ def session_table(session: dict[str, Any], variants: list[dict[str, Any]]) -> st
         f"Session {session['id']}: {session['problem']} on {where_label(session['backend'], device)} [{sizes}],"
         f" provider {session['provider']}, {session['status']}, best {fmt_x(session.get('best_speedup'))}",
         "",
-        "| variant | round | idea | status | ms | eager ms | speedup vs eager | max abs err | on |",
+        f"| variant | round | idea | status | ms | eager ms ({EAGER_BESIDE}) | speedup vs eager | max abs err"
+        " | on |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in variants:
@@ -157,8 +173,9 @@ def problems_table(rows: list[dict[str, Any]], backend: str, device: str) -> str
     """`ktree problems`: one row a problem, at the sizes this machine's backend runs; reference
     times as cached for this device."""
     preset = " (the CPU size presets)" if backend == "cpu" else ""
-    lines = [f"Problems on {backend}{preset}; reference times measured on {device}: eager by the latest"
-             " search or `ktree bench timing`, torch.compile by `ktree bench timing` only", "",
+    lines = [f"Problems on {backend}{preset}; reference times measured on {device}: eager as the latest"
+             f" search last timed it ({EAGER_LATEST}) or by `ktree bench timing`, torch.compile by"
+             " `ktree bench timing` only", "",
              "| name | level | sizes | FLOPs | bytes | eager ms | torch.compile ms | scripted |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -211,7 +228,8 @@ def tree_outline(session: dict[str, Any], nodes: list[Any], verdicts: dict[int, 
         origin = f" ({n.origin})" if n.origin != "llm" else ""
         if n.kind == "root":
             ref = session.get("ref_ms")
-            return f"#{n.id} reference {n.title}" + (f", eager {fmt_ms(ref)}" if ref else "") + marks
+            said = f", eager {fmt_ms(ref)} ({EAGER_LATEST})" if ref else ""
+            return f"#{n.id} reference {n.title}{said}{marks}"
         if n.kind == "idea":
             return f"#{n.id} idea r{n.round}{origin}: {n.title} — {n.status}{marks}"
         v = verdicts.get(n.id)

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from engine.domain import (
+    EAGER_BESIDE,
+    language_label,
+    library_line,
+    session_library_ops,
+    shown_notes,
+    where_label,
+)
 from engine.domain import best_variant as domain_best
-from engine.domain import language_label, library_line, session_library_ops, shown_notes, where_label
 from engine.evaluate.verdict import TIMING_FLAGS
 from engine.store import Store
 
@@ -65,7 +72,8 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         f"# ktree solution for {session['problem']} ({session['problem_path']})",
         f"# session {sid}, node {node_id} ({node.origin}), round {node.round}: {node.title}",
         f"# verdict: {node.status}; max abs error {'-' if err is None else f'{err:.3g}'}",
-        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} = {x('speedup_eager')}{noise}, {versus}",
+        f"# time {ms('time_ms')} vs PyTorch eager {ms('ref_eager_ms')} ({EAGER_BESIDE}) = {x('speedup_eager')}"
+        f"{noise}, {versus}",
         f"# measured on {where_label(session['backend'], verdict and verdict.device)} at {sizes},"
         f" search started {measured}",
         f"# found by ktree with {', '.join(session['models'])};"

@@ -106,10 +106,10 @@ class Store:
         if unwritable and not read_only:
             raise StoreError(f"{path} is read-only ({unwritable}): this command writes to the database;"
                              " sessions, show and export read it as it is")
-        mode = "ro&immutable=1" if unwritable else "ro"
-        try:
-            conn = await (aiosqlite.connect(f"{path.resolve().as_uri()}?mode={mode}", timeout=30, uri=True)
-                          if read_only else aiosqlite.connect(path, timeout=30))
+        where = f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' * bool(unwritable)}" if read_only else path
+        try:  # opened here first: one that fails then leaves no aiosqlite thread answering into a closed loop
+            sqlite3.connect(where, timeout=30, uri=read_only).close()  # (`Event loop is closed`, 25 lines)
+            conn = await aiosqlite.connect(where, timeout=30, uri=read_only)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         conn.row_factory = aiosqlite.Row

@@ -125,6 +125,16 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     assert pyproject["addopts"] == "-m 'not slow'" and any(m.startswith("slow:") for m in pyproject["markers"])
 
 
+def test_each_readme_test_command_installs_the_test_extras_first():
+    """Issue 56, item 2: after the README's set-up (`pip install -e .`) a bare `python -m pytest`
+    said "No module named pytest": every command of the README that runs the tests works as written,
+    so each installs `.[test]` before it."""
+    commands = [s for s in snippets((REPO / "README.md").read_text()) if "pytest" in s]
+    assert len(commands) >= 2  # the quick tier and both tiers
+    for command in commands:
+        assert command.startswith("pip install -e '.[test]' && python -m pytest"), command
+
+
 def test_the_layout_page_names_every_module():
     """docs/layout.md covers every module of engine/ and tui/ (the scripted library's kernels and
     the templates are data): a module added without a line there fails here."""
@@ -151,3 +161,16 @@ def test_the_readme_s_venv_in_the_checkout_stays_out_of_git_tests_and_lint():
     if shutil.which("git") and (REPO / ".git").exists():
         ignored = subprocess.run(["git", "check-ignore", "-q", ".venv/lib/site.py"], cwd=REPO)
         assert ignored.returncode == 0
+
+
+def test_the_tui_page_names_every_key_of_the_search_screen():
+    """Issue 56, item 16: docs/tui.md's key table, "every key", left out `f` (profile). Every binding
+    of the search screen (and the app's) is in its tables, by its id."""
+    from tui.app import KtreeApp
+    from tui.screens.search import SearchScreen
+
+    text = (REPO / "docs" / "tui.md").read_text()
+    ids = {b.id for b in [*SearchScreen.BINDINGS, *KtreeApp.BINDINGS] if b.id}
+    assert {"profile", "pin", "quit"} <= ids
+    missing = sorted(i for i in ids if not re.search(rf"^\|[^|]*\| [^|]*`{re.escape(i)}`", text, re.M))
+    assert missing == []

@@ -12,6 +12,7 @@ from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
+from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from engine.events import EventBus
@@ -76,7 +77,7 @@ class KtreeApp(App[int]):
         try:
             self.store = await Store.open(self.db_path)
         except StoreError as exc:
-            self.exit(2, message=f"ktree: error: {exc}")
+            self.exit(return_code=2, message=f"ktree: error: {exc}")
             return
         self.sub_title = self.db_path.name
         self.collector.hold()
@@ -89,7 +90,8 @@ class KtreeApp(App[int]):
         if self.open_session_id is not None:
             session = await self.store.session(self.open_session_id)
             if session is None:
-                self.exit(2, message=f"ktree: error: no session {self.open_session_id} in {self.db_path}")
+                missing = f"no session {self.open_session_id} in {self.db_path}"
+                self.exit(return_code=2, message=f"ktree: error: {missing}")
                 return
             running = session_state(session) == "running"
             await self.push_screen(SearchScreen(session_id=self.open_session_id, follow=self.follow or running))
@@ -287,7 +289,7 @@ class KtreeApp(App[int]):
             search = factory(self.store, self.bus)
         except Exception as exc:  # a usage error found late: say it in one line
             if not self.screen_stack or len(self.screen_stack) <= 1:
-                self.exit(2, message=f"ktree: error: {exc}")
+                self.exit(return_code=2, message=f"ktree: error: {exc}")
             else:
                 self.notify(f"cannot start: {exc}", severity="error")
             return False
@@ -345,6 +347,25 @@ class KtreeApp(App[int]):
         self._asking_quit = True
         await self.push_screen(Confirm("The search is running. Stop it and quit? (It is recorded as"
                                        " interrupted; `ktree` resumes it later.)"), done)
+
+    async def _on_key(self, event: events.Key) -> None:
+        """Type-ahead: a key read before the focus moved was handed to the widget focused then (the
+        tree, under `/ #29`), which passes it up unhandled. A printable one goes on to the text field
+        focused since (the `/` bar, a dialog's field), as it would have typed one at a time; any
+        other runs the bindings of the focus as it is now (Enter: the bar's)."""
+        focused = self.focused
+        editable = isinstance(focused, Input) or (isinstance(focused, TextArea) and not focused.read_only)
+        if event.is_printable and editable:
+            event.stop()
+            event.prevent_default()  # (not Textual's App._on_key too: it runs the bindings)
+            # Typed here, in turn with the keys around it (posted to the field, it would come after
+            # an Enter the app runs at once); the field's own handler keeps its restrictions.
+            await focused._on_key(event)  # type: ignore[union-attr]
+
+    async def action_help_quit(self) -> None:
+        """Ctrl-C quits as `q` does (asking first while a search runs here): Textual's own only said
+        which key quits. In a text field it still copies (the field's binding comes first)."""
+        await self.action_quit()
 
     def _search_running(self) -> bool:
         return any(w.group == "search" and w.is_running for w in self.workers)

@@ -134,6 +134,13 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
         total["reasoning"][key] = [round(sum(e["reasoning"][key][i] for e in per), 4) for i in range(3)]
     total["with_reasoning_usd"] = [round(sum(e["with_reasoning_usd"][i] for e in per), 4) for i in range(3)]
     total["problems"], total["skipped"] = len(per), skipped
+    if len(per) > 1:  # not the first problem's words: each one's own prompts, its own solution size
+        from engine.estimate import assumptions
+
+        sizes = sorted({e["solution_tokens"] for e in per})
+        solution = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]} (by problem)"
+        total["assumptions"] = assumptions(f"each of the {len(per)} problems' own prompts", solution)
+        del total["solution_tokens"]
     total["suite_budget_usd"] = request.suite_budget_usd
     return total
 

@@ -41,9 +41,23 @@ def solution_files(given: list[str]) -> list[tuple[Path, str]]:
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot read: {exc}") from None
         if "ModelNew" not in source:
-            raise UsageError(f"{path}: defines no ModelNew")
+            raise UsageError(f"{path}: {not_python(source) or 'defines no ModelNew'}")
         out.append((path, source))
     return out
+
+
+def not_python(source: str) -> str | None:
+    """Why a file is no Python at all (its syntax error, and where), or None: said instead of "defines
+    no ModelNew" for a file that is not Python, or was cut off."""
+    import ast
+
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        return f"is not Python: {exc.msg} (line {exc.lineno})"
+    except ValueError as exc:  # a null byte
+        return f"is not Python: {exc}"
+    return None
 
 
 def evaluate(args: argparse.Namespace) -> int:

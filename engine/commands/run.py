@@ -18,7 +18,7 @@ from engine.commands._common import (
     reasoning_history,
     run_request,
 )
-from engine.commands._output import emit, emit_json, error, note
+from engine.commands._output import emit, emit_json, error, note, say
 from engine.launch import (
     Prepared,
     ResumeRequest,
@@ -123,4 +123,15 @@ async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -
     if summary["status"] == "failed":
         error(summary["stop_reason"])
         return USAGE_ERROR
+    if summary["status"] == "interrupted" and summary.get("session_id") is not None:
+        say(resume_hint(summary["session_id"], db))  # (on stderr: --json's stdout stays one document)
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def resume_hint(session_id: int, db: Path) -> str:
+    """What an interrupted headless run says last: how to continue it (with its database, where it
+    is not the default one)."""
+    from engine.store import default_db_path
+
+    where = "" if db == default_db_path() else f" --db {db}"
+    return f"ktree: session {session_id} is interrupted: `ktree{where} run --resume {session_id}` continues it"

@@ -25,6 +25,9 @@ def sessions(args: argparse.Namespace) -> int:
     if not db.exists():
         emit(no_database(db))
         return 0
-    for row in asyncio.run(go()):
+    rows = asyncio.run(go())
+    if not rows:
+        emit(f"no sessions in {db} (`ktree run PROBLEM` starts one)")
+    for row in rows:
         emit(format_session_row(row))
     return 0

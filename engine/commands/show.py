@@ -38,6 +38,8 @@ def show(args: argparse.Namespace) -> int:
                 sessions = [s for s in sessions if s["id"] == args.session]
                 if not sessions:
                     raise UsageError(f"no session {args.session} in {db}")
+            elif not sessions:  # (said, as `show --follow` does, not an empty page)
+                raise UsageError(f"no sessions in {db}")
             elif not args.all:
                 sessions = sessions[:1]
             return [await _session(store, s) for s in reversed(sessions)]

@@ -47,6 +47,8 @@ def card_text(manifest: dict[str, Any]) -> str:
     scripted = [s["id"] for s in sessions if s["scripted"]]
     counts = manifest["counts"]
     opts = manifest["options"]
+    timed = counts.get("timed_against", ["PyTorch eager", "torch.compile"])  # (older manifests: both)
+    timing = f"timed against {' and '.join(timed)}" if timed else "never timed (no reference time was taken)"
     lines = [
         "# ktree search dataset", "",
         f"Exported by ktree {manifest['ktree_version']} on {manifest['created_at']} from {manifest['database']}"
@@ -55,7 +57,7 @@ def card_text(manifest: dict[str, Any]) -> str:
         f" {counts['variants']} variant(s) selected.", "",
         "Each session is one LLM-driven search for a faster kernel than a PyTorch reference: ideas in plain"
         " language, several implementations of each, every one compiled, checked against an fp64 reference and"
-        " timed against PyTorch eager and torch.compile.", "",
+        f" {timing}.", "",
         "## Files", "",
         "| file | rows |", "| --- | ---: |", *(f"| {name} | {n} |" for name, n in files.items()), "",
         "Load one with pandas: `pandas.read_parquet(\"variants.parquet\")` (or"

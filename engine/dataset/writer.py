@@ -283,8 +283,14 @@ def _stream(conn: Any, sessions: list[db.Session], held_out: frozenset[str], opt
                     "rejected_speedup": rejected["speedup_eager"] if rejected["status"] == "correct" else None,
                     "chosen_library": chosen["library"], "rejected_library": rejected["library"],
                     "margin": chosen["reward"] - rejected["reward"]})
+    references = problems.out()
     if "tables" in views:
-        for row in problems.out():
+        for row in references:
             sink.write("problems", row)
+    # What the reference was timed as, for the card to say only that (the cpu backend has no
+    # torch.compile baseline: its ref_compile_ms is null in every row).
+    timed = [name for name, column in (("PyTorch eager", "ref_eager_ms"), ("torch.compile", "ref_compile_ms"))
+             if any(row[column] is not None for row in references)]
     return {**{f"by_{k}": dict(sorted(v.items())) for k, v in counts.items()},
-            "variants": sum(counts["status"].values()), "seconds": round(time.monotonic() - started, 3)}
+            "variants": sum(counts["status"].values()), "timed_against": timed,
+            "seconds": round(time.monotonic() - started, 3)}

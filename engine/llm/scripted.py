@@ -33,7 +33,7 @@ from engine.evaluate import languages, settings
 from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.llm.providers import ProviderSetupError, Setup
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code
-from engine.scripted_library import NoAnswers, ScriptedIdea, available, language_dir
+from engine.scripted_library import NoAnswers, ScriptedIdea, answered, available, language_dir
 
 DATA = scripted_library.ROOT  # the library's folder (the benches read its kernel files)
 STAMP_MARK = "# ktree bench: a distinct source, built for real: "
@@ -168,9 +168,9 @@ class ScriptedProvider:
         chosen = order[:k]
         reply = json.dumps([{"title": i.title, "description": i.description} for i in chosen], indent=2)
         if not chosen:  # (said beside the empty list: the node that asked shows why it got none)
-            reply += (f"\n\nThe scripted library holds {len(self.ideas)} ideas for {self.problem} on"
-                      f" {self.backend}, all already tried on this branch: none is left to propose here"
-                      " (a real provider proposes new ones).")
+            reply += (f"\n\nAll {len(self.ideas)} scripted ideas for {self.problem} on {self.backend} are"
+                      " already tried on this branch: none is left to propose here (a real provider"
+                      " proposes new ones).")
         return reply
 
     def _implement(self, prompt: str) -> str:
@@ -191,12 +191,12 @@ class ScriptedProvider:
                       f" library's \"{stand_in.title}\" ({path.name})")
             return (
                 f"The scripted model has no implementation of {title!r}. {remark[0].upper()}{remark[1:]}.\n\n"
-                f"```python\n{self._stamped(f'# {remark}' + chr(10) + path.read_text().rstrip())}\n```\n"
+                f"```python\n{self._stamped(f'# {remark}' + chr(10) + answered(path).rstrip())}\n```\n"
             )
         path = self._take(idea, lang_dir)
         return (
             f"Here is an implementation of \"{idea.title}\" ({path.name}).\n\n"
-            f"```python\n{self._stamped(path.read_text().rstrip())}\n```\n"
+            f"```python\n{self._stamped(answered(path).rstrip())}\n```\n"
         )
 
     def _take(self, idea: ScriptedIdea, lang_dir: str) -> Path:
@@ -231,9 +231,9 @@ class ScriptedProvider:
         for idea in (i for pool in self.pools.values() for i in pool):
             for path in idea.variants:
                 fixed = path.parent / "fixes" / path.name
-                if path.read_text().strip() == failing.strip() and fixed.exists():
+                if failing.strip() in (answered(path).strip(), path.read_text().strip()) and fixed.exists():
                     return (f"Here is the corrected {path.name}.\n\n"
-                            f"```python\n{self._stamped(fixed.read_text().rstrip())}\n```\n")
+                            f"```python\n{self._stamped(answered(fixed).rstrip())}\n```\n")
         return "I cannot tell what is wrong with this build from the log."
 
 

@@ -9,16 +9,28 @@ on the cpu one under Triton's interpreter). The corrected version of a variant t
 build, for the fix prompt: <dir>/fixes/<same name>.
 
 `answers` is the one way the library is read; `available` says which problems it answers, so the
-provider's error, `ktree problems` and the estimate give the same list.
+provider's error, `ktree problems` and the estimate give the same list. Each kernel's docstring ends
+with an "Intended outcome:" line, for the library's tests and benches; `answered` is a kernel's text
+as the scripted model hands it out, without it (a user reads the rest in the code pane and exports).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).parent
+
+
+OUTCOME_AT_END = re.compile(r'\n\nIntended outcome:[^\n]*\n(?=""")')  # the docstring's last paragraph
+OUTCOME = re.compile(r"^Intended outcome:[^\n]*\n\n?", re.M)  # one with more after it
+
+
+def answered(path: Path) -> str:
+    """A kernel file as the scripted model answers with it: less its "Intended outcome:" line."""
+    return OUTCOME.sub("", OUTCOME_AT_END.sub("\n", path.read_text()))
 
 
 class NoAnswers(LookupError):

@@ -267,14 +267,14 @@ class Search(SessionLifecycle):
         reply = await self._llm(node, "idea", lambda: prompts.idea_prompt(
             self.problem.source, parent.source,
             describe(self.nodes, self.verdicts, parent, self.strategy.feedback),
-            tried(self.nodes, self.verdicts, parent), k, self.backend))
+            tried(self.nodes, self.verdicts, parent), k, self.backend, sizes=self.sizes))
         if reply is None:
             await self.update(node.id, status="failed", text=self._call_failed(node, "idea"))
             return
         try:
             ideas = prompts.parse_ideas(reply)[:k]
         except prompts.ReplyError as exc:  # an empty list is said as such: it parsed, and held nothing
-            title = "(no ideas returned)" if isinstance(exc, prompts.NoIdeas) else "(unparseable ideas)"
+            title = exc.title if isinstance(exc, prompts.NoIdeas) else "(unparseable ideas)"
             await self.update(node.id, status="failed", title=title, text=str(exc))
             return
         m = self.strategy.variants_per_idea()
@@ -352,11 +352,11 @@ class Search(SessionLifecycle):
             return prompts.fix_prompt(self.problem.source, parent.source, node.title,
                                       verdict.log if verdict else "", self.backend, self.config.checks.rtol,
                                       sanitizer=verdict.sanitizer if verdict else "",
-                                      language=node.language)
+                                      language=node.language, sizes=self.sizes)
         idea = prompts.IdeaText(parent.title, parent.text)
         base = self.nodes[parent.parent_id]  # type: ignore[index]
         return prompts.implement_prompt(self.problem.source, base.source, idea, self.backend,
-                                        self.config.checks.rtol, language=node.language)
+                                        self.config.checks.rtol, language=node.language, sizes=self.sizes)
 
     async def _evaluate(self, node: Node) -> Verdict:
         verdict = self.verdicts.get(node.id)

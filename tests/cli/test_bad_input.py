@@ -55,6 +55,12 @@ ONE_LINE = {
         lambda t: ["run", _file(t, "nomodel.py", "def get_inputs(): return []\n")], {}, "missing `Model`"),
     "solution without ModelNew": (lambda t: ["eval", "softmax", _file(t, "sol.py", "x = 1\n")], {},
                                   "defines no ModelNew"),
+    "solution with a syntax error and no ModelNew": (  # issue 56, item 7: not "defines no ModelNew"
+        lambda t: ["eval", "softmax", _file(t, "sol.py", "import torch\ndef forward(x:\n")], {},
+        "sol.py: is not Python: "),
+    "solution that is not Python": (
+        lambda t: ["eval", "softmax", _file(t, "kernel.cu", "__global__ void k(float* x) { x[0] = 1; }\n")], {},
+        "kernel.cu: is not Python: invalid syntax (line 1)"),
     "solution not UTF-8": (lambda t: ["eval", "softmax", _file(t, "sol.py", b"class ModelNew: '\xff\xfe'\n")],
                            {}, "cannot read"),
     "directory as the problem": (lambda t: ["eval", str(t), "x"], {}, "is a directory, not a problem file"),

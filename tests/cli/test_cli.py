@@ -140,6 +140,7 @@ def test_a_killed_headless_search_is_recorded_as_interrupted(tmp_path: Path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
+    assert err.rstrip().endswith(f"session 1 is interrupted: `ktree --db {db} run --resume 1` continues it")
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status FROM sessions").fetchall() == [("interrupted",)]
         assert conn.execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0] >= 4
@@ -362,3 +363,34 @@ def test_eval_many_solutions_share_one_evaluator(tmp_path: Path):
     assert lines[0].split() == ["file", "status", "ms", "speedup", "max", "abs", "err", "bound", "flags"]
     assert "a_identity.py" in lines[1] and "incorrect" in lines[1]
     assert "b_torch.py" in lines[2] and "flagged" in lines[2] and "torch-ops" in lines[2]
+
+
+def test_a_database_with_no_sessions_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """Issue 56, item 8: `sessions` and `show` on a database with no sessions printed nothing."""
+    import asyncio
+
+    from engine.cli import main
+    from engine.store import Store
+
+    async def empty() -> None:
+        await (await Store.open(tmp_path / "k.db")).close()
+
+    asyncio.run(empty())
+    db = str(tmp_path / "k.db")
+    assert main(["sessions", "--db", db]) == 0
+    assert capsys.readouterr().out.strip() == f"no sessions in {db} (`ktree run PROBLEM` starts one)"
+    assert main(["show", "--db", db]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.strip().splitlines() == [f"ktree: error: no sessions in {db}"]
+
+
+def test_an_interrupted_headless_run_says_how_to_resume(monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 15: headless Ctrl-C (exit 130, the summary) gave no `ktree run --resume N`
+    hint; its last line gives it, with the database where it is not the default one (the slow
+    test_a_killed_headless_search_is_recorded_as_interrupted sees it after a real SIGTERM)."""
+    from engine.commands.run import resume_hint
+
+    monkeypatch.delenv("KTREE_DB", raising=False)
+    said = "ktree: session 7 is interrupted: `ktree run --resume 7` continues it"
+    assert resume_hint(7, Path("store.db")) == said
+    assert "`ktree --db /tmp/k.db run --resume 7`" in resume_hint(7, Path("/tmp/k.db"))

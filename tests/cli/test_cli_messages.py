@@ -199,3 +199,50 @@ def test_a_compile_error_shows_the_compilers_first_error_line_everywhere():
                    "status": "finished"}
         [line] = [ln for ln in tree_outline(session, [node], {3: v}).splitlines() if "#3 variant" in ln]
         assert "compile_error" in line and compiler in line
+
+
+def test_each_eager_time_says_which_measurement_it_is():
+    """Issue 56, item 5: one session showed three eager times (`show`/`problems` 0.1518 ms, `export`
+    and the TUI 0.1507 ms, the dataset's median 0.1574) and no screen said which it showed. The
+    reference is timed beside every variant: a verdict's own says "timed beside it", the session's
+    (the reference line of `show`, `problems`) "as timed beside the latest correct variant"."""
+    from types import SimpleNamespace
+
+    from engine.domain import EAGER_BESIDE, EAGER_LATEST
+    from engine.evaluate.verdict import Verdict
+    from engine.report import format_verdict, problems_table, session_table, tree_outline
+    from tui.widgets.verdict import verdict_text
+
+    v = Verdict(status="correct", backend="cpu", time_ms=0.1, ref_eager_ms=0.1507, speedup_eager=1.507)
+    assert "eager 0.1507 ms timed beside it, speedup 1.51x" in format_verdict(v)
+    node = SimpleNamespace(id=3, kind="variant", status="correct", round=1, pinned=False, pruned=False,
+                           parent_id=1, origin="llm", title="t", speedup=1.507, time_ms=0.1, library="",
+                           disturbed=False, language="cuda")
+    assert "(eager 0.1507 ms timed beside it)" in verdict_text(node, v).plain
+    root = SimpleNamespace(id=1, kind="root", status="reference", round=0, pinned=False, pruned=False,
+                           parent_id=None, origin="llm", title="softmax", speedup=None, time_ms=None,
+                           library="", disturbed=False, language=None)
+    session = {"id": 1, "problem": "softmax", "backend": "cpu", "sizes": {}, "provider": "scripted",
+               "status": "finished", "ref_ms": 0.1518}
+    outline = tree_outline(session, [root, node], {3: v})
+    assert "#1 reference softmax, eager 0.1518 ms (as timed beside the latest correct variant)" in outline
+    assert f"eager ms ({EAGER_BESIDE})" in session_table(session, [])
+    assert EAGER_LATEST in problems_table([], "cpu", "a CPU").splitlines()[0]
+
+
+def test_the_eval_table_says_why_each_solution_failed():
+    """Issue 56, item 7: `ktree eval REF a.py b.py` showed only each status; under a solution that
+    is not correct the table now gives the compiler's own line or the mismatch, as one verdict does."""
+    from engine.evaluate.verdict import Verdict
+    from engine.report import eval_table
+
+    compiler = "main.cpp:10:70: error: 'kTil' was not declared in this scope"
+    mismatch = "trial 1: max abs error 0.37 > atol 0.01 (at [3, 17])"
+    rows = [("good.py", Verdict(status="correct", time_ms=1.0, speedup_eager=2.0, max_abs_err=1e-6)),
+            ("broken.py", Verdict(status="compile_error", log=f"{compiler}\nninja: build stopped: failed.")),
+            ("wrong.py", Verdict(status="incorrect", max_abs_err=0.37, log=mismatch))]
+    lines = eval_table(rows).splitlines()
+    assert lines[0].startswith("file") and lines[1].startswith("good.py")
+    assert lines[2].startswith("broken.py") and lines[3] == f"    {compiler}"
+    assert lines[4].startswith("wrong.py") and lines[5] == f"    {mismatch}"
+    assert len(lines) == 6  # nothing under the correct one

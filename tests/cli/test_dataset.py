@@ -279,3 +279,21 @@ def test_bench_dataset_reports_seconds_and_memory(tmp_path: Path) -> None:
                for r in result["runs"])
     assert "peak MB" in dataset_table(result)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_card_says_only_what_the_reference_was_timed_against(tmp_path: Path) -> None:
+    """Issue 56, item 6: the card said "timed against PyTorch eager and torch.compile" for a session
+    whose ref_compile_ms was null in every row (the cpu backend has no torch.compile baseline)."""
+    db = tmp_path / "eager.db"
+    synthetic_db(db, rows=40, sessions=1)  # eager reference times only
+    manifest = _export(db, tmp_path / "eager", "--format", "jsonl")
+    card = (tmp_path / "eager" / "README.md").read_text()
+    assert manifest["counts"]["timed_against"] == ["PyTorch eager"]
+    assert "timed against PyTorch eager." in card and "torch.compile" not in card.split("## Files")[0]
+    problems = pd.read_json(tmp_path / "eager" / "problems.jsonl", lines=True)
+    assert problems["ref_compile_ms"].isna().all()
+
+    with sqlite3.connect(db) as conn:  # a GPU session's: torch.compile timed too
+        conn.execute("UPDATE evaluations SET verdict = json_set(verdict, '$.ref_compile_ms', 0.8)")
+    _export(db, tmp_path / "both", "--format", "jsonl")
+    assert "timed against PyTorch eager and torch.compile." in (tmp_path / "both" / "README.md").read_text()

@@ -262,3 +262,19 @@ def test_nothing_under_tui_imports_the_cli():
                 continue
             offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n == "engine.cli"]
     assert offenders == []
+
+
+def test_a_suite_estimate_says_its_tokens_come_from_each_problem():
+    """Issue 56, item 15: `ktree suite level1 --estimate` said its input tokens came from "the
+    prompts built for conv2d" (the first problem's words) for a 4-problem suite."""
+    from engine.cli import build_parser
+    from engine.commands._common import run_request
+    from engine.commands._launch_suite import SuiteRequest, estimate_suite
+
+    args = build_parser().parse_args(["suite", "softmax", "layernorm", "--estimate", "--provider", "openai",
+                                      "--model", "gpt-4o", "--backend", "cpu"])
+    args.problem = args.problems[0]  # (as `ktree suite` builds its request)
+    result = estimate_suite(SuiteRequest(tuple(args.problems), run_request(args), None))
+    assert result["problems"] == 2
+    said = result["assumptions"]
+    assert said.startswith("input tokens from each of the 2 problems' own prompts") and "softmax" not in said

@@ -145,3 +145,24 @@ def test_a_resume_refuses_what_the_session_keeps():
                                                             "--language, --atol")):
         with pytest.raises(UsageError, match=f"^{said}: a resumed session keeps its own"):
             check_run_args(parse(["run", "--resume", "3", *flags]))
+
+
+def test_every_option_of_every_command_is_described():
+    """Issue 56, item 15: `ktree dataset export --help` left `--format` undescribed (as were the
+    benches' --backend and --json): each option's --help line says what it does."""
+    import argparse
+
+    from engine.cli import build_parser
+
+    bare: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.option_strings and not action.help and "-h" not in action.option_strings:
+                bare.append(f"{path} {action.option_strings[-1]}")
+
+    walk(build_parser(), "ktree")
+    assert bare == []

@@ -321,6 +321,7 @@ async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: 
     from engine.events import EventBus
     from engine.llm.scripted import DATA, ScriptedProvider
     from engine.problems import load_problem
+    from engine.scripted_library import answered
     from engine.search import Search, SearchConfig
     from engine.store import Store
 
@@ -341,7 +342,7 @@ async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: 
     assert "Invalid __global__ write of size 4 bytes" in fix_prompt and "ln_apply_kernel" in fix_prompt
     assert "by thread (32,0,0) in block (1,0,0)" in fix_prompt and "cuda.cu:64" in fix_prompt
     [(source,)] = query(db, "SELECT source FROM nodes WHERE id = ?", fix_node)
-    assert source.strip() == (DATA / "layernorm/cuda/fixes/sampleloop_1.py").read_text().strip()
+    assert source.strip() == answered(DATA / "layernorm/cuda/fixes/sampleloop_1.py").strip()
     [(log,)] = query(db, "SELECT verdict FROM evaluations WHERE node_id = ?", failed)
     assert "Invalid __global__ write" in json.loads(log)["log"]  # the verdict log has it too
 

@@ -74,3 +74,47 @@ def test_an_empty_json_list_is_no_ideas_not_unparseable():
         raise AssertionError("prose is unparseable, not an empty list") from None
     except ReplyError:
         pass
+
+
+def test_cpu_prompts_speak_of_the_cpu_and_give_the_run_s_sizes():
+    """Issue 56, item 4: every prompt opened "You are an expert GPU performance engineer" on the cpu
+    backend, and showed the file's GPU sizes (batch_size = 4096, dim = 65536) while the run timed
+    the cpu ones: a real model would tune for the wrong machine and size."""
+    from engine.problems import load_problem
+
+    problem = load_problem("softmax")
+    cpu, gpu = problem.sizes_for("cpu"), problem.sizes_for("cuda")
+    assert cpu != gpu
+    idea = IdeaText("Fuse", "One pass.")
+    made = {
+        "idea": lambda backend, sizes: prompts.idea_prompt(problem.source, problem.source, "-", [], 3, backend,
+                                                           sizes=sizes),
+        "implement": lambda backend, sizes: prompts.implement_prompt(problem.source, problem.source, idea,
+                                                                     backend, 1e-2, sizes=sizes),
+        "fix": lambda backend, sizes: prompts.fix_prompt(problem.source, "class ModelNew: ...", "Fuse", "error",
+                                                         backend, 1e-2, sizes=sizes),
+    }
+    for name, make in made.items():
+        text = make("cpu", cpu)
+        assert text.startswith("You are an expert CPU performance engineer.") and "GPU performance" not in text
+        for key, value in cpu.items():  # the reference (and a parent that is it) at the run's sizes
+            assert f"\n{key} = {value}  # this run's size (the file's own, {gpu[key]}, is for the GPU)" in text
+            assert f"\n{key} = {gpu[key]}\n" not in text, name
+        assert f"This run times it at batch_size = {cpu['batch_size']}, dim = {cpu['dim']}" in text
+        gpu_text = make("cuda", gpu)  # a GPU run: the file as it is
+        assert gpu_text.startswith("You are an expert GPU performance engineer.")
+        assert problem.source.strip() in gpu_text and "this run's size" not in gpu_text
+
+
+def test_an_empty_list_s_title_says_why_only_where_the_reply_does():
+    """Issue 56, item 10: the node of an empty idea list is titled with the reply's reason; a bare
+    (or fenced) `[]` says no more than that none came."""
+    for reply, title in (("```json\n[]\n```", "(no ideas returned)"), ("[]", "(no ideas returned)"),
+                         ("All 3 ideas are tried here: none left.\n```json\n[]\n```",
+                          "(no ideas: all 3 ideas are tried here)")):
+        try:
+            parse_ideas(reply)
+        except NoIdeas as exc:
+            assert exc.title == title, reply
+        else:
+            raise AssertionError(f"{reply!r} parsed")

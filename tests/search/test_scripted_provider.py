@@ -5,6 +5,7 @@ import pytest
 from engine import prompts
 from engine.llm.base import LLMError, Message
 from engine.llm.scripted import STAND_IN_MARK, ScriptedProvider, load_ideas, scripted_problems, unstamped
+from engine.scripted_library import answered
 
 
 def ask(provider: ScriptedProvider, text: str) -> str:
@@ -54,15 +55,16 @@ def test_with_every_idea_tried_the_reply_is_empty_and_says_why_and_the_node_show
     with pytest.raises(prompts.NoIdeas) as err:
         prompts.parse_ideas(reply)
     why = str(err.value)
-    assert why.startswith("the LLM returned an empty list of ideas ([]), saying: The scripted library"), why
-    assert f"{len(titles)} ideas for softmax on cpu, all already tried on this branch" in why, why
-    # the failed node's headless line carries it
-    node = Node(id=7, session_id=1, parent_id=3, kind="idea", round=4, title="(no ideas returned)", text=why,
+    assert why.startswith("the LLM returned an empty list of ideas ([]), saying: All"), why
+    tried = f"all {len(titles)} scripted ideas for softmax on cpu are already tried on this branch"
+    assert tried in why.lower(), why
+    # the node's title says why (issue 56, item 10: the tree and `show` said only "no ideas returned")
+    assert err.value.title == f"(no ideas: {tried})"
+    node = Node(id=7, session_id=1, parent_id=3, kind="idea", round=4, title=err.value.title, text=why,
                 source="", status="failed", origin="llm", speedup=None, time_ms=None)
     out = io.StringIO()
-    HeadlessPrinter(out=out)(NodeUpdated(node))
-    assert "node 7 failed: (no ideas returned): the LLM returned an empty list" in out.getvalue()
-    assert "all already tried on this branch" in out.getvalue()
+    HeadlessPrinter(out=out)(NodeUpdated(node))  # and its headless line
+    assert f"node 7 failed: (no ideas: {tried}): the LLM returned an empty list" in out.getvalue()
     # and the LLM tab reads the call recorded on the node itself
     parent = Node(id=3, session_id=1, parent_id=1, kind="variant", round=3, title="t", text="", source="s",
                   status="correct", origin="llm", speedup=1.0, time_ms=1.0)
@@ -92,12 +94,46 @@ def test_cpu_ideas_speak_of_cpu_work_and_their_kernels_are_found_from_any_dir():
     assert STAND_IN_MARK not in reply and "rowblock_" in reply, reply[:300]
 
 
+def test_cpu_kernels_as_answered_speak_of_cpu_work_and_carry_no_test_notes():
+    """Issue 56, item 3: the cpu kernels' docstrings said "One thread per row", "One block per row
+    with a tree reduction (CPU)", and every answer carried the library's "Intended outcome: compile
+    error: ..." line into the code pane and `ktree export`. The answers (implementations and fixes)
+    keep the kernel's description and drop that line; the cpu ones speak of cores and lanes."""
+    import ast
+    import re
+
+    from engine.scripted_library import available
+
+    gpu = re.compile(r"thread per|blocks? per|\(CPU\)|many blocks|block statistics|float4|warps?\b|\bGPU",
+                     re.I)
+    answers = 0
+    for problem in available("cpu"):
+        provider = ScriptedProvider(problem, "cpu")
+        for idea in provider.ideas:
+            prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText(idea.title, "d"), "cpu", 0.01)
+            for _ in idea.variants:
+                code = prompts.extract_code(ask(provider, prompt))
+                doc = ast.get_docstring(ast.parse(code)) or ""
+                assert doc and "Intended outcome" not in code, (problem, idea.key)
+                assert not gpu.findall(doc), (problem, idea.key, doc.splitlines()[0])
+                answers += 1
+            for path in idea.variants:
+                fixed = path.parent / "fixes" / path.name
+                if fixed.exists():
+                    reply = ask(provider, prompts.fix_prompt("src", answered(path), "x", "error", "cpu", 0.01))
+                    doc = ast.get_docstring(ast.parse(prompts.extract_code(reply))) or ""
+                    assert doc and "Intended outcome" not in reply and not gpu.findall(doc), fixed
+    assert answers >= 30
+    library = (next(load_ideas("softmax", "cpu")[0].variants[0].parent.glob("*_1.py"))).read_text()
+    assert "Intended outcome:" in library  # the library's own files keep it, for its tests and benches
+
+
 def test_implementation_answer_is_a_variant_of_that_idea_and_cycles():
     provider = ScriptedProvider("softmax", "cuda", seed=0)
     idea = provider.ideas[1]
     prompt = prompts.implement_prompt("src", "parent", prompts.IdeaText(idea.title, "d"), "cuda", 0.01)
     first, second = (prompts.extract_code(ask(provider, prompt)) for _ in range(2))
-    files = {v.read_text().strip() for v in idea.variants}
+    files = {answered(v).strip() for v in idea.variants}
     assert first.strip() in files and second.strip() in files
     assert first != second
 
@@ -119,7 +155,7 @@ def test_an_idea_it_has_no_kernel_for_gets_the_closest_library_kernel_and_says_s
     code = prompts.extract_code(reply)
     online = next(i for i in provider.ideas if i.key == "online")  # shares "online", "pass"
     assert code.startswith(STAND_IN_MARK) and "'My own one-pass online trick'" in code.splitlines()[0]
-    assert unstamped(code).strip() in {v.read_text().strip() for v in online.variants}
+    assert unstamped(code).strip() in {answered(v).strip() for v in online.variants}
     assert "no implementation of 'My own one-pass online trick'" in reply
     # With nothing in common it still answers (the first idea), never with no code.
     other = prompts.implement_prompt("src", "parent", prompts.IdeaText("Use tensor cores", ""), "cpu", 0.01)
@@ -129,10 +165,10 @@ def test_an_idea_it_has_no_kernel_for_gets_the_closest_library_kernel_and_says_s
 def test_a_stand_in_that_fails_to_compile_still_gets_its_fix():
     provider = ScriptedProvider("softmax", "cpu")
     broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
-    stand_in = f"{STAND_IN_MARK}no kernel was written for the idea 'x'\n{broken.read_text()}"
+    stand_in = f"{STAND_IN_MARK}no kernel was written for the idea 'x'\n{answered(broken)}"
     prompt = prompts.fix_prompt("src", stand_in, "x", "error: invalid conversion", "cpu", 0.01)
     fixed = prompts.extract_code(ask(provider, prompt))
-    assert fixed.strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
+    assert fixed.strip() == answered(broken.parent / "fixes" / broken.name).strip()
 
 
 def test_the_docs_name_every_problem_the_library_answers_for():
@@ -166,10 +202,13 @@ def test_problem_without_scripted_answers_is_refused():
 def test_fix_answer_corrects_a_library_variant_that_fails_to_compile():
     provider = ScriptedProvider("softmax", "cpu")
     broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
-    prompt = prompts.fix_prompt("src", broken.read_text(), "idea", "error: invalid conversion", "cpu", 0.01)
+    prompt = prompts.fix_prompt("src", answered(broken), "idea", "error: invalid conversion", "cpu", 0.01)
     fixed = prompts.extract_code(ask(provider, prompt))
-    assert fixed.strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
-    assert fixed != broken.read_text()
+    assert fixed.strip() == answered(broken.parent / "fixes" / broken.name).strip()
+    assert fixed != answered(broken)
+    # A source recorded before the answers lost their "Intended outcome" line is still fixed.
+    prompt = prompts.fix_prompt("src", broken.read_text(), "idea", "error: invalid conversion", "cpu", 0.01)
+    assert prompts.extract_code(ask(provider, prompt)) == fixed
     # A source the library does not know gets no code back.
     unknown = prompts.fix_prompt("src", "class ModelNew: pass", "idea", "error", "cpu", 0.01)
     with pytest.raises(prompts.ReplyError):
@@ -197,14 +236,14 @@ def test_bench_options_fill_every_idea_call_and_stamp_every_source():
     codes = [prompts.extract_code(ask(provider, prompt)) for _ in range(2 * len(idea.variants))]
     assert len(set(codes)) == len(codes)  # the same library file twice is still two sources
     assert codes[0].startswith(STAMP_MARK) and "run7-1" in codes[0].splitlines()[0]
-    files = {v.read_text().strip() for v in idea.variants}
+    files = {answered(v).strip() for v in idea.variants}
     assert {unstamped(c).strip() for c in codes} == files
 
     broken = next(v for i in provider.ideas for v in i.variants if (v.parent / "fixes" / v.name).exists())
     stamped_broken = f"{STAMP_MARK}run7-99\n{broken.read_text()}"
     fix = prompts.fix_prompt("src", stamped_broken, "idea", "error: invalid conversion", "cpu", 0.01)
     fixed = prompts.extract_code(ask(provider, fix))
-    assert unstamped(fixed).strip() == (broken.parent / "fixes" / broken.name).read_text().strip()
+    assert unstamped(fixed).strip() == answered(broken.parent / "fixes" / broken.name).strip()
     assert fixed.startswith(STAMP_MARK)
 
 

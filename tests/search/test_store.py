@@ -293,3 +293,24 @@ def test_a_read_only_database_is_read_by_the_commands_that_only_read(tmp_path: P
 
     with pytest.raises(StoreError, match="open read-only"):
         asyncio.run(write())
+
+
+def test_a_database_that_cannot_be_opened_leaves_no_thread_failing_later(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 8: `--db /sys/ktree.db run --headless` printed its one-line error, then aiosqlite's
+    connection thread answered into the closed loop: a 25-line `RuntimeError: Event loop is closed`."""
+    import asyncio
+    import threading
+
+    failed: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failed.append(args.exc_value))
+    before = set(threading.enumerate())
+
+    async def open_it() -> None:
+        with pytest.raises(StoreError, match="cannot open database"):
+            await Store.open(tmp_path / "missing.db", read_only=True)  # SQLite cannot open it
+
+    asyncio.run(open_it())  # the loop ends at once, as a command's does after its error
+    for thread in set(threading.enumerate()) - before:
+        thread.join(5)
+    assert failed == []

@@ -106,3 +106,18 @@ async def test_sessions_screen_opens_a_past_session(recorded_search: dict):
         await pilot.pause()
         assert isinstance(app.screen, SessionsScreen)
         await pilot.press("q")
+
+
+async def test_a_database_the_tui_cannot_use_exits_2_as_headless_does(tmp_path: Path):
+    """Issue 56, item 8: `ktree --db <read-only folder>/x.db run softmax` printed the error but exited
+    0 in the TUI (Textual's `exit(2)` is a result, not a return code); it exits 2, as headless does.
+    So does a session the database does not hold."""
+    from tests.tui_helpers import fake_db
+    from tui.app import KtreeApp
+
+    (tmp_path / "folder.db").mkdir()  # not a database file: the store refuses it
+    for app in (KtreeApp(db_path=tmp_path / "folder.db"),
+                KtreeApp(db_path=(await fake_db(tmp_path / "k.db", 5))[0], session_id=99)):
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+        assert app.return_code == 2

@@ -11,8 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from textual import events
 from textual.app import App
-from textual.widgets import Input, Label, RichLog, Static, TextArea, Tree
+from textual.widgets import Input, Label, RichLog, Static, TabbedContent, TextArea, Tree
 
 from engine import control
 from engine.events import CommandApplied
@@ -170,6 +171,8 @@ async def test_export_writes_a_solution_file(running, tmp_path, monkeypatch):
         text = path.read_text()
         assert text.startswith("# ktree solution for softmax")
         assert screen.model.nodes[vid].source.strip() in text
+        eager = screen.model.verdicts[vid].ref_eager_ms  # which eager time it is (issue 56, item 5)
+        assert f" vs PyTorch eager {eager:.4g} ms (timed beside it) = " in text
         await pilot.press("w")
         await pilot.pause()
         assert (tmp_path / f"softmax_node{vid}_2.py").exists()  # never overwrites
@@ -337,3 +340,113 @@ async def test_dialogs_wrap_their_question():
                 question = " ".join(str(label.content).split())
                 assert shown_text(app, label) == question, (size, shown_text(app, label))
                 assert dialog.query_one(".dialog").content_region.contains_region(label.region)
+
+
+async def test_steering_a_variant_that_is_not_correct_refuses_with_why(running):
+    """Pin, expand or an idea under a failed variant would make it a parent: LLM work (money, with a
+    paid provider) spent under code that never worked. Each key says why and records nothing; a
+    pinned one can still be unpinned."""
+    db, sid = running
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = await open_search(app, pilot)
+        broken = a_variant(screen, "compile_error")
+        screen.select_node(broken)
+        for key in ("p", "e", "i"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.screen is screen, key  # no dialog asks how many, or for the idea
+        said = [n.message for n in app._notifications]
+        why = f"#{broken} is compile_error: only a correct variant can be"
+        assert said == [f"{why} pinned (E edits it into a new variant)",
+                        f"{why} expanded (E edits it into a new variant)",
+                        f"{why} given an idea (E edits it into a new variant)"]
+        idea = screen.model.nodes[screen.model.nodes[broken].parent_id]
+        await pilot.press("E")  # editing it is the way to a working one
+        assert isinstance(app.screen, EditSource)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert commands(db) == []
+
+        store = await Store.open(db)  # pinned before it failed (or by another process): unpinned
+        await store.update_node(broken, pinned=1)
+        await store.close()
+        await wait_until(pilot, lambda: screen.model.nodes[broken].pinned)
+        await pilot.press("p")
+        assert commands(db) == [("pin", {"node_id": broken, "pinned": False})]
+        screen.select_node(idea.id)  # more variants of its idea: asked as before
+        await pilot.press("e")
+        assert isinstance(app.screen, AskNumber)
+        await pilot.press("escape")
+        await pilot.press("q")
+
+
+async def test_profile_key_on_a_finished_session_profiles_here(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 14: `f` on a finished session answered "run `ktree show 1 --profile 4`". With no
+    engine to ask, the screen profiles the variant itself (as that command does: the session's
+    evaluator, the profile recorded), and the verdict pane shows it. The profiler is a stand-in."""
+    from dataclasses import replace
+
+    from engine import launch
+
+    profile = {"tool": "cpu", "kernels": [], "diagnosis": {"bound": "memory", "numbers": {},
+                                                           "evidence": "achieved bandwidth 64% of peak"}}
+    asked: list[tuple[str, str]] = []
+
+    class Profiler:
+        closed = False
+
+        def job(self, problem_path: str, source: str, sizes: dict, **kw: object) -> tuple[str, str]:
+            return (problem_path, source)
+
+        async def profile(self, job: tuple[str, str], verdict, on_phase=None):  # noqa: ANN001, ANN201
+            asked.append(job)
+            return replace(verdict, profile=profile)
+
+        async def close(self) -> None:
+            Profiler.closed = True
+
+    monkeypatch.setattr(launch, "profile_evaluator", lambda session: Profiler())
+    db, sid = await fake_db(tmp_path / "k.db", 20)  # finished
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SearchScreen) and screen.model.status == "finished"
+        vid = a_variant(screen)
+        screen.select_node(vid)
+        await pilot.press("f")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asked == [("problems/level1/softmax.py", screen.model.nodes[vid].source)] and Profiler.closed
+        pane = str(screen.query_one("#verdict", Static).render())
+        assert "profile (cpu): memory-bound" in pane and "achieved bandwidth 64% of peak" in pane
+        said = [n.message for n in app._notifications]
+        assert f"#{vid}: profile (cpu): memory-bound — achieved bandwidth 64% of peak" in said
+        assert not any("--profile" in m for m in said) and commands(db) == []
+        await pilot.press("q")
+    store = await Store.open(db)  # recorded, as `ktree show --profile` records it
+    [evaluation] = [e for e in await store.evaluations(sid) if e["node_id"] == vid and e["verdict"].profile]
+    await store.close()
+    assert evaluation["verdict"].profile["diagnosis"]["bound"] == "memory"
+
+
+async def test_keys_typed_ahead_land_where_they_would_one_at_a_time(running):
+    """Issue 56, item 11: `/`, `#29`, Enter, `x` as one burst: the filter had not opened (its focus
+    waited behind the keys), `2` switched tabs, and `x` pruned the node selected before instead of
+    #29. Each key of a burst now lands where it would have, typed one at a time."""
+    db, sid = running
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = await open_search(app, pilot)
+        target = max(n.id for n in screen.model.nodes.values() if n.kind == "variant")
+        first = screen.selected
+        assert first != target and target >= 10  # two digits: `1`, `2`... are tab keys outside the bar
+        burst = [("slash", "/"), ("number_sign", "#"), *((d, d) for d in str(target)), ("enter", "\r"),
+                 ("x", "x")]
+        for key, character in burst:  # all read before any is handled (Pilot's press waits after each)
+            app.post_message(events.Key(key, character))
+        await pilot.pause()
+        await pilot.pause()
+        assert screen.selected == target
+        assert screen.query_one("#details", TabbedContent).active == "tab-timings"  # no tab key ran
+        assert commands(db) == [("prune", {"node_id": target, "pruned": True})]
+        assert screen.query_one("#tree", Tree).has_focus and not screen.query_one("#filter", Input).value
+        await pilot.press("q")

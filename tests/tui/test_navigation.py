@@ -410,3 +410,63 @@ def test_the_tree_finds_note_counts_in_words_that_agree():
 
     assert find_note("relu", 4, 1) == "“relu”: #4, 1 node matches (/ Enter: the next)"
     assert "3 nodes match (" in find_note("relu", 4, 3)
+
+
+async def test_a_row_arriving_in_the_focused_timings_moves_no_selection(tmp_path: Path):
+    """Only the user moves the selection: the first verdict row added to the focused (empty)
+    timings table, or the rows a filter writes again, leave it where it was, so the next key
+    (a pin) lands on the node the user chose. Moving in the table still selects."""
+    from engine.events import NodeAdded, VerdictReady
+    from tests.tui.test_model import verdict
+
+    db, sid = await fake_db(tmp_path / "k.db", 1, status="running")  # the reference alone
+    async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        root = next(iter(screen.model.nodes))
+        assert screen.selected == root
+        await pilot.press("1")  # the timings, focused and empty
+        table = screen.query_one("#timings", DataTable)
+        assert table.has_focus and table.row_count == 0
+
+        def variant(nid: int, parent: int, status: str):  # noqa: ANN202
+            return replace(node(nid, parent, status=status), session_id=sid)
+
+        screen.feed(NodeAdded(replace(node(root + 1, root, kind="idea", status="ok"), session_id=sid)))
+        screen.feed(NodeAdded(variant(root + 2, root + 1, "compiling")))
+        screen.feed(VerdictReady(variant(root + 2, root + 1, "compile_error"), verdict(None, "compile_error")))
+        screen.feed(VerdictReady(variant(root + 3, root + 1, "correct"), verdict(2.0)))
+        await pilot.pause()
+        assert table.row_count == 2
+        assert screen.selected == root  # not #root+2, the row the table highlighted
+
+        await pilot.press("slash", *"round", "enter")  # filtered: the rows written again
+        await pilot.pause()
+        assert table.row_count == 2 and screen.selected == root
+
+        await pilot.press("down")  # the user's own move selects
+        await pilot.pause()
+        assert screen.selected == root + 3
+        await pilot.press("up")
+        await pilot.pause()
+        assert screen.selected == root + 2
+        await pilot.press("q")
+
+
+async def test_ctrl_c_quits_as_q_does(tmp_path: Path):
+    """Issue 56, item 14: Ctrl-C in the TUI only showed Textual's "Press ctrl+q to quit". It quits,
+    asking first while a search runs in this process, as `q` does."""
+    search = Forever()
+    async with app_on(tmp_path / "k.db", size=(120, 40),
+                      search_factory=lambda store, bus: search) as (app, pilot):
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm) and not search.cancelled
+        await pilot.press("y")
+        await pilot.pause()
+    assert search.cancelled and app.return_code == 0
+    db, _ = await fake_db(tmp_path / "past.db", 5)
+    async with app_on(db, size=(80, 24)) as (app, pilot):  # nothing running: quits at once
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert not app.is_running

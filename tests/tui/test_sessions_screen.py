@@ -56,7 +56,7 @@ async def test_sessions_columns_delete_with_confirmation(tmp_path: Path):
         assert table.get_row_at(0) == table.get_row(str(b))  # newest first
         row = table_row(table, str(b))
         assert {k: row[k] for k in ("problem", "strategy", "models", "variants", "status", "duration")} == {
-            "problem": "softmax", "strategy": "tree", "models": "SCRIPTED synthetic", "variants": "44",
+            "problem": "SCRIPTED softmax", "strategy": "tree", "models": "synthetic", "variants": "44",
             "status": "finished", "duration": "11m00s"}
         assert row["best"].endswith("x") and row["cost"].startswith("$")
         await pilot.press("D")
@@ -187,3 +187,51 @@ async def test_a_sessions_duration_is_the_engines_run_time_as_its_progress_pane_
         assert table_row(table, str(b))["duration"] == "1m48s"  # its wall: 11m00s
         assert table_row(table, str(a))["duration"] != "1m48s"
         await pilot.press("q")
+
+
+async def test_every_scripted_session_is_marked_at_every_width(tmp_path: Path):
+    """Issue 56, item 13: the SCRIPTED mark was in the models column, the first to go at 80 columns
+    and (beside a suite's score) at 120: docs/scripted.md says every screen marks such a run."""
+    from tests.tui_helpers import shown_text
+
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    with sqlite3.connect(db) as conn:  # one session of a real provider: unmarked
+        conn.execute("UPDATE sessions SET provider = 'openai', models = '[\"openai:gpt-5\"]' WHERE id = ?",
+                     (members[2],))
+        scripted = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE provider = 'scripted'")]
+    for size in ((80, 24), (120, 35), (160, 45)):
+        async with app_on(db, size=size) as (app, pilot):
+            table = app.screen.query_one("#sessions", DataTable)
+            assert "problem" in whole_columns(table), size
+            for sid in scripted:
+                assert "SCRIPTED" in str(table.get_cell(str(sid), "problem")), (size, sid)
+            assert "SCRIPTED" not in str(table.get_cell(str(members[2]), "problem"))
+            assert shown_text(app, table).count("SCRIPTED") == len(scripted), size  # drawn, not only held
+            await pilot.press("q")
+
+
+async def test_deleting_a_suite_problem_says_so_and_comparing_two_problems_is_noted(tmp_path: Path):
+    """Issue 56, item 14: the delete dialog of a suite's problem did not mention the suite (whose
+    score the delete halves), and compare took two different problems without a note."""
+    db, suite, members = await suite_db(tmp_path / "k.db")
+    async with app_on(db, size=(160, 40)) as (app, pilot):
+        screen = app.screen
+        table = screen.query_one("#sessions", DataTable)
+        table.move_cursor(row=table.get_row_index(str(members[0])))  # relu, finished, in the suite
+        await pilot.press("D")
+        assert isinstance(app.screen, Confirm)
+        assert f"It is suite S{suite}'s relu: the suite then counts that problem as not started" \
+               in app.screen.question
+        await pilot.press("n")
+        await pilot.pause()
+        plain = next(k for k in table.rows if k.value.isdigit() and int(k.value) not in members).value
+        await pilot.press("m")  # relu
+        table.move_cursor(row=table.get_row_index(plain))  # softmax, not in the suite
+        await pilot.press("D")
+        assert "suite" not in app.screen.question  # type: ignore[attr-defined]
+        await pilot.press("n", "m", "c")
+        await pilot.pause()
+        assert isinstance(app.screen, CompareScreen)  # still compared, with a note
+        said = [n.message for n in app._notifications]
+        assert "two different problems (relu and softmax): each speedup is against its own reference" in said
+        await pilot.press("escape", "q")

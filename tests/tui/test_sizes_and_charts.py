@@ -241,3 +241,47 @@ async def test_the_compare_table_shows_both_sessions_whole_beside_the_chart(tmp_
         legend = str(screen.query_one("#compare-legend").content)
         assert legend.startswith(f"• #{b}  x #{a}")
         await pilot.press("q")
+
+
+async def test_a_compile_error_s_line_shows_at_120x35_and_its_pane_zooms(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 12: at 120x35 a compile_error verdict pane showed lines of dashes and a cut
+    build path, not the compiler's line, and Tab could not reach the pane to zoom it. Its first lines
+    now say why it failed, and Tab, then `z`, fill the screen with it. The export's line in the status
+    bar is not covered by a toast."""
+    import json
+    import sqlite3
+
+    from tests.tui_helpers import shown_text
+
+    monkeypatch.chdir(tmp_path)  # (where `w` writes)
+    db, sid = await fake_db(tmp_path / "k.db", 40)
+    compiler = "main.cpp:10:70: error: 'kTil' was not declared in this scope"
+    build = "/root/.cache/ktree/build/cpu-3f9a0c1d2e4b/softmax_rows_0123456789abcdef/build.ninja"
+    with sqlite3.connect(db) as conn:
+        vid, verdict = conn.execute("SELECT node_id, verdict FROM evaluations WHERE status = 'compile_error'"
+                                    " ORDER BY node_id LIMIT 1").fetchone()
+        log = f"{compiler}\n   10 |     for (j = 0; j < dim; j += kTil)\n" + "\n".join([build] * 6)
+        conn.execute("UPDATE evaluations SET verdict = ? WHERE node_id = ?",
+                     (json.dumps({**json.loads(verdict), "log": log}), vid))
+    async with app_on(db, session_id=sid, size=(120, 35)) as (app, pilot):
+        screen = app.screen
+        screen.select_node(vid)
+        await pilot.pause()
+        pane = screen.query_one("#verdict")
+        assert compiler in shown_text(app, pane) and "max abs err -" not in shown_text(app, pane)
+        for _ in range(4):  # Tab reaches it (tree, code, then the verdict)
+            if pane.has_focus:
+                break
+            await pilot.press("tab")
+        assert pane.has_focus
+        await pilot.press("z")
+        await pilot.pause()
+        assert screen.maximized is pane and pane.region.height >= 30
+        await pilot.press("z")
+        await pilot.pause()
+        await pilot.press("w")  # export: said in the status line, no toast over it
+        await pilot.pause()
+        assert "exported #" in str(screen.query_one("#status-line").content)
+        assert not [n for n in app._notifications if "wrote" in n.message]
+        await pilot.press("q")

@@ -55,14 +55,24 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         await wait_until(pilot, lambda: len(under(human.id)) == before + 2)  # two more variants, made
         await wait_until(pilot, lambda: human.id not in screen.model.node_pending)
 
-        variant = under(human.id)[0]
+        queued = under(human.id)[0]  # paused: not judged yet, so no parent to pin
+        screen.select_node(queued)
+        await pilot.press("p")
+        said = [n.message for n in app._notifications]
+        assert said and "only a correct variant can be pinned" in said[-1]
+
+        await pilot.press("P")  # resume
+        await wait_until(pilot, lambda: not screen.model.paused)
+
+        def correct() -> list[int]:
+            return [n.id for n in screen.model.nodes.values() if n.kind == "variant" and n.status == "correct"]
+
+        await wait_until(pilot, correct, timeout=300)
+        variant = correct()[0]
         screen.select_node(variant)
         await pilot.press("p")
         await wait_until(pilot, lambda: screen.model.nodes[variant].pinned)
         assert "⚲pinned" in label_of(tree, variant)
-
-        await pilot.press("P")  # resume
-        await wait_until(pilot, lambda: not screen.model.paused)
         await pilot.press("S", "y")  # stop: in-flight work finishes, then the session ends
         await asyncio.wait_for(app.workers.wait_for_complete(), 300)
         await pilot.pause()
@@ -75,7 +85,7 @@ async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
         pruned, pinned = conn.execute(
             "SELECT (SELECT pruned FROM nodes WHERE id = ?), (SELECT pinned FROM nodes WHERE id = ?)",
             (llm_idea, variant)).fetchone()
-    assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("expand", 1), ("pin", 1), ("resume", 1),
+    assert kinds == [("pause", 1), ("inject_idea", 1), ("prune", 1), ("expand", 1), ("resume", 1), ("pin", 1),
                      ("stop", 1)]
     assert (pruned, pinned) == (1, 1)
 

@@ -52,8 +52,8 @@ def test_ktree_in_tmux(tmp_path: Path):
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True,
                    cwd=REPO)
     try:
-        screen = wait_for(session, "10m40s")  # the sessions screen, one row
-        assert "softmax" in screen and "finished" in screen  # what matters fits in 80 columns
+        screen = wait_for(session, "SCRIPTED softmax")  # the sessions screen, one row, marked
+        assert "finished" in screen and "3.12x" in screen  # what matters fits in 80 columns
         subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
         screen = wait_for(session, "reference softmax")  # the tree's root
         assert "Tile rows" in screen  # an idea in the tree (cut at 80 columns)

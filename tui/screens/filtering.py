@@ -5,9 +5,11 @@ node (or session) number to jump to."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable
 
+from textual import events
 from textual.binding import Binding
 from textual.message import Message
 
@@ -30,7 +32,14 @@ def matches(query: str, fields: Iterable[object]) -> bool:
 
 class FilterBar(OrderedInput):
     """The bar `/` opens: Enter applies (an empty query shows everything again), Esc closes it
-    and drops the filter."""
+    and drops the filter.
+
+    Typed ahead (a burst `/ #29 Enter x`, a paste, tmux send-keys) every key lands where it would
+    have one at a time: the bar takes the focus as it opens (Textual's `focus()` waits its turn
+    behind keys already read, which went to the tree: `2` switched tabs), Enter has the screen's
+    `apply_filter` select and move the focus before the next key is read (not through a message
+    that the next key overtook: `x` pruned the node selected before), and a key that reaches the
+    closed bar is not typed into it but goes on to the screen's bindings."""
 
     BINDINGS = [Binding("escape", "close", "Close", id="filter.close", show=False)]
 
@@ -44,7 +53,23 @@ class FilterBar(OrderedInput):
 
     def open(self) -> None:
         self.display = True
-        self.focus()
+        self.screen.set_focus(self)
+
+    async def action_submit(self) -> None:
+        self.display = False
+        apply = getattr(self.screen, "apply_filter", None)
+        if apply is None:  # a screen that takes it as a message
+            await super().action_submit()
+            return
+        done = apply(self.value)
+        if inspect.isawaitable(done):
+            await done
+
+    async def _on_key(self, event: events.Key) -> None:
+        if self.display:
+            await super()._on_key(event)
+        else:  # closed: not typed in (Input's own handler is not run), it goes on up to the bindings
+            event.prevent_default()
 
     def action_close(self) -> None:
         self.value = ""

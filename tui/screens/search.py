@@ -19,7 +19,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane, Tree
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
@@ -94,6 +94,8 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         "timings": ["help", "sort", "export", "pause", "stop", "filter", "tab_llm", "zoom", "goto_best",
                     "details", "back", "quit"],
         "llm": ["help", "tab_timings", "pause", "stop", "zoom", "details", "back", "quit"],
+        "verdict": ["help", "zoom", "edit_variant", "export", "profile", "goto_best", "details", "back",
+                    "quit"],
     }
     STEERING_IDS = {"prune", "undo_prune", "expand", "pin", "inject_idea", "edit_variant", "pause", "stop"}
 
@@ -103,6 +105,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
         self._pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
+        self._profiling: set[int] = set()  # variants `f` profiles in this process
         self._sorted: tuple[str, bool] | None = None  # the timings' chosen order, kept through a filter
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
@@ -330,14 +333,18 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
 
     # -- the selected node ------------------------------------------------------------------
 
-    def select_node(self, node_id: int) -> None:
-        """Select a node: the tree cursor goes to it (opening its ancestors) and the panes show it."""
+    def select_node(self, node_id: int, from_table: bool = False) -> None:
+        """Select a node: the tree cursor goes to it (opening its ancestors), the timings' cursor to
+        its row (unless the user chose it there: moving it back could undo keys typed ahead), and
+        the panes show it."""
         if node_id not in self.model.nodes:
             return
         tree = self.query_one(SearchTree)
         item = tree.reveal(node_id)
         if item is not None:
             tree.move_cursor(item)
+        if not from_table:
+            self.query_one(TimingsTable).point_at(node_id)
         self._show(node_id)
 
     def _show(self, node_id: int) -> None:
@@ -375,6 +382,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     def _tree_highlighted(self, event: Tree.NodeHighlighted) -> None:
         data = event.node.data
         if data is not None and data in self.model.nodes and data != self.selected:
+            self.query_one(TimingsTable).point_at(data)
             self._show(data)
 
     @on(TabbedContent.TabActivated, "#details")
@@ -387,15 +395,19 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
     @on(DataTable.RowHighlighted, "#timings")
     @on(DataTable.RowSelected, "#timings")
     def _row(self, event: DataTable.RowHighlighted | DataTable.RowSelected) -> None:
+        """The user moved to a row (TimingsTable posts no highlight for rows the program wrote)."""
         if event.row_key.value is None or not event.data_table.has_focus:
             return
-        self.select_node(int(event.row_key.value))
+        self.select_node(int(event.row_key.value), from_table=True)
 
     # -- timings order ----------------------------------------------------------------------
 
     def _sort(self, column: str, reverse: bool) -> None:
         self._sorted = (column, reverse)
-        self.query_one(TimingsTable).sort_by(column, reverse)
+        table = self.query_one(TimingsTable)
+        table.sort_by(column, reverse)
+        if self.selected is not None:  # the cursor stays on the selected row, wherever it went
+            table.point_at(self.selected)
         label = COLUMN_LABELS.get(column, column)
         self.feed(Note(f"timings sorted by {label}{' (descending)' if reverse else ''}"))
 
@@ -497,7 +509,12 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         on the screen and the pane: they restyle the screen, which redraws every widget of it from
         scratch, and the pane, which a Tree takes as a reason to draw itself twice (~100 ms each `z`
         and Esc), for rules (centred, hatched around, undocked) that change nothing here: every pane
-        that zooms fills the screen by its own."""
+        that zooms fills the screen by its own, the verdict's (a few lines tall) once given the room."""
+        verdict = self.query_one(VerdictPane)
+        if maximized is verdict:
+            verdict.styles.height = "1fr"
+        elif previously is verdict:
+            self._apply_tabs()  # its height as the layout has it
 
     # -- `/`: filter the timings, find in the tree, jump to a node ---------------------------
 
@@ -513,14 +530,14 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self._filter_pane = self._focused_pane()
         self.query_one(FilterBar).open()
 
-    @on(Input.Submitted, "#filter")
-    def _filter(self, event: Input.Submitted) -> None:
+    def apply_filter(self, value: str) -> None:
+        """Enter in the `/` bar (FilterBar: at once, before the next key is read)."""
         bar = self.query_one(FilterBar)
         bar.display = False
-        query = event.value.strip()
+        query = value.strip()
         wanted = number(query)
         pane = self.query_one("#timings" if self._filter_pane == "timings" else "#tree")
-        pane.focus()
+        self.set_focus(pane)
         if wanted is not None:
             bar.value = ""
             if wanted in self.model.nodes:
@@ -548,6 +565,8 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
                              for i in sorted(self._timing_rows) if self._kept(i))
             if self._sorted is not None:  # the order chosen before stays
                 table.sort_by(*self._sorted)
+            if self.selected is not None:
+                table.point_at(self.selected)
         shown = f"{table.row_count} of {len(self._timing_rows)} rows"
         self.feed(Note(f"timings filtered by “{query}”: {shown} (/ then Esc: all)" if query
                        else "timings: every row"))

@@ -15,13 +15,14 @@ from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Header, Static
 
 from engine.store import session_state
 from tui.keymap import fit_footer
 from tui.screens.ahead import SteadyBelow
 from tui.screens.dialogs import Confirm
 from tui.screens.filtering import FilterBar, matches, number
+from tui.widgets.banner import MARKS
 from tui.widgets.footer import SteadyFooter
 
 # What matters most first: a narrow screen leaves out the columns that do not fit whole, from the
@@ -31,6 +32,7 @@ COLUMNS = [("id", "#"), ("problem", "problem"), ("status", "status"), ("best", "
            ("variants", "variants"), ("cost", "cost"), ("started", "started"), ("duration", "duration"),
            ("strategy", "strategy"), ("models", "models")]
 PROBLEM_WIDTH = 24
+SCRIPTED_STYLE = MARKS["scripted"][1]
 MODELS_WIDTH = 28
 AHEAD_DELAY_S = 0.2  # back on this screen: a search screen is built ahead after this long (once drawn)
 STATUS_STYLES = {"running": "bold green", "finished": "", "stopped": "yellow", "interrupted": "magenta",
@@ -204,14 +206,14 @@ class SessionsScreen(SteadyBelow, Screen):
     def action_filter(self) -> None:
         self.query_one(FilterBar).open()
 
-    @on(Input.Submitted, "#filter")
-    async def _filter(self, event: Input.Submitted) -> None:
-        """A number jumps to that session; words keep only the rows that have them."""
+    async def apply_filter(self, value: str) -> None:
+        """Enter in the `/` bar (FilterBar: at once, before the next key is read): a number jumps
+        to that session; words keep only the rows that have them."""
         bar = self.query_one(FilterBar)
         table = self.query_one("#sessions", DataTable)
-        wanted = number(event.value)
+        wanted = number(value)
         bar.display = False
-        table.focus()
+        self.set_focus(table)
         if wanted is not None:
             bar.value = ""
             if str(wanted) not in table.rows:
@@ -222,7 +224,7 @@ class SessionsScreen(SteadyBelow, Screen):
             else:
                 self.notify(f"no session {wanted}", severity="warning")
             return
-        self.query_text = event.value.strip()
+        self.query_text = value.strip()
         await self.action_reload()
         if self.query_text:
             self.notify(f"filter “{self.query_text}”: {table.row_count} rows (/ then Esc: all)")
@@ -256,12 +258,10 @@ class SessionsScreen(SteadyBelow, Screen):
     def _cells(self, s: dict[str, Any], indent: bool = False) -> dict[str, Any]:
         status = session_status(s)
         models = ", ".join(m.split(":", 1)[-1] for m in s["models"]) or s["provider"]
-        if "scripted" in s["provider"].split(","):
-            models = f"SCRIPTED {models}"
         mark = "▶ " if s["id"] in self.marked else ""
         cells = {
             "id": Text(f"{mark}{s['id']}", style="bold yellow" if mark else ""),
-            "problem": fit(f"  └ {s['problem']}" if indent else s["problem"], PROBLEM_WIDTH),
+            "problem": problem_cell(s["problem"], "scripted" in s["provider"].split(","), indent),
             "status": Text(status, style=STATUS_STYLES.get(status, "")),
             "best": "-" if not s.get("best_speedup") else f"{s['best_speedup']:.2f}x",
             "variants": str(s["variants"]), "cost": f"${s['cost_usd']:.2f}",
@@ -369,7 +369,8 @@ class SessionsScreen(SteadyBelow, Screen):
         for sid, r in self.rows.items():
             if str(sid) in table.rows:
                 table.update_cell(str(sid), "id", self._cells(r)["id"], update_width=True)  # "▶ 12" fits
-        self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}")
+        # Briefly: the ▶ beside the ids says it too, and a toast's 5 s covered the compare screen's code.
+        self.notify(f"marked for compare: {', '.join(map(str, self.marked)) or 'none'}", timeout=1.5)
         if len(self.marked) == 2:  # drawn ahead of `c`
             self.app.prepare_compare(*self.marked)  # type: ignore[attr-defined]
 
@@ -377,6 +378,10 @@ class SessionsScreen(SteadyBelow, Screen):
         if len(self.marked) != 2:
             self.notify("mark two sessions with m first", severity="warning")
             return
+        problems = [self.rows[m]["problem"] for m in self.marked if m in self.rows]
+        if len(set(problems)) == 2:  # allowed, but not a like-for-like comparison: said
+            self.notify(f"two different problems ({' and '.join(problems)}): each speedup is against its own"
+                        " reference", severity="warning")
         await self.app.open_compare(*self.marked)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
@@ -395,8 +400,11 @@ class SessionsScreen(SteadyBelow, Screen):
                 self.notify(f"deleted session {row['id']}")
                 await self.action_reload()
 
+        suite = row.get("suite_id")
+        member = (f" It is suite S{suite}'s {row['problem']}: the suite then counts that problem as not"
+                  " started, and its score falls." if suite is not None else "")
         self.app.push_screen(Confirm(f"Delete session {row['id']} ({row['problem']}, {row['variants']}"
-                                     " variants) and everything recorded under it?"), done)
+                                     f" variants) and everything recorded under it?{member}"), done)
 
     def palette_commands(self) -> Iterator[SystemCommand]:
         for action, title, help_text in [
@@ -439,6 +447,18 @@ def fitting_columns(rows: list[dict[str, Any]], width: int) -> list[str]:
             room -= need
             keys.append(key)
     return keys
+
+
+def problem_cell(problem: str, scripted: bool, indent: bool = False) -> Text:
+    """A session's problem, marked SCRIPTED as the search screen's header marks it (canned answers,
+    no LLM): in the problem column, which every width shows (the models column, where the mark
+    was, is the first to go at 80 columns, and beside a suite's score at 120)."""
+    lead = "  └ " if indent else ""
+    mark = "SCRIPTED " if scripted else ""
+    cell = Text(fit(f"{lead}{mark}{problem}", PROBLEM_WIDTH))
+    if scripted:
+        cell.stylize(SCRIPTED_STYLE, len(lead), len(lead) + len(mark) - 1)
+    return cell
 
 
 def fit(text: str, width: int) -> str:

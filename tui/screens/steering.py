@@ -7,6 +7,7 @@ marked applied, for a followed session), which clears the mark.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from textual.app import SystemCommand
 
 from engine import control
-from engine.domain import Node
+from engine.domain import WORK_STATUSES, Node
+from engine.events import ProfileTaken
 from engine.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
@@ -54,6 +56,7 @@ class SteeringMixin:
 
     model: ScreenModel
     selected: int | None
+    _profiling: set[int]  # variants being profiled in this process (a session no engine runs)
 
     if TYPE_CHECKING:  # what the screen it is mixed into provides
         app: Any
@@ -64,6 +67,8 @@ class SteeringMixin:
         def notify(self, message: str, *, severity: str = "information") -> None: ...
 
         def run_action(self, action: str) -> Any: ...
+
+        def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
 
     def palette_commands(self) -> Iterator[SystemCommand]:
         """What the command palette offers on this screen: the steering actions."""
@@ -86,6 +91,21 @@ class SteeringMixin:
             self.notify(f"select {what} first", severity="warning")
             return None
         return node
+
+    def _no_parent(self, node: Node, what: str) -> bool:
+        """Whether `node` is a variant that is not correct, said with why: pinning it, expanding it
+        or an idea under it would make it a parent, and each idea and variant under a parent that
+        failed is LLM work (money, with a paid provider) spent on code that never worked. `what`:
+        what only a correct variant can be ("pinned")."""
+        if node.kind != "variant" or node.status == "correct":
+            return False
+        if node.status in WORK_STATUSES:
+            why = f"#{node.id} is {node.status}, no verdict yet: only a correct variant can be {what}"
+        else:
+            why = (f"#{node.id} is {node.status}: only a correct variant can be {what}"
+                   " (E edits it into a new variant)")
+        self.notify(why, severity="warning")
+        return True
 
     async def _send(self, command: control.Command, node_id: int | None, mark: str) -> int:
         """Record a command; mark it pending in the tree at once, confirmed when the engine applies it."""
@@ -121,12 +141,14 @@ class SteeringMixin:
         node = self._target(("variant",), "a variant to pin")
         if node is None or not self._steerable():
             return
+        if not node.pinned and self._no_parent(node, "pinned"):
+            return
         await self._send(control.Pin(node.id, pinned=not node.pinned), node.id,
                          "unpin" if node.pinned else "pin")
 
     def action_expand(self) -> None:
         node = self._target(("root", "idea", "variant"), "a node to expand")
-        if node is None or not self._steerable():
+        if node is None or not self._steerable() or self._no_parent(node, "expanded"):
             return
         cfg = self.model.info.get("config") or {}
         if node.kind == "idea":
@@ -146,6 +168,8 @@ class SteeringMixin:
         if node is None or not self._steerable():
             return
         parent = self.model.nodes[node.parent_id] if node.kind == "idea" and node.parent_id else node
+        if self._no_parent(parent, "given an idea"):
+            return
 
         async def done(text: str | None) -> None:
             if text:
@@ -181,11 +205,45 @@ class SteeringMixin:
         if verdict.profile:
             self.notify(f"#{node.id} has its profile already (see the verdict pane)")
             return
-        if self.model.status != "running":  # no engine to ask: the command line takes it here
-            self.notify(f"session {self.model.session_id} is {self.model.status}: run"
-                        f" `ktree show {self.model.session_id} --profile {node.id}`", severity="warning")
+        if self.model.status != "running":  # no engine to ask: profiled here
+            self._profile_here(node)
             return
         await self._send(control.Profile(node.id), node.id, "profile")
+
+    def _profile_here(self, node: Node) -> None:
+        """A session no engine runs: its variant profiled in this process, as `ktree show SESSION
+        --profile NODE` does, the profile recorded and shown (a worker: the screen stays live)."""
+        sid = self.model.session_id
+        if node.id in self._profiling:
+            self.notify(f"#{node.id} is being profiled")
+            return
+        self._profiling.add(node.id)
+        self.notify(f"profiling #{node.id} (session {sid} is {self.model.status}: here, not by its engine)")
+
+        async def work() -> None:
+            from engine.launch import profile_evaluator
+            from engine.report import profile_line
+            from engine.search.profile_requests import profile_recorded, profile_target
+
+            try:
+                target = await profile_target(self.store, sid, node.id)  # type: ignore[arg-type]
+                evaluator = await asyncio.to_thread(profile_evaluator, target.session)
+                try:
+                    verdict = await profile_recorded(self.store, target, evaluator)
+                finally:
+                    await evaluator.close()
+            except Exception as exc:  # said in one line (no GPU for a cuda session, a closed store)
+                self.notify(f"#{node.id}: cannot profile: {exc}", severity="error")
+                return
+            finally:
+                self._profiling.discard(node.id)
+            if not verdict.profile:
+                self.notify(f"#{node.id}: no profile taken (profiling is off)", severity="warning")
+                return
+            self.feed(ProfileTaken(target.node, verdict, "asked"))
+            self.notify(f"#{node.id}: {profile_line(verdict.profile)}")
+
+        self.run_worker(work(), name="profile", group="profile", exit_on_error=False)
 
     async def action_pause(self) -> None:
         if not self._steerable():
@@ -214,5 +272,4 @@ class SteeringMixin:
             return
         path = export_path(self.model.info.get("problem", "problem"), node.id, Path.cwd())
         path.write_text(text)
-        self.notify(f"wrote {path}")
-        self.feed(Note(f"exported #{node.id} to {path}"))
+        self.feed(Note(f"exported #{node.id} to {path}"))  # (the status line: a toast covered it)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import DataTable
 
 from engine.domain import DEFAULT_LANGUAGE, Node
@@ -81,23 +83,59 @@ def sort_key(reverse: bool) -> Callable[[Any], float]:
 
 
 class TimingsTable(KeepsLinesAtSize, SteadyScrollBars, DataTable):
+    """A row highlighted by the user selects its node (the screen's `_row`); one highlighted because
+    rows were written, cleared or sorted does not: a verdict arriving in the focused table must not
+    move the selection (DataTable highlights the first row added to an empty table, and row 0 after
+    a clear), or the next steering key lands on a node the user never chose."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self._by_program = False  # the rows change by the program: its highlights are not the user's
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
 
+    def post_message(self, message: Message) -> bool:
+        if self._by_program and isinstance(message, DataTable.RowHighlighted):
+            return False
+        return super().post_message(message)
+
+    @contextmanager
+    def quietly(self) -> Iterator[None]:
+        """Change the rows or the cursor without a RowHighlighted: nothing the user did."""
+        was, self._by_program = self._by_program, True
+        try:
+            yield
+        finally:
+            self._by_program = was
+
     def write_rows(self, rows: Iterable[tuple[Node, Verdict | None]]) -> None:
         """Add or update the rows of these variants (keyed by node id: updated in place)."""
-        for node, verdict in rows:
-            cells = row_cells(node, verdict)
-            key = str(node.id)
-            if key in self.rows:
-                for column, value in cells.items():
-                    self.update_cell(key, column, value)
-            else:
-                self.add_row(*(cells[k] for k, _, _ in COLUMNS), key=key)
+        with self.quietly():
+            for node, verdict in rows:
+                cells = row_cells(node, verdict)
+                key = str(node.id)
+                if key in self.rows:
+                    for column, value in cells.items():
+                        self.update_cell(key, column, value)
+                else:
+                    self.add_row(*(cells[k] for k, _, _ in COLUMNS), key=key)
+
+    def clear(self, columns: bool = False) -> TimingsTable:
+        with self.quietly():
+            super().clear(columns)
+        return self
 
     def sort_by(self, column: str, reverse: bool) -> None:
-        self.sort(column, key=sort_key(reverse), reverse=reverse)
+        with self.quietly():
+            self.sort(column, key=sort_key(reverse), reverse=reverse)
+
+    def point_at(self, node_id: int) -> None:
+        """Put the cursor on this node's row, where it has one (the selection came from elsewhere:
+        the tree, `b`, `#N`), so the next arrow moves from it."""
+        key = str(node_id)
+        if key not in self.rows:
+            return
+        with self.quietly():
+            self.move_cursor(row=self.get_row_index(key))

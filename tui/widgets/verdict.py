@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.domain import LIBRARY_EXCLUDED, Node, library_line, shown_notes
+from engine.domain import EAGER_BESIDE, LIBRARY_EXCLUDED, Node, library_line, shown_notes
 from engine.evaluate.profile.profiler import BOUND_LABELS, TOP_KERNELS
 from engine.evaluate.verdict import Verdict, device_label, is_timing_flag
 from tui.widgets.code import fmt_num
@@ -93,6 +93,10 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
         return out
     if v.gpu:  # which device measured it
         out.append(f" · {device_label(v)}", style="dim")
+    if v.compiler_error:  # first, where the pane is small (a snug or compact screen): why it failed
+        out.append(f"\n{v.compiler_error}", style="bold red")
+    if v.time_ms is None and v.max_abs_err is None and v.speedup_eager is None:
+        return _rest(out, v, excluded)  # never checked nor timed: no line of dashes before the log
     out.append(f"\nmax abs err {fmt_num(v.max_abs_err, '.3g')}")
     out.append(f" · median {fmt_num(v.time_ms, '.4g', ' ms')}"
                f" (p10 {fmt_num(v.time_p10_ms, '.4g')}, p90 {fmt_num(v.time_p90_ms, '.4g')})")
@@ -102,11 +106,16 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
         out.append(f" [{span[0]:.2f}-{span[1]:.2f}]", style="yellow" if _marked(v) else "")
     ref_spread = (f", p10 {fmt_num(v.ref_p10_ms, '.4g')}, p90 {fmt_num(v.ref_p90_ms, '.4g')}"
                   if v.ref_p10_ms is not None else "")
-    out.append(f" ({fmt_num(v.ref_eager_ms, '.4g', ' ms')}{ref_spread})"
+    out.append(f" (eager {fmt_num(v.ref_eager_ms, '.4g', ' ms')} {EAGER_BESIDE}{ref_spread})"
                f" · vs torch.compile {fmt_num(v.speedup_compile, '.2f', 'x')}"
                f" ({fmt_num(v.ref_compile_ms, '.4g', ' ms')})")
     sol = v.sol_fraction
     out.append(f" · SOL {'-' if sol is None else f'{100 * sol:.1f}%'}")
+    return _rest(out, v, excluded)
+
+
+def _rest(out: Text, v: Verdict, excluded: bool) -> Text:
+    """The verdict pane after its timings: flags, the library mark, notes, the profile, the log."""
     for flag in v.flags or ():
         out.append(f"\nflag: {flag}", style="magenta")
     if v.library:
@@ -117,8 +126,6 @@ def verdict_text(node: Node, verdict: Verdict | None, why: str | None = None, ex
     for note in shown_notes(v.notes, v.library):
         out.append(f"\nnote: {note}", style="yellow")
     out.append_text(profile_text(v))
-    if v.compiler_error:  # the compiler's own first error, whatever the log's tail holds
-        out.append(f"\n{v.compiler_error}", style="bold red")
     log = (v.log or "").rstrip()
     if log:
         out.append("\n" + "\n".join(log.splitlines()[-LOG_LINES:]), style="dim")
@@ -130,5 +137,10 @@ def _marked(v: Verdict) -> bool:
 
 
 class VerdictPane(Static):
+    """Focusable (Tab reaches it) so `z` can zoom it: its log and the compiler's line need more
+    than the few lines a snug or compact screen gives it."""
+
+    can_focus = True
+
     def show(self, node: Node, verdict: Verdict | None, why: str | None = None, excluded: bool = False) -> None:
         self.update(verdict_text(node, verdict, why, excluded), layout=False)

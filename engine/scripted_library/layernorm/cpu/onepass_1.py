@@ -1,4 +1,4 @@
-"""Single-pass block statistics (CPU): samples in parallel, 16-lane sum and sum of squares.
+"""Single-pass statistics in SIMD accumulators: samples in parallel, 16-lane sum and sum of squares.
 
 Sum and sum of squares are gathered in one sweep with 16 float lanes flushed to double every 1024
 elements; then a parallel normalize runs over fixed-size pieces of all samples.

@@ -1,4 +1,4 @@
-"""Single-pass block statistics (CPU): one task per sample with a Welford update in double.
+"""Single-pass statistics: one task per sample with a Welford update in double.
 
 Each sample keeps a Welford (count, mean, M2) over a single sweep, then normalizes. The update is
 missing the semicolon after `const double delta = v - mean`.

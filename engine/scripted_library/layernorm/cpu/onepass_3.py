@@ -1,4 +1,4 @@
-"""Single-pass block statistics (CPU): 16-wide lanes, double flushes, one fused normalize sweep.
+"""Single-pass statistics in SIMD accumulators: 16-wide lanes, double flushes, one fused normalize sweep.
 
 Each sample's sum and sum of squares in one sweep of 16 float lanes (GCC vector extensions,
 -march=native) flushed to double every 1024 elements (the variance E[x^2] - mean^2 taken in

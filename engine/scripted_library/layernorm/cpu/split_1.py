@@ -1,4 +1,4 @@
-"""Split each sample over many blocks (CPU): (sample, chunk) tasks with exact partials.
+"""Split each sample into chunks, one parallel task per chunk, each with exact partials.
 
 Every (sample, 4096-element chunk) pair is a parallel task producing an exact (count, mean, M2) from
 two in-cache sweeps; partials are merged per sample with Chan's formula in double, then chunks are

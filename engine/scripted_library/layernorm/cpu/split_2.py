@@ -1,4 +1,4 @@
-"""Split each sample over many blocks (CPU): (sum, sum of squares) partials per chunk.
+"""Split each sample into chunks, one parallel task per chunk: (sum, sum of squares) partials.
 
 2048-element chunks in parallel produce (sum, sumsq) partials in double; each normalize task re-adds
 its sample's partials before writing its chunk. The variance is computed as E[x^2] - mean instead of

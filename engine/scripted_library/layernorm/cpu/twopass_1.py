@@ -1,4 +1,4 @@
-"""Naive two-pass statistics, one block per sample (CPU): plain single-threaded loops.
+"""Naive two-pass statistics, one sample at a time: plain single-threaded loops.
 
 For each sample: a mean pass, a centred variance pass and a normalize pass, all accumulated in
 double, on one core.

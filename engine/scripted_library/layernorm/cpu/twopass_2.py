@@ -1,4 +1,4 @@
-"""Naive two-pass statistics, one block per sample (CPU): centre into the output, then scale.
+"""Naive two-pass statistics, one sample at a time: centre into the output, then scale.
 
 Single-threaded. All means first; then the centring pass writes x - mean into the output while
 summing its squares, and a last pass scales the output in place.

@@ -1,4 +1,4 @@
-"""One thread per row, three plain passes: single-threaded scalar loops with std::exp.
+"""One row at a time, three plain passes: single-threaded scalar loops with std::exp.
 
 Each row is scanned for its maximum, then for the sum of exp(x - max), then written as exp(x - max)
 / sum, one row after another on one core.

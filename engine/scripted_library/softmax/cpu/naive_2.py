@@ -1,4 +1,4 @@
-"""One thread per row, three plain passes: store exp values, then divide in place.
+"""One row at a time, three plain passes: store exp values, then divide in place.
 
 Single-threaded. The sum pass writes the numerators straight into the output while summing them in
 double, and a last pass multiplies the row by 1 / sum in place.

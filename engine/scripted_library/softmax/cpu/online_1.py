@@ -1,4 +1,4 @@
-"""Vectorized single-pass online softmax (CPU): 256-element tiles, running max + rescaled sum.
+"""Vectorized single-pass online softmax: 256-element tiles, running max + rescaled sum.
 
 Rows in parallel; each row is swept once in tiles (16-lane tile max and tile sum), and the running
 sum is rescaled whenever a tile raises the maximum. A branch-free polynomial exp lets every loop

@@ -1,4 +1,4 @@
-"""Vectorized single-pass online softmax (CPU): 8 interleaved lanes with their own (max, sum).
+"""Vectorized single-pass online softmax: 8 interleaved lanes with their own (max, sum).
 
 Rows in parallel; each of 8 lanes keeps a running (max, sum) that is merged at the end of the row.
 The merge takes the largest lane max but adds the lane sums as they are, without rescaling each by

@@ -1,4 +1,4 @@
-"""One block per row with a tree reduction (CPU): parallel rows, 8 lanes combined pairwise.
+"""Rows in parallel, each reduced with pairwise partial sums: 8 lanes combined by a pairwise tree.
 
 Rows run in parallel with at::parallel_for; each row's max and sum use 8 independent partial
 accumulators combined by a pairwise tree, and a branch-free polynomial exp lets the loops vectorize.

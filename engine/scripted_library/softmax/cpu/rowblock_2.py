@@ -1,4 +1,4 @@
-"""One block per row with a tree reduction (CPU): 4-row tasks, 4 accumulators per row.
+"""Rows in parallel, each reduced with pairwise partial sums: 4-row tasks, 4 accumulators per row.
 
 Parallel over blocks of 4 rows, each row reduced with 4 accumulators and a two-level combine. The
 row pointer is declared `float* xr = xp + r * dim;` while xp is `const float*`.

@@ -1,4 +1,4 @@
-"""One block per row with a tree reduction (CPU): rows over the cores, each exp computed once.
+"""Rows in parallel, each reduced with pairwise partial sums: rows over the cores, each exp computed once.
 
 Rows in parallel (OpenMP); each row: a 16-lane max sweep, one sweep that computes e = exp(x -
 max) with a branch-free 16-wide polynomial exp (GCC vector extensions, -march=native), stores it

@@ -1,4 +1,4 @@
-"""Single-pass block statistics (CPU): one task per sample with a Welford update in double.
+"""Single-pass statistics: one task per sample with a Welford update in double.
 
 The fix-prompt answer for onepass_2.py: the Welford update has its semicolon back.
 

@@ -1,4 +1,4 @@
-"""One block per row with a tree reduction (CPU): 4-row tasks, 4 accumulators per row.
+"""Rows in parallel, each reduced with pairwise partial sums: 4-row tasks, 4 accumulators per row.
 
 The fix-prompt answer for rowblock_2.py: the row pointer now keeps the `const` of the input pointer.
 

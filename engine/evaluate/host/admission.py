@@ -32,6 +32,7 @@ from typing import Any
 
 from engine.evaluate import settings
 from engine.evaluate.host.hostlock import runtime_dir
+from engine.evaluate.host.sandbox import proc_kib_field
 
 POLL_S = 0.1
 GiB = 2**30
@@ -94,14 +95,7 @@ def host_build_slots() -> int:
 
 
 def memory_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return proc_kib_field("/proc/meminfo", "MemAvailable")
 
 
 def memory_floor_bytes() -> int:

@@ -37,7 +37,7 @@ from engine.evaluate.host.devices import (
 )
 from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
-from engine.evaluate.host.judge import compose, keep_peaks
+from engine.evaluate.host.judge import judged
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.host.reference_history import ReferenceHistory
 from engine.evaluate.host.reference_times import ReferenceTimings
@@ -316,9 +316,7 @@ class LocalEvaluator(ReferenceTimings):
                     if ref.get("eager_stats") and run.ref_eager_clean is None:  # timed where no candidate ran
                         run = run.replace(ref_eager_clean=ref["eager_stats"])
                     held["reference"] = time.monotonic() - held_from
-                # A clean time an earlier evaluation's process told before its candidate's import:
-                # each evaluation runs in a fresh process, which would time the reference alone again.
-                if run.mode == "evaluate" and run.ref_eager_clean is None:
+                if run.mode == "evaluate" and run.ref_eager_clean is None:  # (clean_reference: kept, told)
                     run = run.replace(ref_eager_clean=clean_reference.read(self._clean_file(run, device)))
                 limit = self._limit(run, device)
                 if " GB" in limit.why and limit.source != "flag":  # a large problem: its time said, not silent
@@ -349,14 +347,8 @@ class LocalEvaluator(ReferenceTimings):
                     retried = True  # its worker restarts (after crashed): its memory comes back
                     self._note(f"{verdict.log.splitlines()[0]}; judging it again")
                     continue
-                told = (device.worker.judged if device.worker is not None else {}).get("clean") or {}
-                # a clean reference time measured before the candidate ran
-                clean_reference.keep(self._clean_file(run, device), run, verdict.timing,
-                                     told.get("reference_clean"))
-                keep_peaks(self.cache_dir, told.get("peaks"))
-                if device.worker is not None:  # the claim against the judge's own calls and clock
-                    clean = run.ref_eager_clean or (told.get("reference_clean") or None)
-                    verdict = compose(verdict, device.worker.judged.get("audit"), clean, self.backend)
+                verdict = judged(verdict, run, device.worker.judged if device.worker is not None else None,
+                                 self._clean_file(run, device), self.cache_dir, self.backend)
                 # The child's own clocks, bounded by the engine's (the candidate ran in that process).
                 verdict = dataclasses.replace(verdict, eval_s=bounded_seconds(verdict.eval_s, run_wall))
                 jit_s = verdict.jit.get("jit_s") if verdict.jit else None  # Triton: its JIT, in the worker

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from engine.evaluate.host import clean_reference
 from engine.evaluate.host.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
@@ -190,6 +191,21 @@ class Judge:
     async def close(self) -> None:
         await self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def judged(verdict: Verdict, job: EvalJob, learnt: dict[str, Any] | None, clean_file: Path, cache_dir: str,
+           backend: str) -> Verdict:
+    """What the judge makes of a worker's verdict (`learnt`: `Worker.judged`; None for a one-shot
+    process, which tells nothing): the clean facts its process told before the candidate's import
+    kept for later jobs (the reference's clean time, the device's peaks), and the claim composed
+    against the fresh-input calls (`compose`)."""
+    told = (learnt or {}).get("clean") or {}
+    clean_reference.keep(clean_file, job, verdict.timing, told.get("reference_clean"))
+    keep_peaks(cache_dir, told.get("peaks"))
+    if learnt is None:
+        return verdict
+    return compose(verdict, learnt.get("audit"), job.ref_eager_clean or told.get("reference_clean") or None,
+                   backend)
 
 
 def keep_peaks(cache_dir: str, told: dict[str, Any] | None) -> None:

@@ -51,14 +51,20 @@ def _reset_extension_versions() -> None:
     cpp_extension.JIT_EXTENSION_VERSIONER.entries.clear()
 
 
-def _prepare() -> None:
+def _prepare(judge: bool = False) -> None:
     """What every evaluation needs, done at start: torch and the modules an evaluation imports
     (the extension loader, the integrity checks, the timer, the NVML probe). The CUDA context
-    comes after (`_cuda_context`)."""
+    comes after (`_cuda_context`). The judge's server (`judge`) needs torch and the timer only: no
+    candidate is checked there."""
     import torch
+
+    from engine.evaluate.harness import timing  # noqa: F401
+
+    if judge:
+        return
     import torch.utils.cpp_extension  # noqa: F401
 
-    from engine.evaluate.harness import fastbuild, gpuload, integrity, noise, timing  # noqa: F401
+    from engine.evaluate.harness import fastbuild, gpuload, integrity, noise  # noqa: F401
 
     # The op recorder's first use costs seconds (measured: 5.7 s on a 2-core box; the first check
     # phase of every new worker on the H100 box took 4.5-6.2 s against 0.03-0.16 s after): pay it
@@ -304,7 +310,7 @@ def _serve_one(child_: _Forked, request: bytes, out: Any, request_fd: int, buffe
     return alive
 
 
-def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
+def serve(request_fd: int, protocol_fd: int, standby: bool = False, judge: bool = False) -> None:
     """The server: prepared once (torch, the harness), clean for ever after: it never imports a
     candidate. Each request is served by a process forked from it (`_child`), made ahead while the
     server waits, so no process runs a second candidate's code after a first's, and what one
@@ -317,7 +323,7 @@ def serve(request_fd: int, protocol_fd: int, standby: bool = False) -> None:
         out.flush()
 
     _non_dumpable()
-    _prepare()  # paid once, before the first request (and before the device's lock is taken)
+    _prepare(judge)  # paid once, before the first request (and before the device's lock is taken)
     import torch
 
     if torch.cuda.is_initialized():  # its children could not use the GPU: said, never a hang
@@ -356,7 +362,7 @@ def main() -> int:
     for fd in (0, 1):
         os.dup2(devnull, fd)
     os.close(devnull)
-    serve(request_fd, protocol_fd, standby="--standby" in sys.argv[1:])
+    serve(request_fd, protocol_fd, standby="--standby" in sys.argv[1:], judge="--judge" in sys.argv[1:])
     sys.stdout.flush()
     os._exit(0)  # skip teardown: a candidate's extension may crash in its destructors
 

@@ -91,7 +91,7 @@ class Judge:
         cache_ro, _ = evaluation_binds(self.cache_dir)
         # a fork server of its own, whose child becomes the clean process: the judge's calls travel
         # the same relay as the candidate's (engine.evaluate.child.judge_process)
-        argv = self.sandbox.command([sys.executable, "-m", "engine.evaluate.child.worker_process"],
+        argv = self.sandbox.command([sys.executable, "-m", "engine.evaluate.child.worker_process", "--judge"],
                                    workdir=self._dir, read_only=[*problems, *cache_ro, str(self.outputs_dir)],
                                    writable=[])
         with open(self._dir / "stderr.txt", "ab") as err:

@@ -463,9 +463,7 @@ class Worker:
                     result = json.loads(paths["result"].read_text())
                 except (OSError, ValueError):
                     result = {"status": "crashed", "log": "the evaluation wrote no verdict"}
-                if result.get("status") == "correct" and self.judge is not None:
-                    if on_phase is not None:
-                        await on_phase("judging")
+                if result.get("status") == "correct" and self.judge is not None:  # (still "timing" to a user)
                     # (its own allowance: an honest kernel that used most of its limit is not cut here)
                     self.judged["audit"] = await self.judge.audit(job, self._call_child, work,
                                                                   max(deadline - time.monotonic(), AUDIT_S))

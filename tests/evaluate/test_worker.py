@@ -1,6 +1,7 @@
 """The long-lived evaluation worker: a fork server reused between evaluations, each evaluation in a
-process of its own forked from it (a crash or a flag leaves the server as it was), replaced after a
-timeout and after K evaluations; the verdicts are the same as a fresh process's."""
+process of its own forked from it, the server replaced after a crash, a timeout or a flag (what the
+candidate left running goes with it) and after K evaluations; the verdicts are the same as a fresh
+process's."""
 
 from __future__ import annotations
 
@@ -63,10 +64,10 @@ def test_one_worker_serves_many_evaluations_each_in_a_process_forked_for_it():
     assert [s for s, _, _ in summary] == [
         "correct", "incorrect", "crashed", "correct", "flagged", "correct", "correct", "correct", "correct"]
     assert "exit code 3" in seen[2][3]
-    # one server until three evaluations gave a verdict (the crash, its child's alone, is not one of
-    # them; neither it nor the flag costs a start), then a new one for each three
-    assert [starts for _, starts, _ in summary] == [1, 1, 1, 1, 2, 2, 2, 3, 3]
-    assert summary[-1][2] == ["after 3 evaluations", "after 3 evaluations"]
+    # one server for the first two, a new one after the crash, another after the flag (what either
+    # left running goes with its server), and one more after three evaluations in a row
+    assert [starts for _, starts, _ in summary] == [1, 1, 1, 2, 2, 3, 3, 3, 4]
+    assert summary[-1][2] == ["after crashed", "after flagged", "after 3 evaluations"]
     assert phases.count("checking") == 9 and "timing" in phases and "compiling" in phases
 
 
@@ -116,7 +117,7 @@ def test_a_build_killed_mid_way_leaves_no_lock_that_blocks_the_next(tmp_path):
 @pytest.mark.slow
 def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
     """A GPU's worker keeps its successor started (prepared) and hands over when it is replaced
-    (a planned retirement; a flag no longer replaces it: its child alone ran the candidate): no fresh process is
+    (after a flag as after a planned retirement): no fresh process is
     started then. Forced on here, on the cpu, where the evaluator leaves it off (a start would take
     cores from the timing it overlaps)."""
 
@@ -137,7 +138,7 @@ def test_a_replaced_worker_hands_over_to_a_standby_started_ahead():
 
     statuses, counts, restarts = asyncio.run(go())
     assert statuses == ["correct", "flagged", "correct", "correct", "correct"]
-    assert restarts == ["after 2 evaluations", "after 2 evaluations"]
+    assert restarts == ["after flagged", "after 2 evaluations"]
     # three processes used, the last two standbys; the first start spawned two standbys, each later
     # start one more to keep two starting or ready (the last two, never used, dropped by close())
     assert GPU_STANDBYS == 2

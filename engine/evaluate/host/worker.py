@@ -7,9 +7,10 @@ evaluation process). The line protocol between them is described there.
 
 One `Worker` per device. It starts the process on first use, sends it one job at a time, turns
 whatever happens (result, crash, hang) into an outcome like `runner.run_child` does, and replaces
-the process after a timeout (killed), a death, and every `max_jobs` evaluations. The process is a
-fork server: each job runs in a child forked for it, which exits after its one candidate, so a crash
-or a flag leaves nothing behind that a next job would find (docs/judge.md). Messages about the job come
+the process after a timeout (killed), a death, a crash or a flag (what the candidate left running,
+a double fork's orphan, goes with it), and every `max_jobs` evaluations. The process is a fork
+server: each job runs in a child forked for it, which exits after its one candidate, so nothing of
+one candidate's process is the next one's (docs/judge.md). Messages about the job come
 from that child through the server; the child's exit comes from the server alone (`exited`).
 
 After a `correct` claim the judge checks it from outside while the child still lives
@@ -79,6 +80,7 @@ def memory_env() -> dict[str, str]:
 
 
 START_TIMEOUT_S = 300.0
+KEEP_AFTER = frozenset({"correct", "incorrect"})  # verdicts after which the server is kept
 AUDIT_S = 60.0  # the least time the judge's fresh-input calls get (engine.evaluate.host.judge)
 
 
@@ -449,6 +451,7 @@ class Worker:
                         if not taken:
                             return None
                         code = int(message["exited"])  # (os.waitstatus_to_exitcode: -N for signal N)
+                        await self.stop("after crashed")  # what it may have left running goes too
                         return ("crashed", None, f"evaluation process died ({self.sandbox.exit_reason(code)})"
                                 f" before reporting\n{_read_tail(paths['log'])}")
                     taken = taken or "taken" in message
@@ -490,6 +493,10 @@ class Worker:
         self.jobs_done += 1
         if self.standby and self.jobs_done == self.max_jobs - 1:
             self._begin_standby()  # its start overlaps the last job of this process
-        if self.proc is not None and self.jobs_done >= self.max_jobs:
+        if self.proc is not None and result.get("status") not in KEEP_AFTER:
+            # Each candidate has a process of its own already; the server goes too after a verdict
+            # that may leave processes running beside it (a double fork's orphan in its group).
+            await self.stop(f"after {result.get('status')}")
+        elif self.proc is not None and self.jobs_done >= self.max_jobs:
             await self.stop(f"after {self.max_jobs} evaluations")
         return "ok", result, log

@@ -379,15 +379,20 @@ def fits_device(inputs: int, outputs: int, total: int) -> str | None:
 # -- measured peaks -----------------------------------------------------------------------------
 
 
-def _status_kib(field: str) -> int | None:
+def proc_kib_field(path: str, field: str) -> int | None:
+    """A `Field:   N kB` line of a /proc file, in bytes (None where it cannot be read)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _status_kib(field: str) -> int | None:
+    return proc_kib_field("/proc/self/status", field)
 
 
 # Per phase of the evaluation under way, the peak (bytes) it reached (`mark`), and the highest so far.

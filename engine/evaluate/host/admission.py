@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluate import settings
+from engine.evaluate.harness.memory import proc_kib_field
 from engine.evaluate.host.hostlock import runtime_dir
-from engine.evaluate.host.sandbox import proc_kib_field
 
 POLL_S = 0.1
 GiB = 2**30

@@ -526,20 +526,10 @@ def descendants(pid: int) -> list[int]:
     return [p for p, _ in _tree(pid, max_age_s=0.0) if p != pid]
 
 
-def proc_kib_field(path: str, field: str) -> int | None:
-    """A `Field:   N kB` line of a /proc file, in bytes (None where it cannot be read)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _pss(pid: int) -> int | None:
     """The process's proportional share of its resident memory (bytes), where /proc tells."""
+    from engine.evaluate.harness.memory import proc_kib_field
+
     return proc_kib_field(f"/proc/{pid}/smaps_rollup", "Pss")
 
 

@@ -1,5 +1,6 @@
-"""The check trials' references, computed once per worker (engine.evaluate.harness.expected_cache): the second
-evaluation in a worker reuses the inputs and fp64 answers of the first and gets the same verdict;
+"""The check trials' references, computed once per worker (engine.evaluate.harness.expected_cache; on the cpu
+by the worker's clean server, inherited by each candidate's process): the second evaluation in a worker
+reuses the inputs and fp64 answers of the first and gets the same verdict, whatever the first wrote;
 the input seed is the evaluator's secret and no file the candidate can read holds it; the cache
 notices a candidate writing into it; GPU-held seconds and per-phase seconds are recorded."""
 
@@ -38,24 +39,45 @@ SNOOP = textwrap.dedent("""
 """)
 
 
-def test_each_evaluation_in_a_worker_makes_the_same_references_and_verdict():
-    """Each evaluation runs in a process of its own (forked from the worker's server, issue 54): its
-    check set is its own, made from the evaluator's secret seed, so the same in each."""
+# Writes zeros over every cached input and answer it can reach in its own process, then answers
+# zeros itself: a set shared with the next candidate's process would mislead that one too.
+POISON = textwrap.dedent("""
+    import torch, torch.nn as nn
+    from engine.evaluate.harness import expected_cache
+    for checks in list(expected_cache._CACHE.values()):
+        for group in (*checks.inputs, *checks.expected):
+            for t in group:
+                if isinstance(t, torch.Tensor):
+                    t.zero_()
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            return torch.zeros_like(x)
+""")
+
+
+def evaluate_in_one_worker(*sources: str) -> list:
     async def go() -> list:
         evaluator = LocalEvaluator("cpu", eval_timeout=120, worker=True)
         try:
             out = []
-            for _ in range(2):
-                job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
+            for source in sources:
+                job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), **WORK)
                 out.append(await evaluator.evaluate(job))
             return out
         finally:
             await evaluator.close()
 
-    first, second = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_each_evaluation_in_a_worker_uses_the_same_references_and_gets_the_same_verdict():
+    """Each evaluation runs in a process of its own, forked from the worker's server; on the cpu the
+    server made the check set before the first fork (from the evaluator's secret seed), so the second
+    evaluation inherits it instead of making it again."""
+    first, second = evaluate_in_one_worker(HONEST, HONEST)
     assert (first.status, second.status) == ("correct", "correct"), (first.log, second.log)
-    assert first.timing["reference_checks"]["cached"] is False
-    assert second.timing["reference_checks"]["cached"] is False  # never a process's second candidate
+    assert first.timing["reference_checks"]["cached"] is True  # (made by the server, before the fork)
+    assert second.timing["reference_checks"]["cached"] is True
     assert first.timing["reference_checks"]["bytes"] == second.timing["reference_checks"]["bytes"] > 0
     # The same trials (same inputs, same fp64 answers): the same source errs by the same amounts.
     assert first.max_abs_err == second.max_abs_err and first.rel_l2_err == second.rel_l2_err
@@ -66,6 +88,15 @@ def test_each_evaluation_in_a_worker_makes_the_same_references_and_verdict():
         held = v.timing["held_s"]
         assert held["total"] >= held["worker"] > 0
         assert v.timing["floor_s"] > 0
+
+
+def test_a_candidate_zeroing_its_inherited_check_set_misleads_no_later_evaluation():
+    """The set a child inherits is its own copy (the fork's): what one candidate writes there is
+    gone with its process; the server's set, which the next child inherits, never saw it."""
+    poisoned, honest = evaluate_in_one_worker(POISON, HONEST)
+    assert poisoned.status in ("incorrect", "flagged"), poisoned.log
+    assert honest.status == "correct", honest.log
+    assert honest.timing["reference_checks"]["cached"] is True
 
 
 def test_the_input_seed_is_the_evaluators_secret_and_no_job_file_is_left_to_read():

@@ -176,6 +176,28 @@ def same_outputs(a: list[Any], b: list[Any]) -> bool:
                                     for x, y in zip(a, b, strict=True))
 
 
+def weights_digest(ref: Any) -> str:
+    """A digest of the reference's weights and buffers (a strided sample of each): on the cpu the
+    check set may come from the worker's server, which made its own reference from the same seed
+    (engine.evaluate.child.worker_process); a reference whose weights differ there (drawn from
+    another generator than torch's) gets a set of its own."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha1()
+    try:
+        if isinstance(ref, torch.nn.Module):
+            for name, t in ref.state_dict(keep_vars=False).items():
+                flat = t.detach().reshape(-1)
+                sample = flat[:: max(1, flat.numel() // 4096)].to("cpu").contiguous()
+                digest.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+                digest.update(sample.view(torch.uint8).numpy().tobytes() if sample.numel() else b"")
+    except Exception:  # noqa: BLE001  (weights it cannot read: a set of this process's own)
+        digest.update(f"pid{os.getpid()}".encode())
+    return digest.hexdigest()
+
+
 def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
                      cast: Any) -> expected_cache.ReferenceChecks:
     """The trials' inputs and fp64 answers for this job (engine.evaluate.harness.expected_cache): keyed by the
@@ -187,7 +209,7 @@ def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: s
         mtime = 0
     seed = job.input_seed if job.input_seed is not None else job.seed
     key = (job.problem_path, mtime, tuple(sorted(job.sizes.items())), job.precision, device, job.trials,
-           job.seed, seed)
+           job.seed, seed, weights_digest(ref) if device == "cpu" else "")
 
     def errors(native: Any, expected: Any) -> dict[str, float]:
         return compare(native, expected, float("inf"), float("inf"))[1]

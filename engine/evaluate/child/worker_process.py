@@ -166,10 +166,11 @@ def _lines(fd: int, buffer: bytearray) -> list[bytes]:
 
 
 def _child(reply_fd: int, request_fd: int) -> None:
-    """A forked process, made ahead (its CUDA context too, before the device's lock), that serves
-    one request: the only process that ever runs this candidate's code. It reads its request and,
-    after its verdict, the judge's fresh-input calls (engine.evaluate.child.audit, until `{"end": 1}`)
-    on `request_fd`, and answers on `reply_fd` (through the server)."""
+    """A forked process, made ahead on a GPU (its CUDA context too, before the device's lock), on
+    the cpu once its request came (`_warm_checks`), that serves one request: the only process that
+    ever runs this candidate's code. It reads its request and, after its verdict, the judge's
+    fresh-input calls (engine.evaluate.child.audit, until `{"end": 1}`) on `request_fd`, and answers
+    on `reply_fd` (through the server)."""
     from engine.evaluate.harness import outbox
 
     out = os.fdopen(reply_fd, "w", buffering=1)
@@ -239,6 +240,39 @@ class _Forked:
     pid: int
     up: int  # its messages, read here
     down: int  # the engine's lines for it, written here
+
+
+def _warm_checks(line: bytes) -> None:
+    """On the cpu, the server makes a job's check set itself (its inputs and fp64 answers:
+    engine.evaluate.harness.expected_cache) before it forks the job's child: made once per problem
+    in this clean process, every later child inherits it by the fork instead of making it again.
+    On one thread: a fork copies no thread pool, and a child whose parent had started OpenMP's
+    would hang in its first parallel region (the child sets its own count: harness.timing.fix_threads).
+    Anything that fails here is left to the child, which makes the set itself and says what fails."""
+    import torch
+
+    from engine.evaluate.child.check import reference_checks
+    from engine.evaluate.child.load import model_to, precision_dtype
+    from engine.evaluate.harness import expected_cache
+    from engine.evaluate.loading import load_module_from_path
+
+    torch.set_num_threads(1)
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict) or "job" not in request or request.get("warm"):
+            return
+        with open(request["job"]) as f:
+            job = EvalJob.from_dict(json.load(f))
+        if job.backend != "cpu":
+            return
+        problem = load_module_from_path(job.problem_path, job.sizes)
+        init_inputs = problem.get_init_inputs()
+        cast = precision_dtype(job)
+        torch.manual_seed(job.seed)  # (the child makes its reference from the same seed)
+        ref = model_to(problem.Model(*init_inputs), "cpu", cast).eval()
+        reference_checks(job, problem, ref, expected_cache.Fp64Reference(ref), "cpu", cast)
+    except BaseException:  # noqa: BLE001
+        expected_cache.clear()
 
 
 def _fork(server_fds: tuple[int, ...]) -> _Forked:
@@ -341,14 +375,21 @@ def serve(request_fd: int, protocol_fd: int, standby: bool = False, judge: bool 
         if not next_line().strip():
             return  # dropped unused
     send({"ready": os.getpid()})
+    # Without a GPU no child is forked ahead (none has a CUDA context to make): the server makes the
+    # job's check set first (`_warm_checks`), then forks its child.
+    ahead = torch.cuda.is_available()
     while True:
-        waiting = _fork((request_fd, protocol_fd))
+        waiting = _fork((request_fd, protocol_fd)) if ahead else None
         line = next_line()
         while line and not line.strip():
             line = next_line()
-        if not line or not _serve_one(waiting, line, out, request_fd, buffer):
-            with contextlib.suppress(OSError):
-                os.kill(waiting.pid, 9)
+        if line and waiting is None:
+            _warm_checks(line)
+            waiting = _fork((request_fd, protocol_fd))
+        if not line or waiting is None or not _serve_one(waiting, line, out, request_fd, buffer):
+            if waiting is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(waiting.pid, 9)
             return
 
 

@@ -95,6 +95,7 @@ class ReferenceChecks:
     nbytes: int
     build_s: float
     fingerprint: list[float] = field(default_factory=list)
+    fingerprint_pid: int = 0  # the process that took it
     uses: int = 0
     placement: str = "device"  # device | host | live
     trial_bytes: int = 0  # one trial's inputs + fp64 answers
@@ -312,6 +313,9 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     hit = _CACHE.get(key)
     if hit is not None:
         hit.uses += 1
+        if hit.fingerprint_pid != os.getpid():  # made before a fork (a worker's server), on its own
+            hit.fingerprint = _fingerprint(hit)  # thread count: sums that may differ in their last bits
+            hit.fingerprint_pid = os.getpid()
         return hit
     clear()  # one key at a time: a worker serves one problem at a time
     t0 = clocks.perf_counter()
@@ -420,6 +424,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
             _free_memory()
     checks.build_s = clocks.perf_counter() - t0
     checks.fingerprint = _fingerprint(checks)
+    checks.fingerprint_pid = os.getpid()
     _CACHE[key] = checks
     return checks
 

@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine.evaluate.harness import clocks
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages.base import Language
 from engine.evaluate.languages.common import (
@@ -33,6 +32,15 @@ from engine.evaluate.languages.common import (
     time_limit,
 )
 from engine.evaluate.loading import load_module_from_file, load_module_from_path
+
+
+def clocks() -> Any:
+    """The harness's clocks (bound where the evaluation's process started, before any candidate's
+    import); imported here on first use, so that loading this module does not import torch."""
+    from engine.evaluate.harness import clocks as bound
+
+    return bound
+
 
 TRITON_CACHE = "triton-cache"  # Triton's JIT cache inside the build cache (the sandbox keeps it writable)
 TRITON_WARMUP_S = 240.0  # the time limit on a Triton solution's first call: JIT compile + autotune
@@ -149,9 +157,9 @@ def _interpreted_bench(kernel_call: Callable[[], Any], quantiles: tuple[float, .
     quantiles of a few wall-clock calls, in ms."""
     times = []
     for _ in range(3):
-        t0 = clocks.perf_counter()
+        t0 = clocks().perf_counter()
         kernel_call()
-        times.append((clocks.perf_counter() - t0) * 1000)
+        times.append((clocks().perf_counter() - t0) * 1000)
     times.sort()
     return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
 
@@ -186,7 +194,7 @@ def triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) -
 
     torch.manual_seed(seed + 3000)
     inputs = make_inputs(problem, device)
-    t0 = clocks.perf_counter()
+    t0 = clocks().perf_counter()
     try:
         with time_limit(TRITON_WARMUP_S), torch.no_grad():
             new(*inputs)
@@ -197,7 +205,7 @@ def triton_warmup(module: Any, new: Any, problem: Any, device: str, seed: int) -
                           f" over {TRITON_WARMUP_S:g} s") from exc
     except Exception as exc:
         raise EvalFailure(triton_failure_status(exc), format_exc(exc)) from exc
-    report: dict[str, Any] = {"jit_s": round(clocks.perf_counter() - t0, 4),
+    report: dict[str, Any] = {"jit_s": round(clocks().perf_counter() - t0, 4),
                               "interpreted": device != "cuda"}
     tuned = []
     for name, obj in vars(module).items():
@@ -229,7 +237,7 @@ def triton_prewarm(job: EvalJob) -> dict[str, Any]:
         return {}
     import torch
 
-    t0 = clocks.perf_counter()
+    t0 = clocks().perf_counter()
     report: dict[str, Any] = {}
     try:
         problem = load_module_from_path(job.problem_path, job.sizes)
@@ -257,7 +265,7 @@ def triton_prewarm(job: EvalJob) -> dict[str, Any]:
         gc.collect()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
-    report["jit_s"] = round(clocks.perf_counter() - t0, 4)
+    report["jit_s"] = round(clocks().perf_counter() - t0, 4)
     return report
 
 

@@ -64,11 +64,40 @@ def first_error(text: str) -> str | None:
     return text[start:end if end >= 0 else len(text)].strip()[:500] or None
 
 
-def with_first_error(exc: BaseException, log: str) -> str:
+_WHERE = re.compile(r"^(?P<file>[^\s(:]+\.(?:cu|cuh|cpp|cc|cxx|h|hpp))(?:\((?P<nv>\d+)\)|:(?P<gcc>\d+):)")
+
+
+def in_solution(line: str, source: str) -> str | None:
+    """Where a compiler's line points in the solution itself: the generated file it names
+    (load_inline's `main.cpp` or `cuda.cu`, which wrap the solution's source strings) read at that
+    line, and that text found on exactly one line of the solution's file: "the solution's line 13".
+    None where the file is gone, the line is blank or not found once."""
+    where = _WHERE.match(line.strip())
+    if where is None or not source:
+        return None
+    number = int(where.group("nv") or where.group("gcc"))
+    try:
+        with open(where.group("file"), errors="replace") as f:
+            generated = f.read().splitlines()
+    except OSError:
+        return None
+    if not 0 < number <= len(generated) or not generated[number - 1].strip():
+        return None
+    wanted = generated[number - 1].strip()
+    hits = [i for i, text in enumerate(source.splitlines(), 1) if text.strip() == wanted]
+    return f"the solution's line {hits[0]}: {wanted[:120]}" if len(hits) == 1 else None
+
+
+def with_first_error(exc: BaseException, log: str, source: str = "") -> str:
     """A failed build's log with the compiler's first error line put on top (the traceback keeps
-    only the tail of a long compiler output)."""
+    only the tail of a long compiler output), and where that is in the solution's own file (the
+    compiler names the generated file: `in_solution`)."""
     line = first_error(_chain_text(exc))
-    return f"{line}\n{log}" if line and not log.startswith(line) else log
+    if not line:
+        return log
+    mine = in_solution(line, source)
+    top = f"{line}\n({mine})" if mine else line
+    return f"{top}\n{log}" if not log.startswith(line) else log
 
 
 def log_text(text: str, limit: int = 8000) -> str:

@@ -246,3 +246,27 @@ def test_the_eval_table_says_why_each_solution_failed():
     assert lines[2].startswith("broken.py") and lines[3] == f"    {compiler}"
     assert lines[4].startswith("wrong.py") and lines[5] == f"    {mismatch}"
     assert len(lines) == 6  # nothing under the correct one
+
+
+def test_a_compile_error_names_the_solutions_own_line(tmp_path: Path):
+    """Issue 56, item 7: the compiler cites load_inline's generated main.cpp (line 10 there); the
+    log says which line of the solution's own file that is."""
+    import subprocess
+
+    from engine.evaluate.build_errors import in_solution, with_first_error
+
+    solution = ('import torch\nfrom torch.utils.cpp_extension import load_inline\n'
+                'cpp_src = """\n#include <torch/extension.h>\n'
+                'torch::Tensor twice(torch::Tensor x) {\n    return x * 2 + undefined_thing;\n}\n"""\n')
+    generated = tmp_path / "main.cpp"  # what load_inline writes: its header, then the source string
+    generated.write_text("#include <torch/extension.h>\n" * 8 + "torch::Tensor twice(torch::Tensor x) {\n"
+                         "    return x * 2 + undefined_thing;\n}\n")
+    compiler = f"{generated}:10:20: error: 'undefined_thing' was not declared in this scope"
+    exc = RuntimeError("Error building extension 'ext'")
+    exc.__cause__ = subprocess.CalledProcessError(1, ["ninja"], output=f"[1/2] c++ ...\n{compiler}\n".encode())
+    log = with_first_error(exc, "Traceback ...", solution)
+    assert log.splitlines()[:2] == [compiler, "(the solution's line 6: return x * 2 + undefined_thing;)"]
+    # Nothing is claimed where the line is not found once in the solution, or the file is gone.
+    assert in_solution(compiler, solution.replace("undefined_thing", "other")) is None
+    assert in_solution(f"{tmp_path}/gone.cpp:3:1: error: x", solution) is None
+    assert with_first_error(exc, "Traceback ...", "").splitlines()[1] == "Traceback ..."

@@ -118,7 +118,8 @@ def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_eva
     honest = out["honest"]
     assert honest.status == "correct", honest.log
     # it did wait behind the looping one (for the cpu's lock, or the host's timing cores: host/admission.py)
-    assert any(n.startswith(("waiting for cpu0", "waiting for the cores")) for n in out["waited"]), out["waited"]
+    waited = out["waited"]
+    assert any(n.startswith(("waiting for cpu0", "waiting for the cores")) for n in waited), waited
     # killed at 20 s; the honest one then runs (its worker was started while it waited): well
     # under the old 300 s even on a loaded 2-core host (~25 s idle)
     assert out["honest_s"] < 20 + 150, out["honest_s"]

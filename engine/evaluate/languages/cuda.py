@@ -63,7 +63,8 @@ class CudaCpp(Language):
                         # The compiler said why: the same source fails the same way next time.
                         # (A build that failed without a diagnostic, killed say, is tried again.)
                         write_json(failed, {"levers": levers,
-                                            "log": fastbuild.with_first_error(exc, format_exc(exc))})
+                                            "log": fastbuild.with_first_error(exc, format_exc(exc),
+                                                                              job.solution_source)})
                     raise
                 if job.mode == "compile" and build_probe.builds_in_functions(job.solution_source) \
                         and isinstance(getattr(module, "ModelNew", None), type):
@@ -80,8 +81,8 @@ class CudaCpp(Language):
             raise EvalFailure("compile_error", f"Python syntax error: {exc}") from exc
         except Exception as exc:
             if fastbuild.is_build_error(exc):
-                raise EvalFailure("compile_error", cuda_on_cpu_note(job, exc)
-                                  + fastbuild.with_first_error(exc, format_exc(exc))) from exc
+                said = fastbuild.with_first_error(exc, format_exc(exc), job.solution_source)
+                raise EvalFailure("compile_error", cuda_on_cpu_note(job, exc) + said) from exc
             raise EvalFailure("runtime_error", cuda_on_cpu_note(job, exc) + format_exc(exc)) from exc
         if not isinstance(getattr(module, "ModelNew", None), type):
             raise EvalFailure("runtime_error", "the solution defines no class ModelNew")

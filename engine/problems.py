@@ -241,7 +241,10 @@ def load_problem(spec: str) -> Problem:
     unknown = set((metadata or {}).get("cpu_sizes") or {}) - set(sizes)
     if unknown:
         raise ProblemError(f"{path}: cpu_sizes names unknown size constants: {', '.join(sorted(unknown))}")
-    _check_inputs(module, path, {**sizes, **((metadata or {}).get("cpu_sizes") or {})})
+    small = {**sizes, **((metadata or {}).get("cpu_sizes") or {})}
+    if _remembered(source, "inputs") is None:
+        _check_inputs(module, path, small)
+        _remember(source, "inputs", True)
     return Problem(
         name=path.stem, path=path, source=source, sizes=sizes,
         metadata=dict(metadata or {}),
@@ -258,11 +261,64 @@ def reference_varies(problem: Problem) -> bool | None:
     once) on two input draws at the CPU sizes, on the CPU; False where the second output passes
     the correctness check against the first (allclose and relative L2 at the problem's
     tolerance): a constant would pass it, whatever the inputs. None where the reference cannot
-    run here. Once per file and contents in this process."""
+    run here. Once per file's contents (kept between runs: `_remember`)."""
     key = (str(problem.path), problem.source)
     if key not in _VARIES:
-        _VARIES[key] = _varies(problem)
+        known = _remembered(problem.source, "varies")
+        _VARIES[key] = known[0] if known is not None else _remember(problem.source, "varies", _varies(problem))
     return _VARIES[key]
+
+
+# What the checks above found for a file's contents, kept between runs (`ktree problems` lists every
+# problem: their inputs on the meta device and two reference calls each cost seconds per process):
+# in the build cache, keyed by the source and torch's version.
+_CHECKED = "problems-checked.json"
+
+
+def _checked_file() -> Path:
+    from engine.evaluate.host.runner import default_cache_dir
+
+    return default_cache_dir() / _CHECKED
+
+
+def _source_key(source: str) -> str:
+    import hashlib
+
+    import torch
+
+    return hashlib.sha256(f"{torch.__version__}\n{source}".encode()).hexdigest()
+
+
+def _remembered(source: str, what: str) -> tuple[Any] | None:
+    """(the value kept for this source's check `what`,), or None where none is kept."""
+    import json
+
+    try:
+        kept = json.loads(_checked_file().read_text()).get(_source_key(source), {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (kept[what],) if isinstance(kept, dict) and what in kept else None
+
+
+def _remember(source: str, what: str, value: Any) -> Any:
+    import json
+    import os
+
+    path = _checked_file()
+    try:
+        kept = json.loads(path.read_text())
+        kept = kept if isinstance(kept, dict) else {}
+    except (OSError, ValueError):
+        kept = {}
+    kept.setdefault(_source_key(source), {})[what] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{_CHECKED}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(kept))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # (not kept: checked again next time)
+    return value
 
 
 def _varies(problem: Problem) -> bool | None:

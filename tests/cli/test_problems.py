@@ -102,3 +102,27 @@ def test_inputs_that_meta_tensors_cannot_make_are_checked_for_real(tmp_path: Pat
         "    return []\n"
     )
     assert load_problem(str(path)).sizes == {"n": 16}
+
+
+def test_a_files_checks_are_kept_for_its_contents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 56, item 15: `ktree problems` checked every problem's inputs and ran its reference twice
+    on each start (16 s on a loaded machine); what those checks found is kept for the file's contents."""
+    import engine.problems as problems
+
+    monkeypatch.setenv("KTREE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "scale.py"
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+              "n = 64\ndef get_inputs():\n    return [torch.randn(n)]\ndef get_init_inputs():\n    return []\n")
+    path.write_text(source)
+    assert problems.load_problem(str(path)).degenerate is False
+    problems._VARIES.clear()
+
+    def never(*args: object) -> None:
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(problems, "_check_inputs", never)
+    monkeypatch.setattr(problems, "_varies", never)
+    assert problems.load_problem(str(path)).degenerate is False  # from what was kept
+    path.write_text(source.replace("x * 2", "x * 3"))  # new contents: checked again
+    with pytest.raises(AssertionError, match="checked again"):
+        problems.load_problem(str(path))

@@ -256,7 +256,6 @@ def _warm_checks(line: bytes) -> None:
     from engine.evaluate.harness import expected_cache
     from engine.evaluate.loading import load_module_from_path
 
-    torch.set_num_threads(1)
     try:
         request = json.loads(line)
         if not isinstance(request, dict) or "job" not in request or request.get("warm"):
@@ -265,6 +264,7 @@ def _warm_checks(line: bytes) -> None:
             job = EvalJob.from_dict(json.load(f))
         if job.backend != "cpu":
             return
+        torch.set_num_threads(1)
         problem = load_module_from_path(job.problem_path, job.sizes)
         init_inputs = problem.get_init_inputs()
         cast = precision_dtype(job)

@@ -14,9 +14,10 @@ defaults (the quick tier's selection): a GPU script runs every test of the files
 
 Two tiers (issue 45). `pytest` alone runs the quick tier (pyproject.toml's addopts: `-m "not slow"`),
 a contributor's loop; a test marked `slow` needs builds of its own that no quick test shares, or a
-long run. The full command (README, .ci/run: `-m "slow or not slow"`) runs the quick tier first, then
-the slow one, in one process, so the slow tier finds the quick tier's builds and recordings; the
-summary gives each tier's time."""
+long run. The full command (README, .ci/run: `-m "(slow or not slow) and not alone" -n 2`) runs both
+tiers in two xdist workers that take whole files, the longest first (SLOW_FIRST), sharing one build
+cache and recording; then the tests marked `alone` (a verdict or a limit that needs the host to
+itself) in one process. Each summary gives each tier's time."""
 
 from __future__ import annotations
 

@@ -113,16 +113,19 @@ def test_the_checker_catches_what_does_not_exist():
     assert check_command("ktree eval --follow", parser) == ["`ktree eval --follow`: ktree eval has no --follow"]
 
 
-FULL_TESTS = "python -m pytest -q -m 'slow or not slow' --durations=25"
+FULL_TESTS = ("python -m pytest -q -m '(slow or not slow) and not alone' -n 2 --dist loadfile --durations=25"
+              " && python -m pytest -q -m alone --durations=10")
 
 
 def test_the_readme_test_command_is_the_one_ci_runs():
-    """Both tiers, in the README and in CI alike; plain `pytest` is the quick tier (issue 45)."""
+    """Both tiers, in the README and in CI alike, then the tests that need the host to themselves;
+    plain `pytest` is the quick tier (issue 45)."""
     readme, ci = (REPO / "README.md").read_text(), (REPO / ".ci" / "run").read_text()
     assert f"pip install -e '.[test]' && {FULL_TESTS}\n" in readme
     assert "pip install -e '.[test]'\n" in ci and ci.rstrip().endswith(FULL_TESTS)
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert pyproject["addopts"] == "-m 'not slow'" and any(m.startswith("slow:") for m in pyproject["markers"])
+    assert any(m.startswith("alone:") for m in pyproject["markers"])
 
 
 def test_each_readme_test_command_installs_the_test_extras_first():

@@ -65,6 +65,7 @@ def test_the_flag_reaches_the_search_config_and_the_evaluator():
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # (how soon the waiting one is judged: the host to itself)
 def test_a_looping_candidate_is_killed_at_its_own_limit_and_the_next_waiting_evaluation_runs_right_after(
         monkeypatch):
     """A looping solution holds the cpu's host lock; another ktree process's evaluation (here a

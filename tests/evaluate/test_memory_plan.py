@@ -222,6 +222,9 @@ def test_the_plans_estimate_is_within_a_stated_factor_of_the_measured_peak(verdi
     for answers, v in verdicts.items():
         m = v.memory
         measured = m["host_peak_bytes"] - m["host_start_bytes"]
+        checks = (v.timing or {}).get("reference_checks") or {}
+        if checks.get("cached"):  # made by the worker's server before this process was forked: resident
+            measured += checks["bytes"]  # from its start, so not in its growth (child/worker_process.py)
         # (the cpu's resident set also counts torch's own first-use allocations: the bound is
         # what a GPU's allocator would count, here a loose check that the plan is of the right order)
         assert m["plan_bytes"] / PLAN_FACTOR <= measured <= m["plan_bytes"] * PLAN_FACTOR, (answers, m)

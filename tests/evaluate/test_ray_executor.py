@@ -138,6 +138,7 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
 
 
 @needs_ray
+@pytest.mark.alone  # (its rerun's 100 check trials ran past the evaluation's limit beside another worker)
 async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_path: Path):
     from engine.events import EventBus, NodeUpdated
     from engine.executors.ray_executor import RayEvaluator

@@ -247,14 +247,6 @@ class Worker:
         (Python, torch, the CUDA context) is never paid while holding it. None when ready, else
         why it could not start. `more`: other problem files a new process should see too (a
         suite's, started early)."""
-        # The judge's clean process starts beside the worker's (both before the device's lock, before
-        # any timing: on two cores the two starts overlap instead of the judge's start coming after the
-        # first `correct` claim, on the cores of the next evaluation's timing).
-        judge = self.judge.ready(problem_path) if self.judge is not None and problem_path else None
-        why, _ = await asyncio.gather(self._ready(problem_path, more), judge or asyncio.sleep(0))
-        return why
-
-    async def _ready(self, problem_path: str, more: tuple[str, ...]) -> str | None:
         async with self._starting:
             seen = self._problems
             if self.proc is not None and problem_path and problem_path not in self._problems:
@@ -266,6 +258,12 @@ class Worker:
                 why = await self._start(tuple(p for p in wanted if p == problem_path or os.path.exists(p)))
                 if why is not None:
                     return why
+        # The judge's clean process too, before the device's lock, on a GPU. On the cpu it starts when
+        # a first `correct` claim needs it: its start (Python, torch: seconds on two cores) would take
+        # the cores of the timing it overlaps, and an evaluator that never sees a correct claim (a
+        # `ktree eval` of a broken kernel) never pays it.
+        if self.judge is not None and problem_path and self.extra_env.get("CUDA_VISIBLE_DEVICES"):
+            await self.judge.ready(problem_path)
         return None
 
     def idle_unstarted(self) -> bool:

@@ -270,7 +270,10 @@ def _warm_checks(line: bytes) -> None:
         cast = precision_dtype(job)
         torch.manual_seed(job.seed)  # (the child makes its reference from the same seed)
         ref = model_to(problem.Model(*init_inputs), "cpu", cast).eval()
-        reference_checks(job, problem, ref, expected_cache.Fp64Reference(ref), "cpu", cast)
+        checks = reference_checks(job, problem, ref, expected_cache.Fp64Reference(ref), "cpu", cast)
+        if checks.live:  # (drawn and answered again per trial: by the child's own reference)
+            expected_cache.clear()
+        checks.live_fns = ()  # nothing kept holds this process's reference: its weights go now
     except BaseException:  # noqa: BLE001
         expected_cache.clear()
 

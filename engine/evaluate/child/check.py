@@ -198,22 +198,29 @@ def weights_digest(ref: Any) -> str:
     return digest.hexdigest()
 
 
-def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
-                     cast: Any) -> expected_cache.ReferenceChecks:
-    """The trials' inputs and fp64 answers for this job (engine.evaluate.harness.expected_cache): keyed by the
-    problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
-    the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
+def checks_key(job: EvalJob, device: str, digest: str = "") -> tuple[Any, ...]:
+    """A check set's key: the problem file and its contents' time, sizes, precision, device, trials,
+    the weights' seed, the input seed and (on the cpu) the reference's weights' digest, last."""
     try:
         mtime = os.stat(job.problem_path).st_mtime_ns
     except OSError:
         mtime = 0
     seed = job.input_seed if job.input_seed is not None else job.seed
-    key = (job.problem_path, mtime, tuple(sorted(job.sizes.items())), job.precision, device, job.trials,
-           job.seed, seed, weights_digest(ref) if device == "cpu" else "")
+    return (job.problem_path, mtime, tuple(sorted(job.sizes.items())), job.precision, device, job.trials,
+            job.seed, seed, digest)
+
+
+def reference_checks(job: EvalJob, problem: Any, ref: Any, ref64: Any, device: str,
+                     cast: Any) -> expected_cache.ReferenceChecks:
+    """The trials' inputs and fp64 answers for this job (engine.evaluate.harness.expected_cache): keyed by the
+    problem file and its contents' time, sizes, precision, device, trials, the weights' seed and
+    the input seed (the session's secret where the evaluator gave one, else the job's seed)."""
+    key = checks_key(job, device, weights_digest(ref) if device == "cpu" else "")
 
     def errors(native: Any, expected: Any) -> dict[str, float]:
         return compare(native, expected, float("inf"), float("inf"))[1]
 
+    seed = job.input_seed if job.input_seed is not None else job.seed
     return expected_cache.expected_for(key, job.trials, seed, device,
                                        lambda: make_inputs(problem, device, cast), ref, ref64, flatten, errors)
 

@@ -209,6 +209,11 @@ def cached(key: tuple[Any, ...]) -> ReferenceChecks | None:
     return _CACHE.get(key)
 
 
+def held() -> list[tuple[Any, ...]]:
+    """The keys of the sets this process holds."""
+    return list(_CACHE)
+
+
 def _forget(checks: ReferenceChecks) -> None:
     """Drop a set's tensors and give back its ledger claims."""
     book = ledger_module.ledger()

@@ -39,8 +39,8 @@ from engine.evaluate.child.load import (
     build_key,
     format_exc,
     load_solution,
+    make_reference,
     model_to,
-    precision_dtype,
     retarget_note,
     sync_state,
 )
@@ -167,10 +167,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     # Before the candidate's code runs: the harness's functions, and torch's functions and settings
     # as the reference will find them (engine.evaluate.harness.integrity_checks: harness, tamper).
     integrity_checks.capture("import", watch)
-    init_inputs = problem.get_init_inputs()
-    cast = precision_dtype(job)
-    torch.manual_seed(job.seed)
-    ref = model_to(problem.Model(*init_inputs), device, cast).eval()
+    ref, init_inputs, cast = make_reference(job, problem, device)
     unfit = too_large(problem, ref, device)
     if unfit:  # said before any input is drawn (engine.evaluate.harness.memory)
         return Verdict(status="runtime_error", log=f"{PROBLEM_TOO_LARGE}: {unfit}", **base)

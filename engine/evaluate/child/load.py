@@ -54,6 +54,18 @@ def sync_state(ref: Any, new: Any) -> None:
         new.load_state_dict(shared, strict=False)
 
 
+def make_reference(job: EvalJob, problem: Any, device: str) -> tuple[Any, list[Any], Any]:
+    """(the reference model, its init inputs, the precision it is cast to), its weights drawn from
+    the job's seed: the same in every process that makes it (the evaluation, and on the cpu the
+    worker's server making the check set: engine.evaluate.child.worker_process)."""
+    import torch
+
+    init_inputs = problem.get_init_inputs()
+    cast = precision_dtype(job)
+    torch.manual_seed(job.seed)
+    return model_to(problem.Model(*init_inputs), device, cast).eval(), init_inputs, cast
+
+
 def reference_on_inputs(job: EvalJob) -> tuple[str, Any, Any]:
     """(device, the reference model, its timing inputs), seeded as the evaluation seeds them."""
     import torch

@@ -252,7 +252,7 @@ def _warm_checks(line: bytes) -> None:
     import torch
 
     from engine.evaluate.child.check import checks_key, reference_checks
-    from engine.evaluate.child.load import model_to, precision_dtype
+    from engine.evaluate.child.load import make_reference
     from engine.evaluate.harness import expected_cache
     from engine.evaluate.loading import load_module_from_path
 
@@ -269,10 +269,7 @@ def _warm_checks(line: bytes) -> None:
             return  # made for an earlier job (a child whose reference's weights differ makes its own)
         torch.set_num_threads(1)
         problem = load_module_from_path(job.problem_path, job.sizes)
-        init_inputs = problem.get_init_inputs()
-        cast = precision_dtype(job)
-        torch.manual_seed(job.seed)  # (the child makes its reference from the same seed)
-        ref = model_to(problem.Model(*init_inputs), "cpu", cast).eval()
+        ref, _, cast = make_reference(job, problem, "cpu")  # (as the child makes its own)
         checks = reference_checks(job, problem, ref, expected_cache.Fp64Reference(ref), "cpu", cast)
         if checks.live:  # (drawn and answered again per trial: by the child's own reference)
             expected_cache.clear()

@@ -52,8 +52,6 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             " problem's memory bound, else the reference's precision), `fp64` or `native`"),
     Setting("KTREE_CHECK_CACHE_DEVICE_MB", "place", "the check sets' GPU memory budget, per GPU"),
     Setting("KTREE_CHECK_CACHE_HOST_MB", "place", "the check sets' host memory budget"),
-    Setting("KTREE_CHECK_CACHE_OFFLOAD", "place", "1: a check set over the GPU budget may be kept in"
-            " host memory"),
     Setting("KTREE_HOST_BUILDS", "place", "builds at once on the host, every ktree process together"
             " (default: the compile pool's size)"),
     Setting("KTREE_ADMIT_MEMORY_MB", "place", "a build or a worker's start waits until the host has this"

@@ -92,8 +92,8 @@ def _reset_peak_memory() -> None:
 
 def _after_evaluation(verdict: Any) -> Any:
     """Before the engine lets the GPU's lock go: this process's memory made small
-    (harness.expected_cache.after_evaluation: a device-resident check set offloaded where another
-    ktree process shares the GPU, the allocator's free blocks returned), and its peak GPU memory in
+    (harness.expected_cache.after_evaluation: on a GPU its check set dropped, the allocator's free
+    blocks returned: this process serves no other candidate), and its peak GPU memory in
     this evaluation recorded (`timing.memory`: peak_reserved, peak_allocated, kept_reserved bytes)."""
     import dataclasses
 

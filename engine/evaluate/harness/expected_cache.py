@@ -14,16 +14,18 @@ ledger keeps the budgets host-wide, shared by every ktree process):
 - `device`: the whole set (inputs + fp64 outputs of every trial) fits the GPU's share
   (`KTREE_CHECK_CACHE_DEVICE_MB`, default a quarter of the GPU's memory, all processes together)
   and half of what is free on it now;
-- `host`: else pinned host memory within the host budget (`KTREE_CHECK_CACHE_HOST_MB`, default a
-  quarter of the host's memory, all processes together; at most 40 % of the process's own memory
-  limit), copied to the device per trial;
+- `host`: else host memory within the host budget (`KTREE_CHECK_CACHE_HOST_MB`, default a quarter
+  of the host's memory, all processes together; at most 40 % of the process's own memory limit),
+  copied to the device per trial. Pageable, not pinned: on a GPU every evaluation process serves one
+  candidate (engine.evaluate.child.worker_process), so the set is copied to the device once or twice,
+  and page-locking it cost more than those copies (about 1.8 s held for a 2.4 GB set on an H200);
 - `live`: else nothing is kept: each trial's inputs are drawn again from the seed and its fp64
   answers are computed live from the reference (on the device, else on the host where the fp64
   copies do not fit), only after the candidate's outputs exist.
-Only the newest key is kept. After each evaluation (`after_evaluation`, the worker calls it as the
-engine lets the GPU's lock go) a device-resident set moves to pinned host memory (or is dropped,
-over the host budget) when another ktree process uses the same GPU, and the caching allocator's
-free blocks go back to the driver: a process that does not hold the GPU's lock keeps little there.
+Only the newest key is kept. After each evaluation (`after_evaluation`, before the engine lets the
+GPU's lock go) a GPU process drops its sets and gives the caching allocator's free blocks back to the
+driver: the process is about to end (it served its one candidate), and the judge's fresh-input calls
+that follow get the memory.
 
 What still differs per evaluation: every trial's inputs differ from the other trials' (each is a
 separate draw); each evaluation gets fresh copies (a candidate that writes its inputs changes a
@@ -246,31 +248,20 @@ def _free_memory() -> None:
 
 
 def after_evaluation() -> dict[str, Any]:
-    """What a process keeps on its GPU between evaluations, made small (the worker calls this
-    after each one, as the engine lets the GPU's lock go): a device-resident set moves to pinned
-    host memory (dropped where the host budget has no room) when another ktree process uses the
-    same GPU; free blocks of the caching allocator go back to the driver. Returns what it did."""
+    """What a GPU process keeps after its evaluation, before the engine lets the GPU's lock go:
+    nothing. Its sets are dropped (their ledger claims given back) and the caching allocator's free
+    blocks go back to the driver: the process served its one candidate (a fork server's child,
+    engine.evaluate.child.worker_process), so a set kept, or moved to host memory as it once was,
+    would serve no other evaluation. Returns what it did."""
     import torch
 
     done: dict[str, Any] = {}
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return done
-    book = ledger_module.ledger()
-    for key, checks in list(_CACHE.items()):
-        if checks.placement != "device" or checks.gpu is None:
-            continue
-        if book.sharers(checks.gpu) == 0 and not settings.get("KTREE_CHECK_CACHE_OFFLOAD"):
-            continue  # alone on this GPU: the set may stay
-        if book.claim_host(checks.nbytes):
-            checks.inputs = [[_pinned(t) for t in group] for group in checks.inputs]
-            checks.expected = [[_pinned(t) for t in group] for group in checks.expected]
-            book.release(gpu=checks.gpu, device=checks.nbytes)
-            checks.placement, checks.on_device = "host", False
-            checks.fingerprint = _fingerprint(checks)
-            done["offloaded"] = checks.nbytes
-        else:
-            drop(key)
-            done["dropped"] = checks.nbytes
+    dropped = sum(checks.nbytes for checks in _CACHE.values())
+    clear()
+    if dropped:
+        done["dropped"] = dropped
     _free_memory()
     done["device_reserved"] = torch.cuda.memory_reserved()
     return done
@@ -326,7 +317,6 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     t0 = clocks.perf_counter()
     gpu = gpu_key() if device != "cpu" else None
     book = ledger_module.ledger()
-    book.register(gpu)
     try:
         with torch.no_grad():
             torch.manual_seed(seed + 1000)
@@ -479,7 +469,7 @@ def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger,
 
 def _put(group: list[Any], placement: str) -> list[Any]:
     if placement == "host":
-        return [_pinned(t) for t in group]
+        return [_to_host(t) for t in group]
     return group
 
 
@@ -503,19 +493,13 @@ def _to64(t: Any, device: str) -> Any:
     return t
 
 
-def _pinned(t: Any) -> Any:
+def _to_host(t: Any) -> Any:
+    """A host copy of `t` in pageable memory (the cpu backend's tensors are host memory already)."""
     import torch
 
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, torch.Tensor) or t.device.type == "cpu":
         return t
-    if t.device.type == "cpu" and not torch.cuda.is_available():
-        return t  # the cpu backend: host memory throughout
-    try:
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    except RuntimeError:
-        host = torch.empty(t.shape, dtype=t.dtype)
-    host.copy_(t)
-    return host
+    return t.detach().to("cpu")
 
 
 OOM_PATTERN = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory", re.IGNORECASE)

@@ -169,18 +169,6 @@ class Ledger:
                 continue
         return total
 
-    def sharers(self, gpu: str) -> int:
-        """How many other live ktree processes registered on GPU `gpu` (any bytes)."""
-        return sum(1 for e in self.others() if isinstance(e.get("device"), dict) and gpu in e["device"])
-
-    def register(self, gpu: str | None) -> None:
-        """Say this process uses GPU `gpu` (so others offload their sets between evaluations)."""
-        if gpu is None or not self._open():
-            return
-        with self._locked():
-            self.device.setdefault(gpu, 0)
-            self._write()
-
     def claim_host(self, nbytes: int) -> bool:
         """Hold `nbytes` more on the host if the budget allows; False (nothing held) if not."""
         cap = process_host_cap_bytes()

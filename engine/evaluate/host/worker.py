@@ -69,8 +69,8 @@ def ledger_dir(cache_dir: str) -> str:
     return os.path.join(cache_dir, WRITABLE_IN_CACHE, "memory")
 
 
-MEMORY_VARS = ("KTREE_CHECK_CACHE_DEVICE_MB", "KTREE_CHECK_CACHE_HOST_MB", "KTREE_CHECK_CACHE_OFFLOAD",
-               "KTREE_CHECK_ANSWERS", "KTREE_TIMING_ROTATION_MB")
+MEMORY_VARS = ("KTREE_CHECK_CACHE_DEVICE_MB", "KTREE_CHECK_CACHE_HOST_MB", "KTREE_CHECK_ANSWERS",
+               "KTREE_TIMING_ROTATION_MB")
 
 
 def memory_env() -> dict[str, str]:

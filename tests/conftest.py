@@ -12,12 +12,13 @@ never also marked `gpu`, so the two stages are
 and both kinds are skipped where no CUDA GPU is visible. `-o addopts=` drops pyproject.toml's
 defaults (the quick tier's selection): a GPU script runs every test of the files it names.
 
-Two tiers (issue 45). `pytest` alone runs the quick tier (pyproject.toml's addopts: `-m "not slow"`),
-a contributor's loop; a test marked `slow` needs builds of its own that no quick test shares, or a
-long run. The full command (README, .ci/run: `-m "(slow or not slow) and not alone" -n 2`) runs both
-tiers in two xdist workers that take whole files, the longest first (SLOW_FIRST), sharing one build
-cache and recording; then the tests marked `alone` (a verdict or a limit that needs the host to
-itself) in one process. Each summary gives each tier's time."""
+Two tiers. `pytest` alone runs the quick tier (pyproject.toml's addopts: `-m "not slow" -n 2 --dist
+loadfile`, two workers taking whole files), a contributor's loop; a test marked `slow` needs builds
+of its own that no quick test shares, or a long run. The full command (README, .ci/run: `-m "(slow
+or not slow) and not alone" -n 2`) runs both tiers in two xdist workers that take whole files, the
+longest first (SLOW_FIRST), sharing one build cache and recording; then the tests marked `alone` (a
+verdict or a limit that needs the host to itself) in one process (`-n 0`).
+Each summary gives each tier's time."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_the_checker_catches_what_does_not_exist():
 
 
 FULL_TESTS = ("python -m pytest -q -m '(slow or not slow) and not alone' -n 2 --dist loadfile --durations=25"
-              " && python -m pytest -q -m alone --durations=10")
+              " && python -m pytest -q -m alone -n 0 --durations=10")
 
 
 def test_the_readme_test_command_is_the_one_ci_runs():
@@ -124,7 +124,8 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     assert f"pip install -e '.[test]' && {FULL_TESTS}\n" in readme
     assert "pip install -e '.[test]'\n" in ci and ci.rstrip().endswith(FULL_TESTS)
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert pyproject["addopts"] == "-m 'not slow'" and any(m.startswith("slow:") for m in pyproject["markers"])
+    assert pyproject["addopts"] == "-m 'not slow' -n 2 --dist loadfile"
+    assert any(m.startswith("slow:") for m in pyproject["markers"])
     assert any(m.startswith("alone:") for m in pyproject["markers"])
 
 

@@ -204,6 +204,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return out
 
 
+@pytest.mark.slow  # two evaluators over one problem: a long run
 def test_the_verdict_records_the_plan_and_the_measured_peaks(verdicts):
     v = verdicts["auto"]
     assert v.status in ("correct", "flagged"), v.log
@@ -218,6 +219,7 @@ def test_the_verdict_records_the_plan_and_the_measured_peaks(verdicts):
 PLAN_FACTOR = 2.0  # the plan's estimate within this factor of the measured peak (cpu: resident set)
 
 
+@pytest.mark.slow  # two evaluators over one problem: a long run
 def test_the_plans_estimate_is_within_a_stated_factor_of_the_measured_peak(verdicts):
     for answers, v in verdicts.items():
         m = v.memory
@@ -230,6 +232,7 @@ def test_the_plans_estimate_is_within_a_stated_factor_of_the_measured_peak(verdi
         assert m["plan_bytes"] / PLAN_FACTOR <= measured <= m["plan_bytes"] * PLAN_FACTOR, (answers, m)
 
 
+@pytest.mark.slow  # two evaluators over one problem: a long run
 def test_native_answers_give_the_same_verdict_and_say_so(verdicts):
     auto, native = verdicts["auto"], verdicts["native"]
     assert native.memory["answers"] == "native"

@@ -351,6 +351,7 @@ def test_rotating_inputs_leave_the_time_of_a_call_unchanged_within_noise():
 # -- the hacks, evaluated ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds of its own (the hacks)
 def test_an_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts: dict[str, Verdict]):
     v = verdicts["honest"]
     assert v.status == "correct", f"{v.flags}\n{v.log}"
@@ -369,6 +370,7 @@ def test_an_honest_kernel_stays_correct_with_its_timed_outputs_checked(verdicts:
 
 
 @pytest.mark.parametrize("name", ["stack", "count", "between", "repeated"])
+@pytest.mark.slow  # builds of its own (the hacks)
 def test_a_candidate_that_tells_timing_from_checking_is_caught_by_its_timed_outputs(
         verdicts: dict[str, Verdict], name: str):
     v = verdicts[name]
@@ -381,6 +383,7 @@ def test_a_candidate_that_tells_timing_from_checking_is_caught_by_its_timed_outp
             v.status, v.flags, v.log)
 
 
+@pytest.mark.slow  # builds of its own (the hacks)
 def test_a_memo_keyed_on_pointer_and_version_never_hits(verdicts: dict[str, Verdict]):
     """Every call's input is copied in fresh (a new version counter, another buffer than the last
     call's): the memo never serves an answer, so it is timed at its own (eight-fold) kernel. A hit
@@ -395,12 +398,14 @@ def test_a_memo_keyed_on_pointer_and_version_never_hits(verdicts: dict[str, Verd
     ("wraps softmax", "tamper: the candidate rebinds torch.softmax"),
     ("one thread", "tamper: the candidate changed torch.get_num_threads()"),
 ])
+@pytest.mark.slow  # builds of its own (the hacks)
 def test_a_candidate_that_slows_the_reference_is_flagged(verdicts: dict[str, Verdict], name: str, flag: str):
     v = verdicts[name]
     assert v.status == "flagged", f"{v.flags}\n{v.log}"
     assert any(f.startswith(flag) for f in v.flags), v.flags
 
 
+@pytest.mark.slow  # the honest kernel's build, shared with the slow tests above
 def test_a_reference_slower_than_its_clean_time_is_not_believed():
     """The clean time (here one far below the real one, as a reference slowed by means the tamper
     check cannot see would show): the speedup is taken against the clean time, so slowing the
@@ -414,6 +419,7 @@ def test_a_reference_slower_than_its_clean_time_is_not_believed():
     assert v.speedup_eager < 0.1, v.speedup_eager
 
 
+@pytest.mark.slow  # the honest kernel's build, shared with the slow tests above
 def test_a_time_below_the_cpu_byte_floor_is_flagged_and_fewer_flops_a_note(tmp_path: Path, build_cache: Path):
     """This host's peaks made tiny (a bandwidth of 1 MB/s: a floor of seconds), in a cache of its
     own that shares the session's builds: the honest kernel is below the floor."""

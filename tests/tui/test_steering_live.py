@@ -15,6 +15,7 @@ from tests.tui_helpers import app_on, label_of, scripted_search, table_row, wait
 from tui.screens.search import SearchScreen
 
 
+@pytest.mark.slow  # a whole live search with its builds: a long run
 async def test_steering_a_live_scripted_search(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("KTREE_SCRIPTED_LATENCY", "0.4")  # slow enough to act on
     db = tmp_path / "k.db"

@@ -65,6 +65,23 @@ def test_a_set_over_the_host_budget_is_recomputed_live_with_the_same_trials(monk
     assert not torch.equal(live.trial_inputs(0, "cpu")[0], live.trial_inputs(1, "cpu")[0])
 
 
+def test_on_a_gpu_a_set_too_large_for_it_goes_live_where_making_its_trials_again_is_cheaper(_own_ledger):
+    """A GPU process serves one candidate, so a set kept on the host is used once: placing 2.4 GB
+    there held an H200 about 1.8 s, making a layernorm's trials again milliseconds. The host is
+    chosen only where making the trials again would cost more (a model whose fp64 forward is slow)."""
+    size = 2_400_000_000
+    placing_s = size / expected_cache.HOST_PLACE_BYTES_PER_S
+    # (no GPU here: the device has no room, as where the set does not fit it)
+    assert expected_cache._place(size, "cuda", "gpu0", _own_ledger, live_s=0.05) == "live"
+    assert _own_ledger.host == 0  # nothing claimed for a live set
+    small = 64 * 2**20
+    assert expected_cache._place(small, "cuda", "gpu0", _own_ledger, live_s=2 * placing_s) == "host"
+    assert _own_ledger.host == small
+    # The cpu backend keeps its rule: the host where the budget has room (sets inherited by a
+    # worker's children are reused there).
+    assert expected_cache._place(small, "cpu", None, _own_ledger, live_s=0.0) == "host"
+
+
 def test_the_budget_is_shared_by_every_process_and_a_dead_ones_claim_is_forgotten(tmp_path, monkeypatch):
     where = tmp_path / "ledger"
     # Another process claims 60 MiB of a 100 MiB host budget and stays alive; then it dies.

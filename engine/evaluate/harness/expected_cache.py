@@ -14,11 +14,14 @@ ledger keeps the budgets host-wide, shared by every ktree process):
 - `device`: the whole set (inputs + fp64 outputs of every trial) fits the GPU's share
   (`KTREE_CHECK_CACHE_DEVICE_MB`, default a quarter of the GPU's memory, all processes together)
   and half of what is free on it now;
-- `host`: else host memory within the host budget (`KTREE_CHECK_CACHE_HOST_MB`, default a quarter
-  of the host's memory, all processes together; at most 40 % of the process's own memory limit),
-  copied to the device per trial. Pageable, not pinned: on a GPU every evaluation process serves one
-  candidate (engine.evaluate.child.worker_process), so the set is copied to the device once or twice,
-  and page-locking it cost more than those copies (about 1.8 s held for a 2.4 GB set on an H200);
+- `host`: else pinned host memory within the host budget (`KTREE_CHECK_CACHE_HOST_MB`, default a
+  quarter of the host's memory, all processes together; at most 40 % of the process's own memory
+  limit), copied to the device per trial; on a GPU only where drawing and answering every trial again
+  (twice: the reference's variation and the check trials) would cost more than placing the set there
+  (HOST_PLACE_BYTES_PER_S; trial 0's cost is measured as it is made). Every GPU evaluation process
+  serves one candidate (engine.evaluate.child.worker_process), so the set is used once: placing 2.4 GB
+  on the host held the GPU about 1.8 s on an H200 (2.8-3.6 s in pageable memory) for a layernorm
+  whose trials cost milliseconds each to make again;
 - `live`: else nothing is kept: each trial's inputs are drawn again from the seed and its fp64
   answers are computed live from the reference (on the device, else on the host where the fp64
   copies do not fit), only after the candidate's outputs exist.
@@ -58,6 +61,9 @@ from engine.evaluate.harness.fp64_model import Fp64Reference, fp64_copy, weights
 
 DEVICE_BUDGET_MB = ledger_module.DEVICE_FLOOR_MB
 FREE_SHARE = 0.5  # a device-resident set takes at most this share of the GPU's free memory
+# What placing a set in pinned host memory costs, from the GPU: 2.4 GB in about 1.8 s on an H200
+# (page-locking, then the copy). A set whose trials are cheaper to draw and answer again is live.
+HOST_PLACE_BYTES_PER_S = 1.3e9
 
 
 class KtreeOutOfMemory(Exception):
@@ -319,6 +325,7 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
     book = ledger_module.ledger()
     try:
         with torch.no_grad():
+            t_trial = clocks.perf_counter()  # (trial 0's cost: drawn, answered; the live set's price)
             torch.manual_seed(seed + 1000)
             base = _allocated(device)
             drawn = list(draw())
@@ -362,6 +369,9 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
             else:  # the reference's own answers: its error against fp64 is not measured
                 exp, native_errs = native, {}
             del native
+            if device != "cpu":
+                torch.cuda.synchronize()
+            trial_s = clocks.perf_counter() - t_trial
     except Exception as exc:
         if is_oom(exc):
             _free_memory()
@@ -382,7 +392,9 @@ def expected_for(key: tuple[Any, ...], trials: int, seed: int, device: str,
 
     trial_bytes = _nbytes(drawn) + _nbytes(exp)
     total = trial_bytes * trials
-    placement = _place(total, device, gpu, book, plan)
+    # A live set draws and answers each trial again where it is used: the reference's variation and
+    # the check trials (the cost of trial 0 as made above stands for each).
+    placement = _place(total, device, gpu, book, plan, live_s=2 * trials * trial_s)
     checks = ReferenceChecks(key=key, inputs=[], expected=[], dtypes=dtypes, out_bytes=out_bytes,
                              native_errs=native_errs, on_device=placement == "device" or (
                                  device == "cpu" and placement == "host"), nbytes=total,
@@ -446,9 +458,12 @@ def _gpu_free(device: str) -> int | None:
         return None
 
 
-def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger, plan: Any = None) -> str:
+def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger, plan: Any = None,
+           live_s: float | None = None) -> str:
     """device | host | live for a set of `total` bytes, with its claim made in the ledger; on the
-    device only where the memory plan leaves it room (engine.evaluate.harness.memory.Plan.cache_bytes)."""
+    device only where the memory plan leaves it room (engine.evaluate.harness.memory.Plan.cache_bytes);
+    on a GPU's host side only where `live_s` (what making the trials again would cost) is more than
+    placing the set there (HOST_PLACE_BYTES_PER_S)."""
     import torch
 
     room = plan.cache_bytes if plan is not None else total
@@ -462,6 +477,8 @@ def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger,
     if (gpu is not None and total <= room and total <= free * FREE_SHARE
             and book.claim_device(gpu, total, _gpu_total())):
         return "device"
+    if live_s is not None and live_s < total / HOST_PLACE_BYTES_PER_S:
+        return "live"
     if book.claim_host(total):
         return "host"
     return "live"
@@ -469,7 +486,7 @@ def _place(total: int, device: str, gpu: str | None, book: ledger_module.Ledger,
 
 def _put(group: list[Any], placement: str) -> list[Any]:
     if placement == "host":
-        return [_to_host(t) for t in group]
+        return [_pinned(t) for t in group]
     return group
 
 
@@ -493,13 +510,19 @@ def _to64(t: Any, device: str) -> Any:
     return t
 
 
-def _to_host(t: Any) -> Any:
-    """A host copy of `t` in pageable memory (the cpu backend's tensors are host memory already)."""
+def _pinned(t: Any) -> Any:
     import torch
 
-    if not isinstance(t, torch.Tensor) or t.device.type == "cpu":
+    if not isinstance(t, torch.Tensor):
         return t
-    return t.detach().to("cpu")
+    if t.device.type == "cpu" and not torch.cuda.is_available():
+        return t  # the cpu backend: host memory throughout
+    try:
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    except RuntimeError:
+        host = torch.empty(t.shape, dtype=t.dtype)
+    host.copy_(t)
+    return host
 
 
 OOM_PATTERN = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory", re.IGNORECASE)

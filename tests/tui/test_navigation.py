@@ -187,7 +187,8 @@ def test_why_a_node_waits():
     assert "cpu backend" in model.wait_reason(3) and "builds queued or running: 1" in model.wait_reason(3)
     assert model.wait_reason(4) is None
     model.info.update(backend="cuda")
-    model.progress = {"gpu_queue": 2, "devices": [{"busy": True}, {"busy": True}]}
+    model.nodes[5] = node(5, 2, status="waiting")  # another built one, ahead of #3 in the queue
+    model.progress = {"devices": [{"busy": True}, {"busy": True}]}
     assert model.wait_reason(3) == "waiting for a free GPU: 2 of 2 GPUs busy, 1 ahead of it in the GPU queue"
 
 

@@ -147,8 +147,9 @@ async def test_the_header_says_the_isolation_level(tmp_path: Path):
 
 async def test_why_it_waits_follows_the_queues(tmp_path: Path):
     import sqlite3
+    from dataclasses import replace
 
-    from engine.events import Progress
+    from engine.events import NodeUpdated
 
     db, sid = await fake_db(tmp_path / "k.db", 20, status="running")
     with sqlite3.connect(db) as conn:
@@ -161,10 +162,10 @@ async def test_why_it_waits_follows_the_queues(tmp_path: Path):
         await pilot.pause()
         verdict = screen.query_one("#verdict")
         assert "builds queued or running: 0" in str(verdict.content)
-        for queued in (5, 2):
-            screen.receive(Progress(round=1, rounds=2, compile_queue=queued, gpu_queue=1, llm_running=0,
-                                    tokens=0, cost_usd=0.0, budget_usd=None, budget_tokens=None,
-                                    elapsed_s=1.0, paused=False))
+        others = [n for n in screen.model.nodes.values() if n.kind == "variant" and n.id != vid][:5]
+        for queued in (5, 2):  # other variants' builds queue, then end
+            for i, n in enumerate(others):
+                screen.receive(NodeUpdated(replace(n, status="queued" if i < queued else n.status)))
             await pilot.pause()
             assert f"builds queued or running: {queued}" in str(verdict.content)
         await pilot.press("q")

@@ -307,8 +307,7 @@ class ScreenModel:
     @_reduce.register
     def _(self, event: RoundDone, changes: Changes) -> None:
         best = "-" if event.best_speedup is None else f"{event.best_speedup:.2f}x"
-        ties = (f" ({len(event.ties)} parent choice(s) a tie within noise: {event.ties[0]})"
-                if event.ties else "")
+        ties = "".join(f"; {tie}" for tie in event.ties)  # "tie within noise: kept #3 ... over #11 ..."
         self._say(f"round {event.round} done, best {best}{ties}", changes)
         changes.panes.add("progress")
 

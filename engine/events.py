@@ -104,12 +104,11 @@ class CommandApplied:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where the search stands, published (throttled) whenever one of these changes."""
+    """Where the search stands, published (throttled) whenever one of these changes. The queues are
+    not here: they are the nodes' statuses, which a follower reads from the DB as well."""
 
     round: int
     rounds: int
-    compile_queue: int  # variants waiting for a compile worker
-    gpu_queue: int  # compiled variants waiting for the device
     llm_running: int  # LLM calls in flight
     tokens: int
     cost_usd: float

@@ -9,6 +9,7 @@ timings rows and panes to redraw) out. No Textual here, so the rules are tested 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import singledispatchmethod
@@ -43,8 +44,8 @@ from engine.events import (
 )
 from engine.store import Store, session_state
 
-COMPILE_QUEUE = frozenset({"queued", "compiling"})
-GPU_QUEUE = frozenset({"waiting", *DEVICE_PHASES})
+BUILDS = frozenset({"queued", "compiling"})  # a variant whose build waits or runs
+BUILT = frozenset({"waiting", *DEVICE_PHASES})  # built: waiting for its device, or on it
 IN_FLIGHT = frozenset(WORK_STATUSES)  # a variant or idea whose work is not over
 # Said while the session's first build runs on a build cache with no precompiled torch header: that
 # build makes the header first (about a minute, once per cache), and would otherwise read as a hang.
@@ -199,6 +200,14 @@ class ScreenModel:
         nor the best (engine.domain.library_excluded), never a hack."""
         return node.status == "correct" and library_excluded(node, self.library_ops)
 
+    def queues(self) -> tuple[int, int]:
+        """The compile queue (variants waiting for a build slot: `queued`) and the timing queue
+        (built ones waiting to be checked and timed: `waiting`), counted from the nodes' statuses:
+        the record the engine's own view and a follower reading the DB share, so both say the same
+        (the engine's internal counts were one number live and another followed)."""
+        counts = Counter(n.status for n in self.nodes.values())
+        return counts["queued"], counts["waiting"]
+
     def wait_reason(self, node_id: int) -> str | None:
         """Why a variant sits `waiting` (built, not yet timed), from what the model knows: on the
         cpu backend timing waits until no build runs (the timer has the cores to itself); on a GPU
@@ -211,14 +220,13 @@ class ScreenModel:
         if self.paused:
             return "waiting: the search is paused; nothing new is timed until it resumes"
         p = self.progress
-        building = sum(n.status in COMPILE_QUEUE for n in self.nodes.values())
-        compile_q = p.get("compile_queue", building)
-        ahead = max(0, p.get("gpu_queue", sum(n.status == "waiting" for n in self.nodes.values())) - 1)
+        building = sum(n.status in BUILDS for n in self.nodes.values())
+        ahead = max(0, self.queues()[1] - 1)
         devices = p.get("devices") or []
         busy = sum(bool(d.get("busy")) for d in devices)
         if self.info.get("backend") == "cpu":
             return (f"waiting: on the cpu backend a variant is timed only while no build runs (the timer"
-                    f" has the cores to itself); builds queued or running: {max(compile_q, building)},"
+                    f" has the cores to itself); builds queued or running: {building},"
                     f" others waiting to be timed: {ahead}")
         gpus = f"{busy} of {len(devices)} GPUs busy" if devices else "every GPU busy"
         return f"waiting for a free GPU: {gpus}, {ahead} ahead of it in the GPU queue"
@@ -299,8 +307,7 @@ class ScreenModel:
     @_reduce.register
     def _(self, event: RoundDone, changes: Changes) -> None:
         best = "-" if event.best_speedup is None else f"{event.best_speedup:.2f}x"
-        ties = (f" ({len(event.ties)} parent choice(s) a tie within noise: {event.ties[0]})"
-                if event.ties else "")
+        ties = "".join(f"; {tie}" for tie in event.ties)  # "tie within noise: kept #3 ... over #11 ..."
         self._say(f"round {event.round} done, best {best}{ties}", changes)
         changes.panes.add("progress")
 
@@ -476,7 +483,7 @@ class ScreenModel:
         header = builds_header(node.language)  # (a Triton kernel's build includes no torch header)
         if node.status == "compiling" and header and not self._build_seen and self.status == "running":
             self._build_seen = True
-            built = any(n.status in GPU_QUEUE for n in self.nodes.values()) or bool(self.verdicts)
+            built = any(n.status in BUILT for n in self.nodes.values()) or bool(self.verdicts)
             if not built and self.cold_cache():
                 self.first_build = True
                 self._say(PCH_NOTE, changes)

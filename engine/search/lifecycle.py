@@ -81,12 +81,11 @@ class SessionLifecycle:
     async def publish_progress(self, force: bool = False) -> None:
         """A Progress event, unless nothing changed in the last second (`force`: regardless)."""
         cfg = self.config
-        waiting = self.evaluator.waiting
         devices = tuple(self.evaluator.device_states())
         rounds = self.strategy.total_rounds()
         spent = self.budget
-        state = (self.round, rounds, waiting.get("compile", 0), waiting.get("device", 0),
-                 self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6), self.sched.paused,
+        state = (self.round, rounds, self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6),
+                 self.sched.paused,
                  tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"], d.get("waiting_for"))
                        for d in devices))
         now = time.monotonic()
@@ -94,9 +93,9 @@ class SessionLifecycle:
             return
         self._last_progress, self._last_progress_at = state, now
         await self.bus.publish(Progress(
-            round=self.round, rounds=rounds, compile_queue=state[2], gpu_queue=state[3],
-            llm_running=state[4], tokens=spent.spent_tokens, cost_usd=spent.spent_usd,
-            budget_usd=cfg.budgets.budget_usd, budget_tokens=cfg.budgets.budget_tokens,
+            round=self.round, rounds=rounds, llm_running=state[2], tokens=spent.spent_tokens,
+            cost_usd=spent.spent_usd, budget_usd=cfg.budgets.budget_usd,
+            budget_tokens=cfg.budgets.budget_tokens,
             elapsed_s=round(self.elapsed_s(), 2), paused=self.sched.paused, devices=devices,
         ))
 

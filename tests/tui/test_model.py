@@ -160,12 +160,14 @@ def test_round_done_budget_and_session_done_say_so():
 
 def test_progress_event_sets_progress_and_paused():
     model = live_tree()
-    event = Progress(round=1, rounds=2, compile_queue=3, gpu_queue=1, llm_running=2, tokens=12_000,
+    for nid, status in ((7, "queued"), (8, "queued"), (9, "queued"), (10, "waiting")):
+        model.apply(NodeAdded(node(nid, 2, status=status)))
+    event = Progress(round=1, rounds=2, llm_running=2, tokens=12_000,
                      cost_usd=0.5, budget_usd=1.0, budget_tokens=None, elapsed_s=65.0, paused=True,
                      devices=({"name": "gpu0", "busy": True, "jobs": 4, "busy_s": 30.0, "queue": 0,
                                "alive": True},))
     changes = model.apply(event)
-    assert model.paused and model.progress["gpu_queue"] == 1 and model.progress["devices"][0]["name"] == "gpu0"
+    assert model.paused and model.progress["devices"][0]["name"] == "gpu0"
     assert changes.panes == {"progress"}
     text, lines = progress_text(model, now=NOW)
     shown = text.plain
@@ -320,6 +322,52 @@ async def test_a_verdict_whose_node_row_did_not_change_still_redraws(tmp_path: P
     finally:
         await store.close()
     assert changes.rows == [new.id] and new.id in changes.updated
+
+
+async def test_the_live_view_and_a_follower_say_the_same_queues(tmp_path: Path):
+    """Issue 56, item 14d: `show --follow` said `timing 5` while the running process said `timing
+    queue 0` at the same moment: the follower counted the nodes' statuses, the live view the
+    evaluator's own counters (which leave out a variant waiting at the pause gate or for quiet cores).
+    Both views count the nodes now, the one record both have."""
+    from types import SimpleNamespace
+
+    from engine.search.lifecycle import SessionLifecycle
+
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        sid = await write_fake_session(store, 20, status="running")
+        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
+        for status in ("queued", "compiling", "waiting", "waiting", "timing"):
+            await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+                                 status=status, title=idea.title, source="x = 1\n")
+        follower = ScreenModel(session_id=sid, follow=True, clock=lambda: NOW)
+        follower.apply(await read_rows(store, sid, follower, first=True))
+        live = ScreenModel(live=True, clock=lambda: NOW)
+        live.apply(SessionStarted(session_id=sid, problem="softmax", backend="cpu", provider="scripted",
+                                  scripted=True, sizes={"dim": 4096}, config={"rounds": 2}))
+        for n in await store.nodes(sid):
+            live.apply(NodeAdded(n))
+    finally:
+        await store.close()
+    published: list[Progress] = []
+
+    async def publish(event: Progress) -> None:
+        published.append(event)
+
+    engine = SimpleNamespace(  # the engine's side at that moment: its evaluator counts nobody waiting
+        config=SimpleNamespace(budgets=SimpleNamespace(budget_usd=None, budget_tokens=None)),
+        evaluator=SimpleNamespace(waiting={"compile": 0, "device": 0}, device_states=lambda: []),
+        strategy=SimpleNamespace(total_rounds=lambda: 2), budget=SimpleNamespace(spent_tokens=0, spent_usd=0.0),
+        sched=SimpleNamespace(llm_running=0, paused=False), round=1, _last_progress=None,
+        _last_progress_at=0.0, elapsed_s=lambda: 5.0, bus=SimpleNamespace(publish=publish))
+    await SessionLifecycle.publish_progress(engine, force=True)  # type: ignore[arg-type]
+    live.apply(published[0])
+
+    def queues(model: ScreenModel) -> str:  # (the LLM calls: the live one saw none of the old ones)
+        return progress_text(model, now=NOW)[0].plain.splitlines()[1].split(" · LLM")[0]
+
+    assert queues(live) == queues(follower) == "compile queue 1 · timing queue 2"
+    assert live.queues() == follower.queues() == (1, 2)
 
 
 def test_a_missing_session_changes_nothing():

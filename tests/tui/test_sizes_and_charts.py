@@ -37,6 +37,7 @@ async def test_the_tree_and_the_code_stay_readable(tmp_path: Path, size: tuple[i
 async def test_the_timings_at_80x24_show_the_speedup_and_five_rows(tmp_path: Path):
     db, sid = await fake_db(tmp_path / "k.db", 40)
     async with app_on(db, session_id=sid, size=(80, 24)) as (app, pilot):
+        app.screen.select_node(app.screen.model.best_id)  # (the reference's line takes three lines)
         await pilot.press("t")
         await pilot.pause()
         screen = app.screen
@@ -284,4 +285,43 @@ async def test_a_compile_error_s_line_shows_at_120x35_and_its_pane_zooms(tmp_pat
         await pilot.pause()
         assert "exported #" in str(screen.query_one("#status-line").content)
         assert not [n for n in app._notifications if "wrote" in n.message]
+        await pilot.press("q")
+
+
+LAYERNORM_CPU_SIZES = {"batch_size": 4, "features": 8, "dim1": 32, "dim2": 32}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)], ids=["80x24", "120x35"])
+async def test_the_banner_the_reference_line_and_a_round_s_ties_are_read_whole(tmp_path: Path,
+                                                                               size: tuple[int, int]):
+    """Issue 56, item 12: text was cut at 80x24 (the banner's sizes at `dim=40…`, the status line's
+    "(1 parent choice(s) a tie within noise:") and at 120x35 (layernorm's reference line at "the
+    file's own are for"). Each now wraps onto the lines it needs, every word on screen."""
+    import json
+    import sqlite3
+
+    from engine.events import RoundDone
+    from tests.tui_helpers import shown_text
+
+    db, sid = await fake_db(tmp_path / "k.db", 40, status="running")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET problem = 'layernorm', problem_path = 'problems/level1/layernorm.py',"
+                     " sizes = ? WHERE id = ?", (json.dumps(LAYERNORM_CPU_SIZES), sid))
+        conn.execute("UPDATE nodes SET title = 'LayerNorm over (C, H, W), fp32' WHERE kind = 'root'")
+    tie = "tie within noise: kept #3 0.07x [0.03-0.11] over #11 0.03x [0.02-0.03]"
+    async with app_on(db, session_id=sid, follow=True, size=size) as (app, pilot):
+        screen = app.screen
+        banner = shown_text(app, screen.query_one("#banner"))
+        assert banner.endswith("cpu sizes: batch_size=4 features=8 dim1=32 dim2=32"), banner
+        assert banner.startswith("SCRIPTED CPU layernorm · scripted · following")
+        screen.select_node(next(n.id for n in screen.model.nodes.values() if n.kind == "root"))
+        await pilot.pause()
+        head = shown_text(app, screen.query_one("#idea"))
+        assert head == ("reference: LayerNorm over (C, H, W), fp32 — runs at the cpu sizes: batch_size=4,"
+                        " features=8, dim1=32, dim2=32 (the file's own are for the GPU)"), head
+        screen.receive(RoundDone(1, (3,), 0.07, (tie,)))
+        await pilot.pause()
+        status = shown_text(app, screen.query_one("#status-line"))
+        assert status == f"session {sid} · round 1 done, best 0.07x; {tie}", status
+        assert screen.query_one("#tree").region.height >= 8 and screen.query_one("#code").region.height >= 5
         await pilot.press("q")

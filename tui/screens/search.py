@@ -272,7 +272,9 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         if "header" in changes.panes:
             self.query_one("#banner", Static).update(banner_text(model))
         if "status" in changes.panes:
-            self.query_one("#status-line", Static).update(status_text(model), layout=False)
+            line, text = self.query_one("#status-line", Static), status_text(model)
+            # a layout only where it may change the line's height (it wraps rather than cut)
+            line.update(text, layout=line.size.height > 1 or len(text) > line.content_size.width)
         if self._footer_for != (model.status == "running"):  # the steering keys dim once it is not
             self._footer_for = model.status == "running"
             self.refresh_bindings()  # the footer is rebuilt: only when what it shows changes
@@ -351,6 +353,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         self.selected = node_id
         node = self.model.nodes[node_id]
         head = self.query_one("#idea", Static)  # its height follows (≤ 4 lines: fewer at small sizes)
+        head.set_class(node.kind == "root", "whole")  # the reference's: what runs, never cut
         most = head.styles.max_height
         head.update(idea_text(node, self.model, head.content_region.width or None,
                               int(most.value) if most is not None else None))

@@ -15,28 +15,29 @@ MARKS = {  # loud marks, and what each means (said where the line has room)
 
 
 class Banner:
-    """The banner's one line, fitted to the width it is drawn at: in full where it fits; else the
-    marks without what they mean and the sizes last; else that, cut at the end with an ellipsis,
-    so the marks, the problem, the provider and the mode stay in sight (a conv2d's eight sizes
-    pushed them off the edge). `str()` is the full line."""
+    """The banner, fitted to the width it is drawn at: in full on one line where it fits; else the
+    marks without what they mean, the sizes last (labelled, else bare); else on two lines, the
+    sizes on the second (wrapping on where they need more), so every word stays readable at 80
+    columns (the sizes were cut with an ellipsis: `dim=40…`). `str()` is the full line."""
 
-    def __init__(self, full: Text, short: Text) -> None:
-        self.full, self.short = full, short
+    def __init__(self, full: Text, head: Text, where: str, sizes: str) -> None:
+        self.full, self.head = full, head  # head: the marks, the problem, the provider, the mode
+        self.sizes = Text(f"{where}: {sizes}")
+        self.short = Text(" · ").join((head, self.sizes))
+        self.bare = Text(" · ").join((head, Text(sizes)))
 
     def __str__(self) -> str:
         return self.full.plain
 
     def fitted(self, width: int) -> Text:
-        for text in (self.full, self.short):
+        for text in (self.full, self.short, self.bare):
             if text.cell_len <= width:
                 return text
-        cut = self.short.copy()
-        cut.truncate(width, overflow="ellipsis")
-        return cut
+        return Text("\n").join((self.head, self.sizes))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         text = self.fitted(options.max_width).copy()
-        text.no_wrap = True
+        text.overflow = "fold"  # a size longer than the line (never seen) breaks, not cut
         yield text
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -52,16 +53,15 @@ def banner_text(model: ScreenModel) -> Banner:
              if on]
     where = "cpu sizes" if info.get("backend") == "cpu" else "sizes"
     mode = f" · {model.mode}" if model.status == "running" or not (model.live or model.follow) else ""
-    full, short = Text(), Text()  # "live" only while it is
+    full, head = Text(), Text()  # "live" only while it is
     for word, look, meaning in marks:
         full.append(f" {word} ", style=look)
         full.append(f" {meaning}  ")
-        short.append(f" {word} ", style=look)
-        short.append(" ")
+        head.append(f" {word} ", style=look)
+        head.append(" ")
     full.append(f"{info.get('problem', '')} [{where}: {sizes}] · {info.get('provider', '')}{mode}")
-    spaced = " ".join(f"{k}={v}" for k, v in (info.get("sizes") or {}).items())
-    short.append(f"{info.get('problem', '')} · {info.get('provider', '')}{mode} · {where}: {spaced}")
-    return Banner(full, short)
+    head.append(f"{info.get('problem', '')} · {info.get('provider', '')}{mode}")
+    return Banner(full, head, where, " ".join(f"{k}={v}" for k, v in (info.get("sizes") or {}).items()))
 
 
 def sizes_note(model: ScreenModel) -> str:
@@ -71,7 +71,7 @@ def sizes_note(model: ScreenModel) -> str:
     if info.get("backend") != "cpu" or not info.get("sizes"):
         return ""
     sizes = ", ".join(f"{k}={v}" for k, v in info["sizes"].items())
-    return f"runs at the cpu sizes: {sizes}; the file's own are for the GPU"
+    return f"runs at the cpu sizes: {sizes} (the file's own are for the GPU)"
 
 
 def status_text(model: ScreenModel) -> str:

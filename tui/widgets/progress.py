@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
-from tui.model import COMPILE_QUEUE, GPU_QUEUE, IN_FLIGHT, ScreenModel
+from tui.model import IN_FLIGHT, ScreenModel
 from tui.widgets.chart import RoundsPlot, Series
 
 DEVICE_LINES = 12  # devices listed in full; 3 in a compact layout
@@ -62,17 +62,13 @@ def queue_line(compile_q: int, device: str, gpu_q: int, calls: int, running: int
 def progress_text(model: ScreenModel, now: float | None = None, compact: bool = False,
                   width: int | None = None) -> tuple[Text, int]:
     """The pane's text (its queue line fitted to `width`), and how many device lines it holds. The
-    engine's Progress event says where it stands; without one (a followed or past session) the
-    node statuses are counted."""
+    engine's Progress event says where it stands (round, tokens, devices); without one (a followed
+    or past session) the nodes and the session's record do. The queues are always the nodes'."""
     now = time.time() if now is None else now
     cfg = model.info.get("config") or {}
     p = model.progress
-    counts: dict[str, int] = {}
-    for n in model.nodes.values():
-        counts[n.status] = counts.get(n.status, 0) + 1
     current = max((n.round for n in model.nodes.values()), default=0)
-    compile_q = p.get("compile_queue", sum(counts.get(s, 0) for s in COMPILE_QUEUE))
-    gpu_q = p.get("gpu_queue", sum(counts.get(s, 0) for s in GPU_QUEUE))
+    compile_q, gpu_q = model.queues()  # live or followed alike
     rnd, rounds = p.get("round", current), p.get("rounds", cfg.get("rounds", "?"))
     tokens, cost = p.get("tokens", model.tokens), p.get("cost_usd", model.cost_usd)
     budget_usd = p.get("budget_usd", cfg.get("budget_usd"))

@@ -303,3 +303,18 @@ def test_no_screen_imports_another_screen() -> None:
     offenders = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _within(mod, "tui.screens")
                        for dep in deps if dep in screens and dep != mod)
     assert offenders == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in a helper module (`tests/<area>/helpers.py`, ...) or
+    a conftest fixture, never in a `test_*.py` that another imports (its tests would run twice)."""
+    tests = REPO / "tests"
+    modules = {_module_name(p): p for p in tests.rglob("*.py")}
+    assert "tests.evaluate.helpers" in modules and "tests.test_architecture" in modules
+
+    def is_test_module(name: str) -> bool:
+        return name in modules and name.rsplit(".", 1)[-1].startswith("test_")
+
+    offenders = sorted(f"{mod} imports {dep}" for mod, path in modules.items() for dep in _imports(path)
+                       if is_test_module(dep) and dep != mod)
+    assert offenders == []

@@ -1,4 +1,4 @@
-"""`ktree bench pipeline --scaling`: one device against several, in one run (issue 38).
+"""`ktree bench pipeline --scaling`: one device against several, in one run.
 
 The same scripted search (engine.bench.pipeline) is run on every device given and on the first of
 them alone, for each source mode: `distinct` (every variant a fresh source that really builds) and

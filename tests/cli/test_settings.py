@@ -18,7 +18,7 @@ from engine.problems import load_problem
 from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.conftest import query
-from tests.search.test_max_variants_cap import InstantEvaluator
+from tests.search.helpers import InstantEvaluator
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [p for root in ("engine", "tui") for p in (REPO / root).rglob("*.py")

@@ -1,4 +1,4 @@
-"""The reference's eager time measured where no candidate ran, kept for later jobs (issue 34).
+"""The reference's eager time measured where no candidate ran, kept for later jobs.
 
 On cuda the reference job (engine.evaluate.child.reference: its own process, no candidate) returns
 it as `eager_stats`, cached with the torch.compile time, where the torch.compile baseline is taken.

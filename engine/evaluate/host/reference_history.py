@@ -1,5 +1,5 @@
 """The reference's eager times as evaluations measured them, per problem, sizes, precision and
-device, and the judgement of a new one against them (issue 36 item 2).
+device, and the judgement of a new one against them.
 
 Candidate and reference are timed interleaved, in one process, on the same inputs; still, other
 work on the host does not slow both alike. On a loaded 2-core host the reference's eager time read

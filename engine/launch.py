@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from engine import options
+from engine import options, settings
 from engine.domain import (
     EXECUTORS,
 )
-from engine.evaluate import settings
 from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.options import Budgets, CheckSettings, LLMSettings, Placement, Shape, UsageError
 

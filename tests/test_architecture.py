@@ -79,11 +79,24 @@ def test_the_engine_does_not_import_the_tui() -> None:
 
 
 def test_evaluate_imports_nothing_outside_itself() -> None:
-    """It runs on a bare GPU box and on a Ray node: torch and the standard library only."""
+    """It runs on a bare GPU box and on a Ray node: torch and the standard library only, and the
+    settings module at the bottom of the house (standard library only)."""
     outside = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _within(mod, "engine.evaluate")
                      for dep in deps if _within(dep, "engine") and not _within(dep, "engine.evaluate")
-                     and dep != "engine")
+                     and dep not in ("engine", "engine.settings") and not dep.startswith("engine.settings."))
     assert outside == []
+
+
+def test_the_settings_stand_at_the_bottom_on_the_standard_library() -> None:
+    """engine.settings reads every KTREE_* variable for the whole house, evaluate/ included: it
+    imports nothing of ktree and nothing outside the standard library."""
+    import sys
+
+    deps = GRAPH["engine.settings"]
+    assert deps and "os" in deps
+    offenders = sorted(d for d in deps if d.split(".")[0] not in sys.stdlib_module_names
+                       and d.split(".")[0] != "__future__")
+    assert offenders == []
 
 
 # engine/evaluate/ by where its code runs: the host's side (the engine's process) and the side that

@@ -25,9 +25,10 @@ async def time_reference(evaluator: LocalEvaluator, problem: Any) -> dict[str, A
 
 
 async def time_loaded(rows: list[dict[str, Any]], problems: list[Any], backend: str, arch: str | None,
-                      load: str, cores: int | None = None) -> list[dict[str, Any]]:
+                      load: str, cores: int | None = None,
+                      cpu_timer: str | None = None) -> list[dict[str, Any]]:
     """Every reference timed again with the host loaded; each row gets its `loaded` times."""
-    evaluator = LocalEvaluator(backend, cuda_arch=arch)
+    evaluator = LocalEvaluator(backend, cuda_arch=arch, cpu_timer=cpu_timer)
     try:  # (torch.compile's on-disk caches are warm from the idle pass)
         async with host_load(load, evaluator, cores) as described:
             print(f"loaded: {described}", file=sys.stderr, flush=True)

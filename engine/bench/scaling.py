@@ -54,6 +54,7 @@ async def scaling_bench(problem: Any, backend: str, arch: str | None, *, gpus: S
     warm: dict[str, Any] = {}
     for key in ("many", "one"):
         evaluator = LocalEvaluator(backend, compile_workers=shape.get("compile_workers"), cuda_arch=arch,
+                                   cpu_timer=shape.get("cpu_timer"),
                                    **_placement(backend, gpus, devices, key == "one"))
         try:
             if warm_up:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any
 
@@ -24,16 +23,10 @@ from engine.launch import (
 )
 
 
-def _cpu_timer(args: argparse.Namespace) -> None:
-    if getattr(args, "cpu_timer", None):
-        os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
-
-
 def pipeline(args: argparse.Namespace) -> int:
     """A scripted search with no LLM latency: how busy the device is kept."""
     from engine.bench.pipeline import format_pipeline, parse_latency, pipeline_bench
 
-    _cpu_timer(args)
     problem = checked_problem(args.problem)
     if args.llm_latency is not None:
         try:
@@ -71,6 +64,7 @@ def pipeline(args: argparse.Namespace) -> int:
             gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
             repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
             llm_concurrency=args.llm_concurrency, language=language, devices=cpu_devices or 1,
+            cpu_timer=args.cpu_timer,
         )))
     if args.json:
         emit_json(results[0] if len(results) == 1 else results)
@@ -112,7 +106,7 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
         rounds=args.rounds or (3 if cuda else 1), ideas=args.ideas or (4 if cuda else 2),
         variants=args.variants or (4 if cuda else 2), top=args.top, compile_workers=args.compile_workers,
         log=sys.stderr if args.log else None, llm_latency=args.llm_latency, suite=args.suite,
-        llm_concurrency=args.llm_concurrency, language=languages[0]))
+        llm_concurrency=args.llm_concurrency, language=languages[0], cpu_timer=args.cpu_timer))
     if args.json:
         emit_json(result)
     else:
@@ -133,7 +127,6 @@ def timing(args: argparse.Namespace) -> int:
     )
     from engine.evaluate.host.evaluator import LocalEvaluator
 
-    _cpu_timer(args)
     db = db_path(args)
     problems = problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
@@ -150,7 +143,7 @@ def timing(args: argparse.Namespace) -> int:
 
     async def go() -> list[dict[str, Any]]:
         store = await open_store(db)
-        evaluator = LocalEvaluator(backend, cuda_arch=arch)
+        evaluator = LocalEvaluator(backend, cuda_arch=arch, cpu_timer=args.cpu_timer)
         try:
             rows = await asyncio.gather(*(time_reference(evaluator, p) for p in problems))
             for p, r in zip(problems, rows, strict=True):
@@ -165,7 +158,8 @@ def timing(args: argparse.Namespace) -> int:
 
     rows = asyncio.run(go())
     if args.load:
-        rows = asyncio.run(time_loaded(rows, problems, backend, arch, args.load, args.load_cores))
+        rows = asyncio.run(time_loaded(rows, problems, backend, arch, args.load, args.load_cores,
+                                       cpu_timer=args.cpu_timer))
     if args.json:
         emit_json(rows)
     else:
@@ -249,7 +243,6 @@ def verdicts(args: argparse.Namespace) -> int:
 
     from engine.bench.verdicts import CorpusError, load_cases, select, verdicts_bench, verdicts_table
 
-    _cpu_timer(args)
     corpus = Path(args.corpus) if args.corpus else None
     try:
         select(load_cases(corpus), args.case)
@@ -281,7 +274,6 @@ def kernelbench(args: argparse.Namespace) -> int:
         write_outputs,
     )
 
-    _cpu_timer(args)
     solutions = Path(args.solutions) if args.solutions else None
     if solutions is not None and not solutions.is_dir():
         raise UsageError(f"--solutions {solutions}: no such folder")
@@ -294,7 +286,8 @@ def kernelbench(args: argparse.Namespace) -> int:
     gpus = checked_gpus(backend, args.gpus)
     out = Path(args.out) if args.out else None
     result = asyncio.run(kernelbench_bench(problems, backend, arch, gpus=gpus, solutions=solutions,
-                                           jobs=args.jobs, out=out, timeout_s=args.timeout, alone=alone))
+                                           jobs=args.jobs, out=out, timeout_s=args.timeout, alone=alone,
+                                           cpu_timer=args.cpu_timer))
     if out is not None:
         write_outputs(out, result)
         say(f"ktree: rows in {out / 'kernelbench.jsonl'}, the table in {out / 'kernelbench.md'}, the whole"

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 FIELDS = ("median", "p10", "p90", "lo", "hi")
 

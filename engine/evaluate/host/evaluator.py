@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.harness.noise import timer_cores as timer_cores_now

@@ -41,7 +41,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.verdict import REFERENCE_DISTURBED
 
 DISTURBED_X = 3.0

@@ -77,7 +77,7 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
     the actor's); the actor's code is the package connect() shipped: evaluate and executors alone."""
     from engine.evaluate.base import Evaluator
     from engine.evaluate.host.evaluator import LocalEvaluator
-    from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator
+    from engine.executors.ray_executor import NODE_PARTS, RayEvaluator
     from engine.problems import load_problem
 
     softmax = load_problem("softmax")
@@ -94,7 +94,7 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
         shipped = Path(slot.info["engine_dir"])
         assert shipped != REPO / "engine"
         assert sorted(p.name for p in shipped.iterdir() if p.name != "__pycache__") == sorted(
-            ["__init__.py", *NODE_SUBPACKAGES])
+            ["__init__.py", *NODE_PARTS])
     finally:
         await evaluator.close()
         await local.close()

@@ -26,8 +26,7 @@ from engine.commands import suite as suite_cmd
 from engine.commands._common import USAGE_ERROR, db_path
 from engine.commands._output import error, say
 from engine.domain import BACKEND_CHOICES, DEFAULT_LANGUAGE
-from engine.evaluate import languages
-from engine.evaluate.profile.profiler import PROFILE_MODES
+from engine.evaluate import PROFILE_MODES, languages
 from engine.launch import UsageError, check_cpu_timer
 from engine.options import CheckSettings, Placement
 

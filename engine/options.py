@@ -26,13 +26,12 @@ from typing import Any, TypeVar
 from engine.domain import (
     BACKEND_CHOICES,
     DEFAULT_LANGUAGE,
-    EXECUTORS,
     ISOLATION_CHOICES,
     LIBRARY_OPS,
     STRATEGIES,
 )
+from engine.evaluate import EXECUTORS, PROFILE_MODES
 from engine.evaluate import languages as kernel_languages
-from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.llm.base import LLM_TIMEOUT_S
 from engine.llm.providers import choices as provider_choices
 

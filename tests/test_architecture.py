@@ -157,6 +157,39 @@ def test_evaluate_s_top_imports_none_of_its_folders() -> None:
     assert offenders == []
 
 
+def _face() -> set[str]:
+    import engine.evaluate
+
+    return set(engine.evaluate.__all__)
+
+
+def test_outsiders_import_evaluate_through_its_face_only() -> None:
+    """engine.evaluate's __init__ is what the rest of ktree imports (the benches, launch, the TUI
+    included): no module outside evaluate/ (tests aside) names a module inside it."""
+    face = _face()
+    assert {"LocalEvaluator", "make_evaluator", "EvalJob", "Verdict", "languages"} <= face
+    outside = {mod: deps for mod, deps in GRAPH.items() if not _within(mod, "engine.evaluate")}
+    offenders = sorted(f"{mod} imports {dep}" for mod, deps in outside.items() for dep in deps
+                       if _within(dep, "engine.evaluate") and dep != "engine.evaluate"
+                       and dep.removeprefix("engine.evaluate.") not in face)
+    assert offenders == []
+
+
+def test_the_face_s_names_resolve_and_importing_it_loads_no_folder() -> None:
+    """Each name the face gives is there; the folders' are imported when first asked for, so a
+    process beside the candidate that imports the top loads nothing of the host's side."""
+    import subprocess
+    import sys
+
+    import engine.evaluate
+
+    assert all(getattr(engine.evaluate, name) is not None for name in sorted(_face()))
+    code = ("import sys, engine.evaluate; print(sorted(m for m in sys.modules"
+            " if m.startswith('engine.evaluate.') and m.count('.') > 2))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
 def test_evaluate_s_top_holds_few_modules() -> None:
     """The records both sides share; everything else lives in the folder of where it runs."""
     top = sorted(p.name for p in (REPO / "engine" / "evaluate").glob("*.py"))
@@ -176,8 +209,11 @@ def test_evaluate_s_top_holds_few_modules() -> None:
     ("engine.domain", "engine.search"),
     ("engine.events", "engine.search"),
     ("engine.llm", "engine.search"),
-    ("engine.executors", "engine.search"),
-    ("engine.evaluate", "engine.executors"),
+    ("engine.evaluate.host", "engine.evaluate.placement"),
+    ("engine.evaluate.child", "engine.evaluate.placement"),
+    ("engine.evaluate.harness", "engine.evaluate.placement"),
+    ("engine.evaluate.languages", "engine.evaluate.placement"),
+    ("engine.evaluate.profile", "engine.evaluate.placement"),
     ("engine.evaluate.harness", "engine.evaluate.child"),
     ("engine.evaluate.harness", "engine.evaluate.languages"),
     ("engine.evaluate.harness", "engine.evaluate.profile"),

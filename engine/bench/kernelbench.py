@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.summary import markdown_table
-from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.verdict import STATUSES
+from engine.evaluate import STATUSES, LocalEvaluator
 from engine.problems import Problem, load_problem
 
 GiB = 1024 ** 3

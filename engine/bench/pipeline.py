@@ -45,9 +45,8 @@ from typing import Any, TextIO
 
 from engine.bench.summary import markdown_table, quantile
 from engine.domain import DEFAULT_LANGUAGE, DEVICE_PHASES, language_label
+from engine.evaluate import Evaluator, LocalEvaluator
 from engine.evaluate import languages as kernel_languages
-from engine.evaluate.base import Evaluator
-from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
 from engine.llm.base import Completion, Message
 from engine.llm.scripted import ScriptedProvider, scripted_backends, scripted_problems

@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.bench.pipeline import pipeline_bench
 from engine.bench.summary import markdown_table
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate import LocalEvaluator
 
 MODES = ("distinct", "repeated")
 TARGET_RATIO_PER_DEVICE = 0.9  # several devices: at least 0.9x their count in variants per minute

@@ -90,9 +90,9 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
     if not modes or unknown:
         raise UsageError(f"--sources: give one or both of {', '.join(MODES)}")
     if backend == "cuda":
-        from engine.evaluate.host.evaluator import visible_gpus
+        from engine.evaluate import visible_gpu_indices
 
-        gpus = checked_gpus(backend, args.gpus) or sorted(visible_gpus())
+        gpus = checked_gpus(backend, args.gpus) or visible_gpu_indices()
         if len(gpus) < 2:
             raise UsageError(f"--scaling needs two GPUs or more (this machine shows {len(gpus)})")
         devices = len(gpus)
@@ -125,7 +125,7 @@ def timing(args: argparse.Namespace) -> int:
         time_loaded,
         time_reference,
     )
-    from engine.evaluate.host.evaluator import LocalEvaluator
+    from engine.evaluate import LocalEvaluator
 
     db = db_path(args)
     problems = problem_specs(args.problems)

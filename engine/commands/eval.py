@@ -67,10 +67,9 @@ def evaluate(args: argparse.Namespace) -> int:
     backend, arch = resolve_backend(args.backend)
     isolation = isolation_note(args.isolation)
     if not args.quiet:  # what a solution can reach, said before it runs
-        from engine.evaluate.host import sandbox
+        from engine.evaluate import isolation_detail
 
-        how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
-        say(f"ktree: isolation: {isolation}{how}")
+        say(f"ktree: isolation: {isolation}{isolation_detail(isolation)}")
     if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
         from engine.problems import DEGENERATE_LINE
 
@@ -130,7 +129,7 @@ def exit_code(verdicts: list[Any]) -> int:
 
 def _reference_failure(verdicts: list[Any]) -> str | None:
     """The log of a verdict that says the reference itself failed, if one does."""
-    from engine.evaluate.verdict import REFERENCE_FAILED
+    from engine.evaluate import REFERENCE_FAILED
 
     return next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
 
@@ -138,7 +137,7 @@ def _reference_failure(verdicts: list[Any]) -> str | None:
 def _say_reference_failed(verdicts: list[Any], as_json: bool) -> None:
     """Name a failing reference as such: on stdout after the verdicts, on stderr with --json (whose
     stdout stays one JSON document)."""
-    from engine.evaluate.verdict import REFERENCE_FAILED
+    from engine.evaluate import REFERENCE_FAILED
 
     failed = _reference_failure(verdicts)
     if failed:  # its last line is the exception

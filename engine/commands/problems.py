@@ -13,7 +13,7 @@ from engine.launch import checked_problem, resolve_backend
 
 
 def problems(args: argparse.Namespace) -> int:
-    from engine.evaluate.harness.timing import device_name
+    from engine.evaluate import device_name
     from engine.llm.scripted import scripted_backends
     from engine.report import problems_table
 

@@ -18,8 +18,7 @@ from engine.search.rows import root_row
 
 if TYPE_CHECKING:
     from engine.domain import Node
-    from engine.evaluate.base import Evaluator
-    from engine.evaluate.verdict import Verdict
+    from engine.evaluate import Evaluator, Verdict
     from engine.events import EventBus
     from engine.options import Placement
     from engine.problems import Problem

@@ -30,7 +30,7 @@ from engine.evaluate.base import Evaluator
 from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.jobs import EvalJob
-from engine.executors.ray_executor import NODE_PARTS, RayEvaluator, node_package
+from engine.evaluate.placement.ray_executor import NODE_PARTS, RayEvaluator, node_package
 from engine.problems import load_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,8 +215,9 @@ def test_a_variant_is_evaluated_end_to_end_with_the_rest_of_the_engine_hidden(tm
 
 
 def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp_path: Path):
-    """What `connect()` ships to the cluster: engine's __init__, settings.py, evaluate/ and executors/, nothing
-    else; and the actor's module and the evaluator import from it with the rest hidden."""
+    """What `connect()` ships to the cluster: engine's __init__, settings.py and evaluate/ (the
+    executor with it), nothing else; and the actor's module and the evaluator import from it with the
+    rest hidden."""
     shipped = node_package()
     assert sorted(p.name for p in shipped.iterdir()) == sorted(["__init__.py", *NODE_PARTS])
     root = tmp_path / "node"
@@ -224,7 +225,7 @@ def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp
     allowed = tuple(p.removesuffix(".py") for p in NODE_PARTS)
     hide = HIDDEN_ENGINE.format(allowed=allowed, log=str(root / "hidden.log"))
     code = hide + IMPORT_ALL
-    names = ["engine.executors.ray_executor", "engine.evaluate.host.evaluator",
+    names = ["engine.evaluate.placement.ray_executor", "engine.evaluate.host.evaluator",
              "engine.evaluate.child.evaluation", "engine.evaluate.child.worker_process"]
     proc = run_in(root, code, json.dumps(names))
     assert proc.returncode == 0, proc.stderr[-3000:]

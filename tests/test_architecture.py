@@ -244,6 +244,25 @@ def test_no_command_imports_another() -> None:
     assert offenders == []
 
 
+def test_the_cli_is_a_dispatch_table() -> None:
+    """cli.py declares no flag: each command module registers its own parser (`register`)."""
+    cli = (REPO / "engine" / "cli.py").read_text()
+    assert len(cli.splitlines()) <= 80 and "add_argument" not in cli
+    commands = sorted(mod for mod in GRAPH if _is_command(mod))
+    tree = {mod: ast.parse((REPO / (mod.replace(".", "/") + ".py")).read_text()) for mod in commands}
+    assert [mod for mod in commands if not any(isinstance(n, ast.FunctionDef) and n.name == "register"
+                                               for n in tree[mod].body)] == []
+
+
+@pytest.mark.parametrize("flag", ["--backend", "--gpus", "--eval-timeout", "--cpu-timer", "--rounds"])
+def test_a_flag_commands_share_is_declared_once(flag: str) -> None:
+    """A flag that several commands take comes from the one field that declares it (engine.options'
+    parts), never from an `add_argument` of its own."""
+    written = sorted(str(p.relative_to(REPO)) for p in (REPO / "engine").rglob("*.py")
+                     if f'add_argument("{flag}"' in p.read_text())
+    assert written == []
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The import circles of `graph` (module -> names it imports; names that are not modules of the
     graph, such as `pkg.mod.func`, are not edges): each strongly connected set of two or more

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 
-from engine.evaluate import settings
+from engine import settings
 
 _seen: dict[str, int] = {}
 

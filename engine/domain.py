@@ -12,8 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
-from engine.evaluate.verdict import STATUSES as VERDICT_STATUSES
+from engine.evaluate import STATUSES as VERDICT_STATUSES
+from engine.evaluate import languages
+
+DEFAULT_LANGUAGE = languages.DEFAULT
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,6 @@ SESSION_STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
 STRATEGIES = ("tree", "sequential", "best-of-n")
 BACKEND_CHOICES = ("auto", "cuda", "cpu")
 ISOLATION_CHOICES = ("auto", "basic", "strict")
-EXECUTORS = ("local", "ray")
 # `--library-ops`: whether a variant with a `library` mark (the reference's main op left to torch,
 # cuDNN, cuBLAS; still correct) may be a parent and the best (allow), or is kept out of both (exclude).
 LIBRARY_OPS = ("allow", "exclude")

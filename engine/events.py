@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.domain import Node
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Verdict
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,16 @@ sits above this. A suite of searches is built the same way by engine/commands/_l
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from engine import options
-from engine.domain import (
-    EXECUTORS,
-)
-from engine.evaluate import settings
-from engine.evaluate.profile.profiler import PROFILE_MODES
+from engine import evaluate, options
 from engine.options import Budgets, CheckSettings, LLMSettings, Placement, Shape, UsageError
 
 if TYPE_CHECKING:
-    from engine.evaluate.base import Evaluator
-    from engine.evaluate.host.evaluator import LocalEvaluator
+    from engine.evaluate import Evaluator
     from engine.events import EventBus
     from engine.llm.base import Provider
     from engine.problems import Problem
@@ -114,55 +108,26 @@ class Prepared:
 
 # --- the pieces the CLI's other commands use too --------------------------------------------------
 
-def resolve_backend(requested: str) -> tuple[str, str | None]:
-    """(backend, cuda arch list) — `auto` picks cuda when a GPU is visible."""
-    import torch
+def _said_as_usage(placement: Callable[..., Any]) -> Callable[..., Any]:
+    """A placement function of engine.evaluate whose PlacementError reaches the user as a UsageError."""
+    @functools.wraps(placement)
+    def checked(*args: Any, **kw: Any) -> Any:
+        try:
+            return placement(*args, **kw)
+        except evaluate.PlacementError as exc:
+            raise UsageError(str(exc)) from None
 
-    has_gpu = torch.cuda.is_available()
-    if requested == "cuda" and not has_gpu:
-        raise UsageError("--backend cuda: no CUDA GPU is visible")
-    backend = "cuda" if requested == "cuda" or (requested == "auto" and has_gpu) else "cpu"
-    arch = None
-    if backend == "cuda":
-        arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        if not arch:
-            major, minor = torch.cuda.get_device_capability(0)
-            arch = f"{major}.{minor}"
-    return backend, arch
+    return checked
 
 
-def resolve_isolation(requested: str) -> tuple[str, str | None]:
-    """(level, note): the isolation level generated code runs under, and, when `auto` had to
-    fall back from strict, why, in words. Saying the note is the caller's business: the CLI
-    prints it once; the TUI does not (it would garble the screen)."""
-    from engine.evaluate.host import sandbox
-
-    if requested == "auto":
-        level, why = sandbox.available()
-        note = None if level == "strict" else (
-            f"{why}; generated code runs with basic isolation"
-            " (scrubbed environment, limits, no filesystem or network isolation)")
-        return level, note
-    try:
-        return sandbox.resolve(requested), None
-    except (RuntimeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def checked_gpus(backend: str, gpus: Sequence[int] | None) -> list[int] | None:
-    """`--gpus` against what this machine has: any on the cpu backend, or one that is not
-    visible, is a usage error."""
-    if gpus is None:
-        return None
-    if backend != "cuda":
-        raise UsageError("--gpus needs the cuda backend (no GPU in use here)")
-    from engine.evaluate.host.evaluator import check_gpus, visible_gpus
-
-    try:
-        check_gpus(list(gpus), visible_gpus())
-    except ValueError as exc:
-        raise UsageError(f"--gpus: {exc}") from None
-    return list(gpus)
+# The evaluator's factory and its checks (engine.evaluate.placement), each bad choice a UsageError.
+resolve_backend = _said_as_usage(evaluate.resolve_backend)
+resolve_isolation = _said_as_usage(evaluate.resolve_isolation)
+checked_gpus = _said_as_usage(evaluate.checked_gpus)
+local_evaluator = _said_as_usage(evaluate.local_evaluator)
+check_cpu_timer = _said_as_usage(evaluate.check_cpu_timer)
+check_local_flags = _said_as_usage(evaluate.check_local_flags)
+make_evaluator = _said_as_usage(evaluate.make_evaluator)
 
 
 def profile_note(backend: str, profile: str) -> str | None:
@@ -171,73 +136,6 @@ def profile_note(backend: str, profile: str) -> str | None:
         return (f"--profile {profile} needs the cuda backend; on cpu the cpu profile is used"
                 " (the kernel's time against this machine's measured bandwidth and FLOP rate)")
     return None
-
-
-def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
-                    **kw: Any) -> LocalEvaluator:
-    """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one."""
-    from engine.evaluate.host.evaluator import LocalEvaluator
-
-    return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
-
-
-def check_cpu_timer() -> None:
-    """KTREE_CPU_TIMER, if set, names a way the cpu timer gets its cores: else a usage error.
-    Checked once, as the CLI starts (the TUI too starts there)."""
-    from engine.evaluate.host.evaluator import CPU_TIMERS
-
-    value = settings.get("KTREE_CPU_TIMER")
-    if value and value not in CPU_TIMERS:
-        raise UsageError(f"KTREE_CPU_TIMER={value!r}: choose from {', '.join(CPU_TIMERS)}")
-
-
-def check_local_flags(ray_address: str | None, ray_workers: int | None) -> None:
-    """The Ray flags mean nothing to the local executor: given without `--executor ray`, say so."""
-    for flag, value in (("ray-address", ray_address), ("ray-workers", ray_workers)):
-        if value is not None:
-            raise UsageError(f"--{flag} needs --executor ray")
-
-
-def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Sequence[int] | None = None,
-                   recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
-                   isolation: str = "auto", ray_address: str | None = None,
-                   ray_workers: int | None = None, profile: str = "off",
-                   profile_each: bool = False, eval_timeout: float | None = None) -> tuple[str, Evaluator]:
-    """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
-    resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
-    joined or started here; `auto` is then the cluster's backend, and each node resolves the
-    isolation level for itself). `profile` (auto | ncu | torch | off): how correct variants are
-    profiled, on this host or on the Ray node that evaluated them; `profile_each`: each correct
-    variant as it is evaluated, else (a search) only those the evaluator's profile() is asked for.
-    `eval_timeout`: the seconds an evaluation may hold its device (None: from the problem,
-    engine.evaluate.host.eval_limit)."""
-    _choice("executor", executor, EXECUTORS)
-    _choice("profile", profile, PROFILE_MODES)
-    if executor != "ray":
-        check_local_flags(ray_address, ray_workers)
-        backend, arch = resolve_backend(requested_backend)
-        if gpus is None and recorded_gpus and backend == "cuda":
-            try:
-                gpus = checked_gpus(backend, recorded_gpus)
-            except UsageError as exc:
-                raise UsageError(f"the session ran on GPUs {','.join(map(str, recorded_gpus))}, but"
-                                 f" {str(exc).removeprefix('--gpus: ')}; choose others with --gpus") from None
-        level, _ = resolve_isolation(isolation)
-        return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
-                                        isolation=level, profile=profile, profile_each=profile_each,
-                                        eval_timeout=eval_timeout)
-    if gpus is not None:
-        raise UsageError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
-    from engine.executors import ray_executor
-
-    try:
-        connected = ray_executor.connect(ray_address)
-        backend = ray_executor.cluster_backend(requested_backend)
-        return backend, ray_executor.RayEvaluator(
-            backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-            shutdown=connected, profile=profile, profile_each=profile_each, eval_timeout=eval_timeout)
-    except ray_executor.RayExecutorError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def checked_problem(spec: str) -> Problem:

@@ -26,13 +26,12 @@ from typing import Any, TypeVar
 from engine.domain import (
     BACKEND_CHOICES,
     DEFAULT_LANGUAGE,
-    EXECUTORS,
     ISOLATION_CHOICES,
     LIBRARY_OPS,
     STRATEGIES,
 )
+from engine.evaluate import EXECUTORS, PROFILE_MODES
 from engine.evaluate import languages as kernel_languages
-from engine.evaluate.profile.profiler import PROFILE_MODES
 from engine.llm.base import LLM_TIMEOUT_S
 from engine.llm.providers import choices as provider_choices
 
@@ -334,6 +333,32 @@ class Placement:
             object.__setattr__(self, "gpus", tuple(self.gpus))
 
 
+@dataclass(frozen=True)
+class BenchSettings:
+    """What the benches that evaluate share beyond a search's parts (whose fields they take too:
+    `add_bench_flags`)."""
+
+    cpu_timer: str | None = opt(None, choices=("pause", "pin"),
+                                help="cpu backend: how the timer gets its cores: pause (default) holds the"
+                                     " builds while it times; pin gives the timer half the cores and the"
+                                     " builds the rest (KTREE_CPU_TIMER)")
+
+
+# A bench's own words for a field it shares with the search, where they differ.
+BENCH_HELPS = {"backend": "where to run: cuda, cpu, or auto (cuda where a GPU is visible, else cpu)"}
+
+
+def add_bench_flags(parser: argparse.ArgumentParser, *names: str, defaults: Mapping[str, Any] | None = None,
+                    helps: Mapping[str, str] | None = None, aliases: Mapping[str, Sequence[str]] | None = None
+                    ) -> None:
+    """A bench's flags, in the order named, each from the part that declares it (the placement's
+    `--backend`, the check settings' `--eval-timeout`, the shape's `--rounds`, `--cpu-timer`, ...)."""
+    owner = {f.name: part for part in (*PARTS.values(), BenchSettings) for f, _ in declared(part)}
+    for name in names:
+        add_flags(parser, owner[name], only=(name,), defaults=defaults, helps={**BENCH_HELPS, **(helps or {})},
+                  aliases=aliases)
+
+
 # The parts of a search by name, in the order their flags are listed. Code that builds a part by
 # name looks it up here (a test may put a part with one more field in its place).
 PARTS: dict[str, type] = {"shape": Shape, "budgets": Budgets, "llm": LLMSettings, "checks": CheckSettings,
@@ -347,9 +372,11 @@ P = TypeVar("P")
 # --- what is built from the declarations ---------------------------------------------------------
 
 def add_flags(parser: argparse.ArgumentParser, part: type, only: Sequence[str] | None = None,
-              defaults: Mapping[str, Any] | None = None, helps: Mapping[str, str] | None = None) -> None:
-    """The part's flags on `parser` (`only` these fields; `defaults`/`helps` replace a field's own)."""
-    defaults, helps = defaults or {}, helps or {}
+              defaults: Mapping[str, Any] | None = None, helps: Mapping[str, str] | None = None,
+              aliases: Mapping[str, Sequence[str]] | None = None) -> None:
+    """The part's flags on `parser` (`only` these fields; `defaults`/`helps` replace a field's own;
+    `aliases`: more names for a field's flag)."""
+    defaults, helps, aliases = defaults or {}, helps or {}, aliases or {}
     for f, o in declared(part):
         if o.flag is None or (only is not None and f.name not in only):
             continue
@@ -365,7 +392,7 @@ def add_flags(parser: argparse.ArgumentParser, part: type, only: Sequence[str] |
             kw["choices"] = now(o.choices)
         if o.metavar is not None:
             kw["metavar"] = now(o.metavar)
-        parser.add_argument(flag_of(f, o), **kw)
+        parser.add_argument(*aliases.get(f.name, ()), flag_of(f, o), **kw)
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import problems as _builtin
-from engine.evaluate.loading import load_module_from_path, size_constants
+from engine.evaluate import load_module_from_path, size_constants
 
 BUILTIN_DIR = Path(_builtin.__file__).parent
 DEFAULT_TOL = 1e-2
@@ -276,7 +276,7 @@ _CHECKED = "problems-checked.json"
 
 
 def _checked_file() -> Path:
-    from engine.evaluate.host.runner import default_cache_dir
+    from engine.evaluate import default_cache_dir
 
     return default_cache_dir() / _CHECKED
 
@@ -324,8 +324,7 @@ def _remember(source: str, what: str, value: Any) -> Any:
 def _varies(problem: Problem) -> bool | None:
     import torch
 
-    from engine.evaluate.child.check import NOISE_SHARE
-    from engine.evaluate.harness.fp64_model import fp64_copy
+    from engine.evaluate import NOISE_SHARE, fp64_copy
 
     atol, rtol = problem.tolerance
     try:

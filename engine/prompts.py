@@ -15,10 +15,7 @@ from pathlib import Path
 from string import Template
 
 from engine.domain import library_line, shown_notes
-from engine.evaluate import languages
-from engine.evaluate.loading import size_constants
-from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import BOUND_LABELS, Verdict, languages, size_constants, summary_lines
 
 TEMPLATES = Path(__file__).parent / "templates"
 IMPLEMENT_HEADER = "## Idea to implement"

@@ -20,12 +20,11 @@ from engine.domain import (
     shown_notes,
     where_label,
 )
-from engine.evaluate.build_errors import REUSED_BUILD_ERROR
-from engine.evaluate.profile.profiler import BOUND_LABELS, summary_lines
+from engine.evaluate import BOUND_LABELS, REUSED_BUILD_ERROR, summary_lines
 from engine.problems import DEGENERATE_LINE
 
 if TYPE_CHECKING:
-    from engine.evaluate.verdict import Verdict
+    from engine.evaluate import Verdict
 
 
 def fmt_ms(value: float | None) -> str:

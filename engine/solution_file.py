@@ -14,7 +14,7 @@ from engine.domain import (
     where_label,
 )
 from engine.domain import best_variant as domain_best
-from engine.evaluate.verdict import TIMING_FLAGS
+from engine.evaluate import TIMING_FLAGS
 from engine.store import Store
 
 

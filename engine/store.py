@@ -18,10 +18,9 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from engine import crash
+from engine import crash, settings
 from engine.domain import Node
-from engine.evaluate import settings
-from engine.evaluate.verdict import Verdict, device_label
+from engine.evaluate import Verdict, device_label
 from engine.store_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
 __all__ = ["HEARTBEAT_STALE_S", "SCHEMA", "SCHEMA_VERSION", "Store", "StoreError", "default_db_path",

@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 
-from engine.cli import quiet_triton_teardown
+from engine.commands._output import quiet_triton_teardown
 
 REPO = Path(__file__).resolve().parents[1]
-quiet_triton_teardown()  # no report of Triton's after pytest's own (engine.cli.quiet_triton_teardown)
+quiet_triton_teardown()  # no report of Triton's after pytest's own (commands._output)
 
 
 # The files that take the longest on a 2-core machine, longest first (measured: a serial run of both

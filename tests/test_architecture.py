@@ -79,11 +79,24 @@ def test_the_engine_does_not_import_the_tui() -> None:
 
 
 def test_evaluate_imports_nothing_outside_itself() -> None:
-    """It runs on a bare GPU box and on a Ray node: torch and the standard library only."""
+    """It runs on a bare GPU box and on a Ray node: torch and the standard library only, and the
+    settings module at the bottom of the house (standard library only)."""
     outside = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _within(mod, "engine.evaluate")
                      for dep in deps if _within(dep, "engine") and not _within(dep, "engine.evaluate")
-                     and dep != "engine")
+                     and dep not in ("engine", "engine.settings") and not dep.startswith("engine.settings."))
     assert outside == []
+
+
+def test_the_settings_stand_at_the_bottom_on_the_standard_library() -> None:
+    """engine.settings reads every KTREE_* variable for the whole house, evaluate/ included: it
+    imports nothing of ktree and nothing outside the standard library."""
+    import sys
+
+    deps = GRAPH["engine.settings"]
+    assert deps and "os" in deps
+    offenders = sorted(d for d in deps if d.split(".")[0] not in sys.stdlib_module_names
+                       and d.split(".")[0] != "__future__")
+    assert offenders == []
 
 
 # engine/evaluate/ by where its code runs: the host's side (the engine's process) and the side that
@@ -144,6 +157,39 @@ def test_evaluate_s_top_imports_none_of_its_folders() -> None:
     assert offenders == []
 
 
+def _face() -> set[str]:
+    import engine.evaluate
+
+    return set(engine.evaluate.__all__)
+
+
+def test_outsiders_import_evaluate_through_its_face_only() -> None:
+    """engine.evaluate's __init__ is what the rest of ktree imports (the benches, launch, the TUI
+    included): no module outside evaluate/ (tests aside) names a module inside it."""
+    face = _face()
+    assert {"LocalEvaluator", "make_evaluator", "EvalJob", "Verdict", "languages"} <= face
+    outside = {mod: deps for mod, deps in GRAPH.items() if not _within(mod, "engine.evaluate")}
+    offenders = sorted(f"{mod} imports {dep}" for mod, deps in outside.items() for dep in deps
+                       if _within(dep, "engine.evaluate") and dep != "engine.evaluate"
+                       and dep.removeprefix("engine.evaluate.") not in face)
+    assert offenders == []
+
+
+def test_the_face_s_names_resolve_and_importing_it_loads_no_folder() -> None:
+    """Each name the face gives is there; the folders' are imported when first asked for, so a
+    process beside the candidate that imports the top loads nothing of the host's side."""
+    import subprocess
+    import sys
+
+    import engine.evaluate
+
+    assert all(getattr(engine.evaluate, name) is not None for name in sorted(_face()))
+    code = ("import sys, engine.evaluate; print(sorted(m for m in sys.modules"
+            " if m.startswith('engine.evaluate.') and m.count('.') > 2))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
 def test_evaluate_s_top_holds_few_modules() -> None:
     """The records both sides share; everything else lives in the folder of where it runs."""
     top = sorted(p.name for p in (REPO / "engine" / "evaluate").glob("*.py"))
@@ -163,8 +209,11 @@ def test_evaluate_s_top_holds_few_modules() -> None:
     ("engine.domain", "engine.search"),
     ("engine.events", "engine.search"),
     ("engine.llm", "engine.search"),
-    ("engine.executors", "engine.search"),
-    ("engine.evaluate", "engine.executors"),
+    ("engine.evaluate.host", "engine.evaluate.placement"),
+    ("engine.evaluate.child", "engine.evaluate.placement"),
+    ("engine.evaluate.harness", "engine.evaluate.placement"),
+    ("engine.evaluate.languages", "engine.evaluate.placement"),
+    ("engine.evaluate.profile", "engine.evaluate.placement"),
     ("engine.evaluate.harness", "engine.evaluate.child"),
     ("engine.evaluate.harness", "engine.evaluate.languages"),
     ("engine.evaluate.harness", "engine.evaluate.profile"),
@@ -193,6 +242,25 @@ def test_no_command_imports_another() -> None:
     offenders = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _is_command(mod)
                        for dep in deps if _is_command(dep) and dep != mod)
     assert offenders == []
+
+
+def test_the_cli_is_a_dispatch_table() -> None:
+    """cli.py declares no flag: each command module registers its own parser (`register`)."""
+    cli = (REPO / "engine" / "cli.py").read_text()
+    assert len(cli.splitlines()) <= 80 and "add_argument" not in cli
+    commands = sorted(mod for mod in GRAPH if _is_command(mod))
+    tree = {mod: ast.parse((REPO / (mod.replace(".", "/") + ".py")).read_text()) for mod in commands}
+    assert [mod for mod in commands if not any(isinstance(n, ast.FunctionDef) and n.name == "register"
+                                               for n in tree[mod].body)] == []
+
+
+@pytest.mark.parametrize("flag", ["--backend", "--gpus", "--eval-timeout", "--cpu-timer", "--rounds"])
+def test_a_flag_commands_share_is_declared_once(flag: str) -> None:
+    """A flag that several commands take comes from the one field that declares it (engine.options'
+    parts), never from an `add_argument` of its own."""
+    written = sorted(str(p.relative_to(REPO)) for p in (REPO / "engine").rglob("*.py")
+                     if f'add_argument("{flag}"' in p.read_text())
+    assert written == []
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -302,4 +370,19 @@ def test_no_screen_imports_another_screen() -> None:
     assert {"tui.screens.search", "tui.screens.sessions", "tui.screens.compare"} <= screens
     offenders = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _within(mod, "tui.screens")
                        for dep in deps if dep in screens and dep != mod)
+    assert offenders == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in a helper module (`tests/<area>/helpers.py`, ...) or
+    a conftest fixture, never in a `test_*.py` that another imports (its tests would run twice)."""
+    tests = REPO / "tests"
+    modules = {_module_name(p): p for p in tests.rglob("*.py")}
+    assert "tests.evaluate.helpers" in modules and "tests.test_architecture" in modules
+
+    def is_test_module(name: str) -> bool:
+        return name in modules and name.rsplit(".", 1)[-1].startswith("test_")
+
+    offenders = sorted(f"{mod} imports {dep}" for mod, path in modules.items() for dep in _imports(path)
+                       if is_test_module(dep) and dep != mod)
     assert offenders == []

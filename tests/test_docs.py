@@ -152,6 +152,29 @@ def test_the_layout_page_names_every_module():
     assert [m for m in modules if f"`{m}`" not in text] == []
 
 
+def _first_paragraph(path: Path) -> str:
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def test_the_layout_page_s_rows_say_what_the_modules_docstrings_say():
+    """Each row of docs/layout.md's module tables is its module's docstring, from its start to the
+    end of a clause (a row rewritten by hand drifts from the module it describes)."""
+    text = (REPO / "docs" / "layout.md").read_text()
+    rows = re.findall(r"^\| `([^`]+\.py)` \| (.*) \|$", text, re.M)
+    assert len(rows) > 100
+    drifted = []
+    for module, row in rows:
+        row = row.replace("\\|", "|")
+        doc = _first_paragraph(REPO / module)
+        rest = doc[len(row):] if doc.startswith(row) else None
+        if rest is None or not (rest == "" or rest[0] in ":.;," or rest.startswith((" (", " —"))):
+            drifted.append(f"{module}: {row!r} is not the start of {doc[:120]!r}")
+    assert drifted == []
+
+
 def test_the_readme_s_venv_in_the_checkout_stays_out_of_git_tests_and_lint():
     """Issue 46, item 18: the README makes `.venv` inside the checkout; git ignores it, pytest looks in
     tests/ only (and skips dot-folders), ruff skips it."""

@@ -27,7 +27,7 @@ from engine.domain import (
     library_excluded,
     session_library_ops,
 )
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Verdict
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -64,7 +64,7 @@ def pch_cold(cache_dir: str | Path | None = None) -> bool:
     """Whether the build cache (default: the evaluator's, engine.evaluate.host.runner) has no
     precompiled torch header yet, nor a record that one failed to build (engine.evaluate.harness.fastbuild):
     the next build makes it."""
-    from engine.evaluate.host.runner import default_cache_dir
+    from engine.evaluate import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return not any(root.glob("pch/*/torch/extension.h.gch")) and not any(root.glob("pch/*/failed.txt"))

@@ -23,9 +23,7 @@ from typing import Any
 
 from engine import scripted_library
 from engine.bench.summary import markdown_table, median
-from engine.evaluate.host.make_job import make_job
-from engine.evaluate.host.runner import run_child
-from engine.evaluate.host.sandbox import scrubbed_env
+from engine.evaluate import make_job, run_child, scrubbed_env
 
 HERE = Path(__file__).resolve().parents[1]  # engine/
 SCRIPTED = scripted_library.ROOT

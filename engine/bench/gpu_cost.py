@@ -27,8 +27,7 @@ from typing import Any
 
 from engine.bench.honest import SEED_PROBLEMS, honest_variants
 from engine.bench.summary import cell, markdown_table, median
-from engine.evaluate.harness import noise
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate import WARMUP_CALLS, LocalEvaluator
 from engine.problems import load_problem
 
 PHASES = ("load", "ref", "check", "time", "profile", "baseline", "other")
@@ -38,7 +37,7 @@ def floor_s(verdict: Any) -> float | None:
     """The timing floor of one verdict, in seconds (None: not timed)."""
     if not verdict.reps or verdict.time_ms is None or verdict.ref_eager_ms is None:
         return None
-    return ((noise.WARMUP + verdict.reps) * (verdict.ref_eager_ms + verdict.time_ms)
+    return ((WARMUP_CALLS + verdict.reps) * (verdict.ref_eager_ms + verdict.time_ms)
             + (verdict.trials or 0) * verdict.time_ms) / 1e3
 
 
@@ -104,7 +103,7 @@ async def gpu_cost_bench(backend: str, arch: str | None = None, problems: list[s
 
 async def _build_all(evaluator: LocalEvaluator, jobs: list[Any]) -> None:
     """Every job's build at once in the compile pool (cache hits after the first time)."""
-    from engine.evaluate.host.runner import run_child
+    from engine.evaluate import run_child
 
     async def one(job: Any) -> None:
         async with evaluator._slot("compile"):

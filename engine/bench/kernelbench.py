@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.summary import markdown_table
-from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.verdict import STATUSES
+from engine.evaluate import STATUSES, LocalEvaluator
 from engine.problems import Problem, load_problem
 
 GiB = 1024 ** 3
-MARGIN_BYTES = 2 * GiB  # the acceptance bound's margin (issue 44)
+MARGIN_BYTES = 2 * GiB  # a peak's bound: the problem's own bytes plus this margin
 ROWS_FILE = "kernelbench.jsonl"
 TABLE_FILE = "kernelbench.md"
 JSON_FILE = "kernelbench.json"
@@ -284,7 +283,7 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
                             gpus: list[int] | None = None, solutions: Path | None = None, jobs: int = 1,
                             out: Path | None = None, timeout_s: float | None = None,
                             alone: list[dict[str, Any]] | None = None, log: Any = None,
-                            evaluator: Any = None) -> dict[str, Any]:
+                            evaluator: Any = None, cpu_timer: str | None = None) -> dict[str, Any]:
     """Evaluate the problems (those already in `out`'s rows skipped) and return {backend, wall_s,
     rows (the problems' order), resumed (how many were read back), summary}. `alone`: an earlier
     run's rows, whose statuses are set beside these (the `alone` column). `evaluator`: one to use
@@ -311,7 +310,7 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
     own = evaluator is None and any(solutions is None or solution_for(solutions, p) for p in todo)
     if own:  # (solutions are compared with torch.compile too: its baseline is timed for them)
         evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, eval_timeout=timeout_s,
-                                   compile_baseline=solutions is not None)
+                                   compile_baseline=solutions is not None, cpu_timer=cpu_timer)
     # Every device's worker sees every problem file from its start, as a suite's: a new problem then
     # takes the standby started beside the last one, not a fresh process (Python, torch, the CUDA
     # context: seconds per problem, paid one problem after another on each device).

@@ -45,9 +45,8 @@ from typing import Any, TextIO
 
 from engine.bench.summary import markdown_table, quantile
 from engine.domain import DEFAULT_LANGUAGE, DEVICE_PHASES, language_label
+from engine.evaluate import Evaluator, LocalEvaluator
 from engine.evaluate import languages as kernel_languages
-from engine.evaluate.base import Evaluator
-from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
 from engine.llm.base import Completion, Message
 from engine.llm.scripted import ScriptedProvider, scripted_backends, scripted_problems
@@ -108,7 +107,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                          gpus: list[int] | None = None, devices: int = 1,
                          repeat_sources: bool = False, llm_latency: str | None = None, suite: int = 1,
                          llm_concurrency: int = 8, language: str = DEFAULT_LANGUAGE,
-                         keep_evaluator: bool = False) -> dict[str, Any]:
+                         keep_evaluator: bool = False, cpu_timer: str | None = None) -> dict[str, Any]:
     """`log`: one line per node status change (seconds since start, node, kind, status).
     `evaluator`: one to use (the ray executor's, or a warm one) instead of a local one; closed
     here unless `keep_evaluator` (engine.bench.scaling runs several searches on one).
@@ -145,7 +144,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         cache = {"cache_dir": Path(tmp) / "build-cache"} if cold else {}
         if evaluator is None:
             evaluator = LocalEvaluator(backend, compile_workers=compile_workers, cuda_arch=arch, gpus=gpus,
-                                  devices=devices, **cache)
+                                  devices=devices, cpu_timer=cpu_timer, **cache)
 
         def provider_for(p: Any) -> Any:
             inner = ScriptedProvider(p.name, backend, seed=0, latency_s=0.0, fill=not repeat_sources,

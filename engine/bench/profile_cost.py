@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.bench.honest import SEED_PROBLEMS, honest_variants
 from engine.bench.summary import cell, median, quantile
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate import LocalEvaluator
 from engine.problems import load_problem
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import scripted_library
 from engine.bench.summary import cell, markdown_table
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate import LocalEvaluator
 
 
 async def time_reference(evaluator: LocalEvaluator, problem: Any) -> dict[str, Any]:
@@ -25,9 +25,10 @@ async def time_reference(evaluator: LocalEvaluator, problem: Any) -> dict[str, A
 
 
 async def time_loaded(rows: list[dict[str, Any]], problems: list[Any], backend: str, arch: str | None,
-                      load: str, cores: int | None = None) -> list[dict[str, Any]]:
+                      load: str, cores: int | None = None,
+                      cpu_timer: str | None = None) -> list[dict[str, Any]]:
     """Every reference timed again with the host loaded; each row gets its `loaded` times."""
-    evaluator = LocalEvaluator(backend, cuda_arch=arch)
+    evaluator = LocalEvaluator(backend, cuda_arch=arch, cpu_timer=cpu_timer)
     try:  # (torch.compile's on-disk caches are warm from the idle pass)
         async with host_load(load, evaluator, cores) as described:
             print(f"loaded: {described}", file=sys.stderr, flush=True)
@@ -44,9 +45,6 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
                     cost: Any) -> list[dict[str, Any]]:
     """Per problem, the timer twice and triton's do_bench (`cost(problem, sizes)`: its flops and
     bytes); one at a time, so timings never share the device."""
-    from engine.evaluate.host.eval_limit import UNKNOWN_S
-    from engine.evaluate.host.runner import run_child
-
     evaluator = LocalEvaluator(backend, cuda_arch=arch, worker=False)
     rows = []
     for p in problems:
@@ -54,7 +52,7 @@ async def agreement(problems: list[Any], backend: str, arch: str | None,
         sizes = p.sizes_for(backend)
         flops, nbytes = cost(p, sizes)
         job = evaluator.job(p.path, "", sizes, mode="agreement", flops=flops, bytes=nbytes)
-        outcome, result, log = await run_child(job, evaluator.eval_timeout or UNKNOWN_S, evaluator._run_env)
+        outcome, result, log = await evaluator.run_alone(job)
         rows.append({"name": p.name, **(result or {"error": f"{outcome}: {log[-300:]}"})})
     return rows
 
@@ -133,7 +131,6 @@ async def host_load(kind: str, evaluator: LocalEvaluator, cores: int | None = No
                 p.send_signal(signal.SIGKILL)
                 p.wait()
         return
-    from engine.evaluate.host.runner import run_child
     from engine.problems import load_problem
 
     problem = load_problem("softmax")
@@ -146,8 +143,7 @@ async def host_load(kind: str, evaluator: LocalEvaluator, cores: int | None = No
             unique = f"# load {uuid.uuid4().hex}\n{source}"  # a new build dir every time
             job = evaluator.job(problem.path, unique, problem.sizes_for(evaluator.backend), flops=None,
                                 bytes=None, mode="compile")
-            async with evaluator._slot("compile"):
-                await run_child(job, evaluator.compile_timeout_s, evaluator._compile_env, evaluator.sandbox)
+            await evaluator.build(job)
             built[0] += 1
 
     tasks = [asyncio.create_task(builder(i)) for i in range(evaluator.compile_workers)]

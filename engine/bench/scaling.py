@@ -1,4 +1,4 @@
-"""`ktree bench pipeline --scaling`: one device against several, in one run (issue 38).
+"""`ktree bench pipeline --scaling`: one device against several, in one run.
 
 The same scripted search (engine.bench.pipeline) is run on every device given and on the first of
 them alone, for each source mode: `distinct` (every variant a fresh source that really builds) and
@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.bench.pipeline import pipeline_bench
 from engine.bench.summary import markdown_table
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate import LocalEvaluator
 
 MODES = ("distinct", "repeated")
 TARGET_RATIO_PER_DEVICE = 0.9  # several devices: at least 0.9x their count in variants per minute
@@ -54,6 +54,7 @@ async def scaling_bench(problem: Any, backend: str, arch: str | None, *, gpus: S
     warm: dict[str, Any] = {}
     for key in ("many", "one"):
         evaluator = LocalEvaluator(backend, compile_workers=shape.get("compile_workers"), cuda_arch=arch,
+                                   cpu_timer=shape.get("cpu_timer"),
                                    **_placement(backend, gpus, devices, key == "one"))
         try:
             if warm_up:

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.summary import markdown_table
-from engine.evaluate import languages
-from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.verdict import is_timing_flag
+from engine.evaluate import LocalEvaluator, is_timing_flag, languages
 from engine.problems import load_problem
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "realworld"

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.evaluate.base import PhaseCallback
+from engine.evaluate import PhaseCallback
 
 # The phases' words on the line ("compiling" and "waiting" are said by `built`, below).
 PHASE_WORDS = {"checking": "checking", "timing": "timing", "evaluating": "evaluating",

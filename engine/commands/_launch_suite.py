@@ -26,7 +26,7 @@ from engine.launch import (
 )
 
 if TYPE_CHECKING:
-    from engine.evaluate.base import Evaluator
+    from engine.evaluate import Evaluator
     from engine.options import Placement
     from engine.search.suite import Suite, SuiteEntry
     from engine.store import Store

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any
 
+from engine import options
 from engine.commands._common import db_path, open_store, problem_specs, source_hash
+from engine.commands._flags import Commands
 from engine.commands._output import emit, emit_json, say
+from engine.domain import DEFAULT_LANGUAGE
+from engine.evaluate import languages
 from engine.launch import (
     UsageError,
     check_local_flags,
@@ -24,16 +27,10 @@ from engine.launch import (
 )
 
 
-def _cpu_timer(args: argparse.Namespace) -> None:
-    if getattr(args, "cpu_timer", None):
-        os.environ["KTREE_CPU_TIMER"] = args.cpu_timer  # every evaluator the bench makes
-
-
 def pipeline(args: argparse.Namespace) -> int:
     """A scripted search with no LLM latency: how busy the device is kept."""
     from engine.bench.pipeline import format_pipeline, parse_latency, pipeline_bench
 
-    _cpu_timer(args)
     problem = checked_problem(args.problem)
     if args.llm_latency is not None:
         try:
@@ -71,6 +68,7 @@ def pipeline(args: argparse.Namespace) -> int:
             gpus=None if evaluator is not None else checked_gpus(backend, args.gpus),
             repeat_sources=args.repeat_sources, llm_latency=args.llm_latency, suite=args.suite,
             llm_concurrency=args.llm_concurrency, language=language, devices=cpu_devices or 1,
+            cpu_timer=args.cpu_timer,
         )))
     if args.json:
         emit_json(results[0] if len(results) == 1 else results)
@@ -96,9 +94,9 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
     if not modes or unknown:
         raise UsageError(f"--sources: give one or both of {', '.join(MODES)}")
     if backend == "cuda":
-        from engine.evaluate.host.evaluator import visible_gpus
+        from engine.evaluate import visible_gpu_indices
 
-        gpus = checked_gpus(backend, args.gpus) or sorted(visible_gpus())
+        gpus = checked_gpus(backend, args.gpus) or visible_gpu_indices()
         if len(gpus) < 2:
             raise UsageError(f"--scaling needs two GPUs or more (this machine shows {len(gpus)})")
         devices = len(gpus)
@@ -112,7 +110,7 @@ def _scaling(args: argparse.Namespace, problem: Any, backend: str, arch: str | N
         rounds=args.rounds or (3 if cuda else 1), ideas=args.ideas or (4 if cuda else 2),
         variants=args.variants or (4 if cuda else 2), top=args.top, compile_workers=args.compile_workers,
         log=sys.stderr if args.log else None, llm_latency=args.llm_latency, suite=args.suite,
-        llm_concurrency=args.llm_concurrency, language=languages[0]))
+        llm_concurrency=args.llm_concurrency, language=languages[0], cpu_timer=args.cpu_timer))
     if args.json:
         emit_json(result)
     else:
@@ -131,9 +129,8 @@ def timing(args: argparse.Namespace) -> int:
         time_loaded,
         time_reference,
     )
-    from engine.evaluate.host.evaluator import LocalEvaluator
+    from engine.evaluate import LocalEvaluator
 
-    _cpu_timer(args)
     db = db_path(args)
     problems = problem_specs(args.problems)
     backend, arch = resolve_backend(args.backend)
@@ -150,7 +147,7 @@ def timing(args: argparse.Namespace) -> int:
 
     async def go() -> list[dict[str, Any]]:
         store = await open_store(db)
-        evaluator = LocalEvaluator(backend, cuda_arch=arch)
+        evaluator = LocalEvaluator(backend, cuda_arch=arch, cpu_timer=args.cpu_timer)
         try:
             rows = await asyncio.gather(*(time_reference(evaluator, p) for p in problems))
             for p, r in zip(problems, rows, strict=True):
@@ -165,7 +162,8 @@ def timing(args: argparse.Namespace) -> int:
 
     rows = asyncio.run(go())
     if args.load:
-        rows = asyncio.run(time_loaded(rows, problems, backend, arch, args.load, args.load_cores))
+        rows = asyncio.run(time_loaded(rows, problems, backend, arch, args.load, args.load_cores,
+                                       cpu_timer=args.cpu_timer))
     if args.json:
         emit_json(rows)
     else:
@@ -249,7 +247,6 @@ def verdicts(args: argparse.Namespace) -> int:
 
     from engine.bench.verdicts import CorpusError, load_cases, select, verdicts_bench, verdicts_table
 
-    _cpu_timer(args)
     corpus = Path(args.corpus) if args.corpus else None
     try:
         select(load_cases(corpus), args.case)
@@ -281,7 +278,6 @@ def kernelbench(args: argparse.Namespace) -> int:
         write_outputs,
     )
 
-    _cpu_timer(args)
     solutions = Path(args.solutions) if args.solutions else None
     if solutions is not None and not solutions.is_dir():
         raise UsageError(f"--solutions {solutions}: no such folder")
@@ -294,7 +290,8 @@ def kernelbench(args: argparse.Namespace) -> int:
     gpus = checked_gpus(backend, args.gpus)
     out = Path(args.out) if args.out else None
     result = asyncio.run(kernelbench_bench(problems, backend, arch, gpus=gpus, solutions=solutions,
-                                           jobs=args.jobs, out=out, timeout_s=args.timeout, alone=alone))
+                                           jobs=args.jobs, out=out, timeout_s=args.eval_timeout, alone=alone,
+                                           cpu_timer=args.cpu_timer))
     if out is not None:
         write_outputs(out, result)
         say(f"ktree: rows in {out / 'kernelbench.jsonl'}, the table in {out / 'kernelbench.md'}, the whole"
@@ -304,3 +301,132 @@ def kernelbench(args: argparse.Namespace) -> int:
     else:
         emit(kernelbench_table(result))
     return 0 if result["summary"]["passed"] else 1
+
+
+def register(commands: Commands) -> None:
+    """`ktree bench ...`: each bench's flags, those it shares with a search (or another bench)
+    declared once in engine.options' parts (`add_bench_flags`)."""
+    group = commands.group("bench", help="benchmarks")
+    flags = options.add_bench_flags
+    bt = group.add("timing", timing, help="time each problem's reference, eager and torch.compile")
+    bt.add_argument("problems", nargs="*", help="problem names or paths (default: all built-in)")
+    flags(bt, "backend")
+    bt.add_argument("--json", action="store_true", help="the results as JSON")
+    bt.add_argument("--load", choices=["cores", "compile"], default=None,
+                    help="then time every reference again with the host loaded: `cores` runs --load-cores"
+                         " busy loops, `compile` keeps ktree's own compile pool building; reports idle vs"
+                         " loaded")
+    bt.add_argument("--load-cores", type=options.positive, default=None, metavar="N",
+                    help="busy loops for --load cores (default: one per core)")
+    flags(bt, "cpu_timer")
+    bt.add_argument("--agreement", action="store_true",
+                    help="instead: the timer run to run, and against triton's do_bench (GPU)")
+    _pipeline_flags(group.add("pipeline", pipeline, help="a scripted search with no LLM latency: how busy the"
+                                                         " device is kept, wall time vs compile + device time"))
+    bpr = group.add("profile", profile, help="what a profile costs per variant (each profiler path) on the"
+                                             " seed problems' honest scripted kernels")
+    bpr.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
+    flags(bpr, "backend")
+    bpr.add_argument("--path", action="append", choices=["ncu", "torch", "auto"],
+                     help="profiler paths to measure (repeatable; default: ncu and torch on cuda, auto on cpu)")
+    bpr.add_argument("--variants", type=options.positive, default=None, metavar="N",
+                     help="at most N honest variants per problem (default: all)")
+    bpr.add_argument("--json", action="store_true", help="the results as JSON")
+    bg = group.add("gpu-cost", gpu_cost, help="seconds each variant holds the device, by phase, beside its"
+                                              " timing floor, for the seed problems' honest scripted kernels")
+    bg.add_argument("problems", nargs="*", help="scripted problem names (default: the five seed problems)")
+    flags(bg, "backend")
+    bg.add_argument("--variants", type=options.positive, default=3, metavar="N",
+                    help="at most N honest variants per problem (default 3)")
+    flags(bg, "profile", defaults={"profile": "off"},
+          helps={"profile": "also profile each correct variant on demand (the profile column; default off)"})
+    bg.add_argument("--json", action="store_true", help="the results as JSON")
+    bv = group.add("verdicts", verdicts,
+                   help="the evaluator on the real-world corpus (tests/realworld): honest"
+                        " kernels must end correct, hacks must not; recall, false rejects")
+    flags(bv, "backend")
+    bv.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable; default: all)")
+    bv.add_argument("--corpus", metavar="DIR",
+                    help="another corpus folder with a cases.toml (default: tests/realworld)")
+    bv.add_argument("--json", action="store_true", help="the results as JSON")
+    _kernelbench_flags(group.add(
+        "kernelbench", kernelbench, help="every problem of a KernelBench checkout evaluated (the reference's"
+                                         " own forward wrapped as ModelNew, or a folder's solutions):"
+                                         " verdict, peak GPU and host memory, held and wall seconds"))
+    bc = group.add("compile", compile, help="build time per variant with and without each compile lever")
+    flags(bc, "backend")
+    bc.add_argument("--sources", type=options.positive, default=2, help="builds per configuration (default 2)")
+    bc.add_argument("--concurrent", type=int, default=16,
+                    help="then this many distinct builds at once with every lever (default 16; 0: skip)")
+    bc.add_argument("--structure", action="append", choices=["stock", "fast", "ctypes"],
+                    help="only these solution structures (repeatable; default: all for the backend)")
+    bc.add_argument("--side-by-side", action="store_true",
+                    help="run the configurations at once (faster, but they share the cores)")
+    bc.add_argument("--json", action="store_true", help="the results as JSON")
+
+
+def _pipeline_flags(bp: argparse.ArgumentParser) -> None:
+    bp.add_argument("problem", nargs="?", default="softmax")
+    options.add_bench_flags(bp, "backend")
+    bp.add_argument("--language", default=DEFAULT_LANGUAGE, metavar="|".join(languages.choices()),
+                    help="the variants' kernel language; with two, one bench per language in turn")
+    options.add_bench_flags(
+        bp, "rounds", "ideas", "variants", "top", "compile_workers", "gpus",
+        defaults={"rounds": None, "ideas": None, "variants": None},
+        helps={"rounds": "default: 3 on cuda, 1 on cpu", "ideas": "default: 4 on cuda, 2 on cpu",
+               "variants": "default: 4 on cuda, 2 on cpu", "top": "parents kept each round (default 2)",
+               "compile_workers": "compile processes (default: as the evaluator sizes its pool)",
+               "gpus": "the GPUs to evaluate on (default: every visible GPU); with several, per-GPU load is"
+                       " reported"})
+    bp.add_argument("--scaling", action="store_true",
+                    help="one device against several in one run: the search on every device given (--gpus;"
+                         " on cpu, --cpu-devices) and on the first alone, per source mode (--sources):"
+                         " variants per minute, their ratio, each device's busy and idle fractions")
+    bp.add_argument("--sources", default="distinct,repeated", metavar="distinct,repeated",
+                    help="with --scaling: the source modes to run (default both)")
+    bp.add_argument("--cpu-devices", type=options.positive, default=None, metavar="N",
+                    help="cpu backend: evaluate on N cpu slots at once (default 1; 2 with --scaling)")
+    bp.add_argument("--cold", action="store_true",
+                    help="an empty build cache (the precompiled header too) for this run")
+    bp.add_argument("--repeat-sources", action="store_true",
+                    help="the scripted library's files as they are: identical sources hit the build cache"
+                         " and its ideas run out (default: every variant a distinct source, K ideas a call)")
+    bp.add_argument("--llm-latency", metavar="SPEC",
+                    help="each scripted call waits as a model would: seconds (e.g. 40) or"
+                         " lognormal:median=40,sigma=0.5 (default: no wait)")
+    bp.add_argument("--suite", type=options.positive, default=1, metavar="N",
+                    help="a suite of N problems at once (the scripted ones in turn), one LLM limit and"
+                         " one evaluator shared; reports device busy fractions")
+    options.add_bench_flags(bp, "llm_concurrency", "cpu_timer",
+                            helps={"llm_concurrency": "concurrent LLM calls (shared by a suite's problems;"
+                                                      " default 8)"})
+    bp.add_argument("--json", action="store_true", help="the results as JSON")
+    bp.add_argument("--log", action="store_true",
+                    help="one line per node status change on stderr, as the search goes")
+    options.add_bench_flags(bp, "executor", "ray_address", "ray_workers")
+
+
+def _kernelbench_flags(bk: argparse.ArgumentParser) -> None:
+    bk.add_argument("path", metavar="PATH",
+                    help="a KernelBench checkout, its KernelBench/ folder or one level folder (level1/)")
+    bk.add_argument("--levels", metavar="1,2", help="the levels to run (default 1, or the level PATH is)")
+    bk.add_argument("--problems", metavar="1-10,19,23",
+                    help="only these problem numbers: ranges and lists (default: all)")
+    bk.add_argument("--solutions", metavar="DIR",
+                    help="a folder of solutions named as the problems (DIR/level1/19_ReLU.py or"
+                         " DIR/19_ReLU.py); a problem without one is skipped (default: the reference's own"
+                         " forward wrapped as ModelNew, whose expected verdict is flagged)")
+    bk.add_argument("--jobs", type=options.positive, default=1, metavar="N",
+                    help="problems in flight at once through one evaluator, as a suite's (default 1)")
+    bk.add_argument("--out", metavar="DIR",
+                    help="write the table and JSON here, and each row to DIR/kernelbench.jsonl as it finishes;"
+                         " a rerun with the same DIR skips the problems that already have a verdict there")
+    bk.add_argument("--compare-with", metavar="FILE.jsonl",
+                    help="an earlier run's rows (its kernelbench.jsonl, or its --out folder): each status set"
+                         " beside this run's (the alone column); a differing one fails the bench")
+    options.add_bench_flags(
+        bk, "backend", "gpus", "eval_timeout", "cpu_timer", aliases={"eval_timeout": ("--timeout",)},
+        helps={"gpus": "the GPUs to evaluate on (default: every visible GPU)",
+               "eval_timeout": "each problem's evaluation limit in seconds, as eval's --eval-timeout"
+                               " (default: from the problem's size)"})
+    bk.add_argument("--json", action="store_true", help="the results as JSON")

@@ -8,7 +8,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.commands._common import db_path
+from engine.commands._flags import Commands
 from engine.commands._output import emit, emit_json
 from engine.launch import UsageError
 
@@ -105,3 +107,42 @@ def bench(args: argparse.Namespace) -> int:
     else:
         emit(dataset_table(result))
     return 0
+
+
+def register(commands: Commands) -> None:
+    """`ktree dataset export|stats`, and `ktree bench dataset` in the benches' group."""
+    dataset = commands.group("dataset",
+                             help="the searches as training data: Parquet/JSONL tables,"
+                                  " sft/preference/reward views and a dataset card (docs/dataset.md)")
+    ds_export = dataset.add("export", export, help="write the selection to a folder")
+    ds_export.add_argument("--out", required=True, metavar="DIR", help="the folder (new or empty)")
+    ds_export.add_argument("--force", action="store_true", help="write over a previous export in DIR")
+    ds_export.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both",
+                           help="the tables' file format: Parquet, JSON Lines, or both (the default)")
+    ds_stats = dataset.add("stats", stats, help="count what export would write")
+    for p in (ds_export, ds_stats):
+        p.add_argument("sessions", nargs="*", type=options.positive, metavar="SESSION", help="session ids")
+        p.add_argument("--suite", type=options.positive, metavar="N", help="the sessions of suite N")
+        p.add_argument("--all", action="store_true", help="every session (the default without SESSION)")
+        p.add_argument("--include-scripted", action="store_true",
+                       help="also scripted sessions (canned answers), marked `scripted`")
+        p.add_argument("--view", action="append", choices=["tables", "sft", "preference", "reward", "all"],
+                       help="what to write (repeatable; default tables: variants, ideas, problems)")
+        p.add_argument("--correct-only", action="store_true", help="only correct variants")
+        p.add_argument("--min-speedup", type=float, metavar="X",
+                       help="only correct variants at least X times eager")
+        p.add_argument("--dedupe", action="store_true",
+                       help="one variant per source (hash without comments and whitespace), the first")
+        p.add_argument("--exclude-flagged", action=argparse.BooleanOptionalAction, default=None,
+                       help="leave out flagged variants (default: out of sft and preference only)")
+        p.add_argument("--split-by", choices=["problem"], help="train/test split; a problem never in both")
+        p.add_argument("--test-fraction", type=float, metavar="F",
+                       help="share of problems in test (default 0.2)")
+        p.add_argument("--seed", type=int, metavar="S", help="the split's seed (default 0)")
+        p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    bd = commands.group("bench").add(
+        "dataset", bench, help="seconds and peak memory of `ktree dataset export` on synthetic rows")
+    bd.add_argument("--rows", type=options.positive, default=10_000, help="variant rows (default 10000)")
+    bd.add_argument("--sessions", type=options.positive, default=20,
+                    help="sessions they are spread over (default 20)")
+    bd.add_argument("--json", action="store_true", help="the results as JSON")

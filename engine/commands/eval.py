@@ -8,7 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.commands._common import isolation_note
+from engine.commands._flags import Commands
 from engine.commands._output import emit, emit_json, note, say
 from engine.launch import (
     UsageError,
@@ -19,6 +21,7 @@ from engine.launch import (
     resolve_backend,
     tolerances,
 )
+from engine.options import CheckSettings, Placement
 
 
 def solution_files(given: list[str]) -> list[tuple[Path, str]]:
@@ -67,10 +70,9 @@ def evaluate(args: argparse.Namespace) -> int:
     backend, arch = resolve_backend(args.backend)
     isolation = isolation_note(args.isolation)
     if not args.quiet:  # what a solution can reach, said before it runs
-        from engine.evaluate.host import sandbox
+        from engine.evaluate import isolation_detail
 
-        how = f" ({sandbox.available()[1]})" if isolation == "strict" else ""
-        say(f"ktree: isolation: {isolation}{how}")
+        say(f"ktree: isolation: {isolation}{isolation_detail(isolation)}")
     if problem.degenerate:  # said once, before any verdict (each verdict notes it too)
         from engine.problems import DEGENERATE_LINE
 
@@ -130,7 +132,7 @@ def exit_code(verdicts: list[Any]) -> int:
 
 def _reference_failure(verdicts: list[Any]) -> str | None:
     """The log of a verdict that says the reference itself failed, if one does."""
-    from engine.evaluate.verdict import REFERENCE_FAILED
+    from engine.evaluate import REFERENCE_FAILED
 
     return next((v.log for v in verdicts if (v.log or "").startswith(REFERENCE_FAILED)), None)
 
@@ -138,9 +140,31 @@ def _reference_failure(verdicts: list[Any]) -> str | None:
 def _say_reference_failed(verdicts: list[Any], as_json: bool) -> None:
     """Name a failing reference as such: on stdout after the verdicts, on stderr with --json (whose
     stdout stays one JSON document)."""
-    from engine.evaluate.verdict import REFERENCE_FAILED
+    from engine.evaluate import REFERENCE_FAILED
 
     failed = _reference_failure(verdicts)
     if failed:  # its last line is the exception
         reason = next((ln.strip() for ln in reversed(failed.splitlines()) if ln.strip()), "")
         (say if as_json else emit)(f"{REFERENCE_FAILED} (not the solution): {reason}")
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("eval", evaluate, help="evaluate solution files against a reference",
+                          epilog="exit code 0: every solution correct; 1: one or more not correct (incorrect,"
+                                 " flagged, failed to build or run, timed out); 2: a usage error; 3: the"
+                                 " reference itself failed, so no solution could be judged")
+    parser.add_argument("reference", help="KernelBench-format reference (.py) or built-in name")
+    parser.add_argument("solution", nargs="+",
+                        help="solution file(s) defining ModelNew, or a directory of them (its *.py);"
+                             " several are built at once and timed one at a time")
+    options.add_flags(parser, Placement, only=("backend", "gpus", "isolation", "profile"),
+                      defaults={"profile": "off"},
+                      helps={"gpus": "the GPUs it may run on (default: every visible GPU)",
+                             "profile": "profile each correct solution and print its diagnosis (default off); "
+                                        + options.PROFILE_HELP})
+    options.add_flags(parser, CheckSettings, only=("atol", "rtol", "eval_timeout"))
+    parser.add_argument("--json", action="store_true",
+                        help="print the Verdict as JSON (several solutions: a list, each with its file)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress lines on stderr (building, waiting for a GPU and who holds it,"
+                             " checking, timing, done)")

@@ -6,7 +6,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from engine import options
 from engine.commands._common import db_path, no_database, open_store
+from engine.commands._flags import Commands
 from engine.commands._output import emit, say
 from engine.launch import UsageError
 
@@ -38,3 +40,10 @@ def export(args: argparse.Namespace) -> int:
     else:
         emit(text, end="")
     return 0
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("export", export, help="the best correct variant as a KernelBench solution file")
+    parser.add_argument("session", type=options.positive, help="session id")
+    parser.add_argument("--node", type=options.positive, help="this variant instead of the best")
+    parser.add_argument("--out", help="write here instead of printing")

@@ -8,12 +8,13 @@ import asyncio
 from typing import Any
 
 from engine.commands._common import db_path, open_store, problem_specs, source_hash
+from engine.commands._flags import Commands
 from engine.commands._output import emit
 from engine.launch import checked_problem, resolve_backend
 
 
 def problems(args: argparse.Namespace) -> int:
-    from engine.evaluate.harness.timing import device_name
+    from engine.evaluate import device_name
     from engine.llm.scripted import scripted_backends
     from engine.report import problems_table
 
@@ -60,3 +61,8 @@ async def searched(store: Any, found: list[Any], backend: str, device: str) -> d
                 and root.source == p.source):
             out[s["problem"]] = s["ref_ms"]
     return out
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("problems", problems, help="the built-in problems (and any files given) as a table")
+    parser.add_argument("paths", nargs="*", help="more problem files to list")

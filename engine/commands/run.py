@@ -18,6 +18,7 @@ from engine.commands._common import (
     reasoning_history,
     run_request,
 )
+from engine.commands._flags import Commands, search_flags
 from engine.commands._output import emit, emit_json, error, note, say
 from engine.launch import (
     Prepared,
@@ -135,3 +136,11 @@ def resume_hint(session_id: int, db: Path) -> str:
 
     where = "" if db == default_db_path() else f" --db {db}"
     return f"ktree: session {session_id} is interrupted: `ktree{where} run --resume {session_id}` continues it"
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("run", run, help="search for a faster kernel for a problem")
+    parser.add_argument("problem", nargs="?", help="built-in problem name (see `ktree problems`) or a .py path")
+    parser.add_argument("--resume", type=options.positive, metavar="SESSION",
+                        help="continue an unfinished session where it stopped (no PROBLEM then)")
+    search_flags(parser)

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from engine.commands._common import db_path, no_database, open_store
+from engine.commands._flags import Commands
 from engine.commands._output import emit
 
 
@@ -31,3 +32,7 @@ def sessions(args: argparse.Namespace) -> int:
     for row in rows:
         emit(format_session_row(row))
     return 0
+
+
+def register(commands: Commands) -> None:
+    commands.add("sessions", sessions, help="list past sessions in the database")

@@ -9,7 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.commands._common import db_path, no_database, open_store
+from engine.commands._flags import Commands
 from engine.commands._output import emit, emit_json, say
 from engine.domain import best_variant, library_excluded, session_library_ops
 from engine.launch import UsageError
@@ -177,3 +179,20 @@ def _follow(args: argparse.Namespace, db: Path) -> int:
         return sessions[0]["id"]
 
     return open_app(db, session_id=asyncio.run(latest()), follow=True)
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("show", show, help="a session's tree with statuses and speedups")
+    parser.add_argument("session", nargs="?", type=options.positive, help="session id (default: latest)")
+    parser.add_argument("--all", action="store_true", help="every session in the database")
+    parser.add_argument("--table", action="store_true", help="the variants as a markdown table")
+    parser.add_argument("--json", action="store_true", help="the variants as JSON")
+    parser.add_argument("--suite", type=options.positive, metavar="SUITE",
+                        help="a suite's report: per problem best speedups, then fast_p and geomean")
+    parser.add_argument("--markdown", metavar="FILE", help="with --suite: also write the report here")
+    parser.add_argument("--profile", type=options.positive, metavar="NODE",
+                        help="profile this correct variant of SESSION now (a search profiles only its"
+                             " parents and its best): asked of the engine if the session runs, else"
+                             " taken here; prints one line")
+    parser.add_argument("--follow", action="store_true",
+                        help="open the session in the TUI and follow it live (another process runs it)")

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.commands._common import db_path, isolation_note, open_store, reasoning_history, run_request
+from engine.commands._flags import Commands, search_flags
 from engine.commands._output import emit, emit_json, note
 from engine.launch import UsageError
 
@@ -127,3 +129,16 @@ def skipped_lines(skipped: dict[str, str], shown: int = 4) -> list[str]:
         why = named[0][1] if len(named) == 1 else template.replace("\0.py", "each").replace("\0", "each")
         lines.append(f"  not estimated ({len(names)}: {', '.join(names[:shown])}{more}): {why}")
     return lines
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add("suite", suite, help="search every problem of a directory, a built-in level or a"
+                                                " list of files at once (one session a problem)")
+    parser.add_argument("problems", nargs="*", metavar="PATH|level1|level2|FILE",
+                        help="a directory of KernelBench-format files (e.g. a KernelBench checkout's"
+                             " level1/), a built-in level, problem files or built-in names")
+    parser.add_argument("--resume", type=options.positive, metavar="SUITE",
+                        help="continue an interrupted suite (no problems then)")
+    parser.add_argument("--suite-budget-usd", type=options.dollars, default=None,
+                        help="stop starting LLM work in every problem once the suite has spent this")
+    search_flags(parser)  # every search flag of `run`, per problem

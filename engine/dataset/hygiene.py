@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from engine.evaluate.verdict import is_timing_flag
+from engine.evaluate import is_timing_flag
 
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _SPACE = re.compile(r"\s+")

@@ -15,7 +15,7 @@ from engine import prompts
 from engine.dataset import source as db
 from engine.dataset.hygiene import source_hash
 from engine.domain import DEFAULT_LANGUAGE
-from engine.evaluate.verdict import STATUSES
+from engine.evaluate import STATUSES
 
 # Outcomes from worst to best: the best of an idea's variants is the last of these it reached.
 OUTCOME_RANK = {s: i for i, s in enumerate(("cancelled", "failed", *STATUSES))}

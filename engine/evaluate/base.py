@@ -1,7 +1,7 @@
 """The evaluator contract: what the search asks of whatever compiles and times its variants.
 
 Two implementations: `engine.evaluate.host.evaluator.LocalEvaluator` (this host's GPUs or CPU) and
-`engine.executors.ray_executor.RayEvaluator` (one worker per GPU of a Ray cluster). Like the LLM
+`engine.evaluate.placement.ray_executor.RayEvaluator` (one worker per GPU of a Ray cluster). Like the LLM
 `Provider` protocol, it is the plug-in boundary: a new executor implements this and nothing else,
 and both build their jobs with `engine.evaluate.host.make_job.make_job` (tests/evaluate/test_self_contained.py
 holds the two to this protocol, signature for signature).

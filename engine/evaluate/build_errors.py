@@ -1,5 +1,5 @@
 """What a failed build said: the compiler's diagnostics found in a build's output, the first error
-line put on top of a log (issue 44: a kernel may build anywhere, and its compiler's line is said).
+line put on top of a log (a kernel may build anywhere, and its compiler's line is said).
 Standard library only (engine.evaluate.harness.fastbuild re-exports these)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 POLL_S = 0.005
 WAIT_S = 900.0

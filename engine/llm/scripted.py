@@ -28,8 +28,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine import scripted_library
-from engine.evaluate import languages, settings
+from engine import scripted_library, settings
+from engine.evaluate import languages
 from engine.llm.base import Completion, LLMError, Message, Usage
 from engine.llm.providers import ProviderSetupError, Setup
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER, TRIED_HEADER, ReplyError, extract_code

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine import prompts
 from engine.domain import Node, library_ops_text
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Verdict
 
 
 def tried(nodes: dict[int, Node], verdicts: dict[int, Verdict], parent: Node) -> list[str]:

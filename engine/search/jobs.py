@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.domain import Node
-from engine.evaluate.base import Evaluator
-from engine.evaluate.jobs import EvalJob
+from engine.evaluate import EvalJob, Evaluator
 from engine.search.config import SearchConfig
 
 

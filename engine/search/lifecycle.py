@@ -11,15 +11,14 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.events import Progress, SessionDone, SessionStarted
 from engine.search.resume import load_session
 from engine.search.rows import root_row
 
 if TYPE_CHECKING:
     from engine.domain import Node
-    from engine.evaluate.base import Evaluator
-    from engine.evaluate.verdict import Verdict
+    from engine.evaluate import Evaluator, Verdict
     from engine.events import EventBus
     from engine.options import Placement
     from engine.problems import Problem
@@ -116,7 +115,7 @@ class SessionLifecycle:
                     "cost_estimated": self.cost.estimated,
                     # where it ran, as resolved (engine.options.Placement): a resume uses its GPUs again
                     "placement": self.placement_record(),
-                    # KTREE_* settings that can change a time or a verdict (engine.evaluate.settings)
+                    # KTREE_* settings that can change a time or a verdict (engine.settings)
                     "environment": settings.recorded(),
                     # The reference's output does not depend on its inputs (engine.problems).
                     "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},

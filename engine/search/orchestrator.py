@@ -24,11 +24,7 @@ from typing import Any
 
 from engine import crash, prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
-from engine.evaluate.base import Evaluator
-from engine.evaluate.host.reference_history import is_disturbed
-from engine.evaluate.languages import DEFAULT as DEFAULT_LANGUAGE
-from engine.evaluate.languages import kernel_language
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Evaluator, Verdict, is_disturbed, languages
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -311,7 +307,7 @@ class Search(SessionLifecycle):
                 await self.update(node.id, status="failed", text=str(exc))
                 return
             # A reply written in another language than asked is evaluated, and shown, in its own.
-            language = kernel_language(source)
+            language = languages.kernel_language(source)
             await self.update(node.id, source=source, status="queued",
                               **({"language": language} if language != node.language else {}))
         verdict = await self._evaluate(self.nodes[node.id])
@@ -333,7 +329,7 @@ class Search(SessionLifecycle):
     def languages_for(self, m: int) -> list[str]:
         """The kernel languages of one idea's m variants: the search's languages in turn, each
         idea starting one further along (so that with one variant per idea, ideas alternate)."""
-        langs = self.config.shape.languages or (DEFAULT_LANGUAGE,)
+        langs = self.config.shape.languages or (languages.DEFAULT,)
         start = self._spread
         self._spread += 1
         return [langs[(start + i) % len(langs)] for i in range(m)]

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.domain import Node
-from engine.evaluate.base import Evaluator, PhaseCallback
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Evaluator, PhaseCallback, Verdict
 from engine.search.config import SearchConfig
 from engine.search.jobs import variant_job
 from engine.store import Store

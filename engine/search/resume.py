@@ -14,7 +14,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from engine.domain import DONE_STATUSES, Node, excluded
-from engine.evaluate.verdict import Verdict
+from engine.evaluate import Verdict
 from engine.search.calls import LLMResult
 from engine.store import Store
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from engine import control
 from engine.domain import EVALUATING_STATUSES, Node, excluded
-from engine.evaluate.languages import kernel_language
+from engine.evaluate import languages
 from engine.events import CommandApplied, EventBus
 from engine.search.budget import Budget
 from engine.search.rows import asking_row, idea_row, variant_row
@@ -162,7 +162,7 @@ class Steering:
                 return ()
             [child] = await s.add_nodes([variant_row(
                 node.id, node.title, r, status="queued", text="edited by hand", source=cmd.source,
-                origin="edit", language=kernel_language(cmd.source))], command_id=command_id)
+                origin="edit", language=languages.kernel_language(cmd.source))], command_id=command_id)
             await s.start([child])
             return (child.id,)
         return ()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.domain import DEFAULT_LANGUAGE, library_excluded, session_library_ops
-from engine.evaluate.base import Evaluator
+from engine.evaluate import Evaluator
 from engine.events import EventBus
 from engine.llm.base import Provider
 from engine.options import Placement

@@ -5,16 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.helpers import assert_one_line_usage_error
 from tests.conftest import run_ktree
-
-
-def assert_one_line_usage_error(proc, needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    # (a machine where strict isolation cannot run adds a note line before it)
-    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("ktree: note:")]
-    assert len(lines) == 1, proc.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in proc.stderr
 
 
 def test_unknown_problem():

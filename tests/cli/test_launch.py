@@ -27,6 +27,7 @@ from engine.launch import (
 from engine.problems import load_problem
 from engine.search import Search
 from engine.store import Store
+from tests.cli.helpers import FORM
 from tests.fake_session import write_fake_session
 from tui.screens.new_search import form_request
 
@@ -217,11 +218,6 @@ def test_the_cli_flags_become_the_same_requests():
                                       "--executor", "ray", "--ray-workers", "2"])
     assert resume_request(args) == ResumeRequest.of(4, budget_usd=1.0, time_limit=9.0, executor="ray",
                                                  ray_workers=2)
-
-
-FORM = {"problem": "softmax", "path": "", "provider": "auto", "models": "", "strategy": "tree",
-        "backend": "auto", "rounds": "2", "ideas": "3", "variants": "2", "top": "2", "budget_usd": "",
-        "budget_tokens": ""}
 
 
 def test_the_new_search_form_becomes_a_run_request():

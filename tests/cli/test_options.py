@@ -22,7 +22,7 @@ from engine.problems import load_problem
 from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.conftest import query
-from tests.search.test_max_variants_cap import InstantEvaluator
+from tests.search.helpers import InstantEvaluator
 from tests.tui_helpers import fake_db
 from tui.app import KtreeApp
 from tui.screens.new_search import NewSearchScreen, form_request

@@ -1,4 +1,4 @@
-"""Every KTREE_* environment variable is declared once (engine.evaluate.settings) and read only
+"""Every KTREE_* environment variable is declared once (engine.settings) and read only
 there; those that can change a time or a verdict are recorded with the session (issue 37 item 1)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate import settings
+from engine import settings
 from engine.events import EventBus
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
 from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.conftest import query
-from tests.search.test_max_variants_cap import InstantEvaluator
+from tests.search.helpers import InstantEvaluator
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [p for root in ("engine", "tui") for p in (REPO / root).rglob("*.py")
@@ -45,7 +45,7 @@ def _environ_reads(tree: ast.AST) -> list[ast.AST]:
 def test_no_file_reads_a_ktree_variable_but_through_settings():
     offenders = []
     for path in SOURCES:
-        if path.name == "settings.py" and path.parent.name == "evaluate":
+        if path.relative_to(REPO).as_posix() == "engine/settings.py":
             continue
         tree = ast.parse(path.read_text())
         for node in _environ_reads(tree):
@@ -54,6 +54,38 @@ def test_no_file_reads_a_ktree_variable_but_through_settings():
             if "KTREE_" in text or any(n.isupper() and n.endswith("VARS") for n in names):
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {text}")
     assert offenders == []
+
+
+def _environ_writes(tree: ast.AST) -> list[ast.AST]:
+    """os.environ[...] = ..., del os.environ[...], os.environ.update/setdefault/pop(...), os.putenv(...)."""
+    def environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    found = []
+    for node in ast.walk(tree):
+        written = isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))
+        if written and environ(node.value):
+            found.append(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                (node.func.attr in ("update", "setdefault", "pop") and environ(node.func.value))
+                or node.func.attr == "putenv"):
+            found.append(node)
+    return found
+
+
+def test_no_file_writes_a_ktree_variable_into_its_own_environment():
+    """A part is configured by the value passed to it (an argument, a job's field), never by a
+    KTREE_* variable another part wrote into the process's environment (a child's own environment,
+    a dict handed to the process it starts, is that child's argument)."""
+    offenders = []
+    for path in SOURCES:
+        text = path.read_text()
+        for node in _environ_writes(ast.parse(text)):
+            segment = ast.get_source_segment(text, node) or ""
+            if "KTREE_" in segment:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {segment}")
+    assert offenders == []
+    assert _environ_writes(ast.parse('os.environ["KTREE_X"] = "1"'))  # the walk sees a write
 
 
 def test_every_setting_named_in_the_code_and_the_docs_is_declared():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,32 +17,12 @@ from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import run_ktree
+from tests.evaluate.helpers import RENDEZVOUS
 
 LIMIT = EvalLimit(120.0, "flag", "--eval-timeout 120")  # what the evaluator hands its worker
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
-
-# Each candidate's constructor says it has started, then waits (up to four minutes) until the other
-# has started too: both can only finish if two devices evaluate them at the same time.
-RENDEZVOUS = textwrap.dedent("""
-    import os, time
-    import torch
-    import torch.nn as nn
-
-    class ModelNew(nn.Module):
-        def __init__(self):
-            super().__init__()
-            open({mine!r}, "w").close()
-            deadline = time.monotonic() + 240
-            while not os.path.exists({other!r}):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the other candidate never started: not evaluated at the same time")
-                time.sleep(0.01)
-
-        def forward(self, x):
-            return x  # wrong on purpose: incorrect, quickly, and the worker is kept
-""")
 
 
 def test_two_devices_evaluate_two_compiled_variants_at_the_same_time(tmp_path: Path):

@@ -16,7 +16,7 @@ import torch
 from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.problems import load_problem
 from tests.conftest import run_ktree
-from tests.evaluate.test_devices import RENDEZVOUS
+from tests.evaluate.helpers import RENDEZVOUS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")]
 

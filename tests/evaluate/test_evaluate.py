@@ -15,12 +15,11 @@ from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
+from tests.evaluate.helpers import CHEATS, HEADER, model
 
 SOFTMAX = load_problem("softmax")
 WORK = {"flops": SOFTMAX.cost("cpu").flops, "bytes": SOFTMAX.cost("cpu").bytes}  # as the search passes them
 SCRIPTED = Path(__file__).resolve().parents[2] / "engine" / "scripted_library"
-
-HEADER = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
 
 
 def evaluate(body: str, eval_timeout: float | None = None, **job: object) -> Verdict:
@@ -35,17 +34,6 @@ def evaluate(body: str, eval_timeout: float | None = None, **job: object) -> Ver
             await evaluator.close()
 
     return asyncio.run(go())
-
-
-def model(forward: str, init: str = "") -> str:
-    return textwrap.dedent(f"""
-    class ModelNew(nn.Module):
-        def __init__(self):
-            super().__init__()
-            {init or 'pass'}
-        def forward(self, x):
-            {forward}
-    """)
 
 
 @pytest.mark.slow
@@ -79,45 +67,6 @@ def test_torch_ops_in_forward_are_flagged_but_still_timed():
     assert v.status == "flagged"
     assert any(f.startswith("torch-ops") and "aten._softmax" in f for f in v.flags)
     assert v.max_abs_err < 1e-5 and v.time_ms > 0 and v.speedup_eager is not None
-
-
-# A cheating solution per integrity check, and the flag it must get
-# (tests/evaluate/test_evaluate_gpu.py runs them on CUDA too).
-CHEATS = [
-        # A fallback to PyTorch behind a try/except around a kernel that never builds.
-        (textwrap.dedent("""
-        try:
-            import ktree_no_such_extension as ext
-        except ImportError:
-            ext = None
-        """) + model("return ext.softmax(x) if ext else torch.softmax(x, dim=1)"), "torch-ops"),
-        # Computes in place into its input and returns it.
-        (model("return x.copy_(torch.softmax(x, dim=1))"), "aliasing"),
-        (model("return x.copy_(torch.softmax(x, dim=1))"), "inputs-modified"),
-        # A tensor subclass could lie about its values to the checker.
-        (textwrap.dedent("""
-        class Sneaky(torch.Tensor):
-            pass
-        """) + model("return torch.softmax(x, dim=1).as_subclass(Sneaky)"), "output-type"),
-        # Replaces the harness's allclose at import.
-        ("torch.allclose = lambda *a, **k: True\n" + model("return torch.softmax(x, dim=1)"),
-         "harness"),
-        # Right while watched, then serves a cached answer: caught on the fresh timed inputs.
-        ("""
-        class ModelNew(nn.Module):
-            calls = 0
-            last = None
-            def forward(self, x):
-                ModelNew.calls += 1
-                if ModelNew.calls <= 4:
-                    ModelNew.last = torch.softmax(x, dim=1)
-                return ModelNew.last
-        """, "recheck"),
-        # torch ops in a helper thread, out of the (thread-local) op recorder's sight.
-        ("import threading\n" + model(
-            "out = torch.empty_like(x); t = threading.Thread(target=lambda: out.copy_(torch.softmax(x, 1)));"
-            " t.start(); t.join(); return out"), "host threads"),
-]
 
 
 @pytest.mark.slow

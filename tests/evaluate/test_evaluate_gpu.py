@@ -9,33 +9,24 @@ one evaluator (one worker start, one fp64 reference) through the module's `softm
 
 from __future__ import annotations
 
-import asyncio
-import re
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from engine.evaluate import settings
-from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
 from engine.problems import load_problem
-from tests.conftest import gpu_arch
+from tests.evaluate.helpers import (
+    COMPILE_BASELINE,
+    LIBRARY_TIMING,
+    SMALL,
+    evaluate_all,
+    intended_status,
+    library_subset,
+)
 
-INTENDED = {"correct": "correct", "incorrect": "incorrect", "compile error": "compile_error",
-            "runtime error": "runtime_error"}
 SEED_PROBLEMS = ["softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool"]
-# The scripted library is checked for its verdicts, not for its speed: a short timing per variant
-# (the slow kernels of the library take ~100 ms a call at full size; MIN_REPS still applies).
-LIBRARY_TIMING = {"time_budget_s": 0.5}
-
-
-def intended_status(source: str) -> str:
-    m = re.search(r"Intended outcome:\s*(correct|incorrect|compile error|runtime error)", source, re.IGNORECASE)
-    assert m, "every scripted variant declares its intended outcome"
-    return INTENDED[m.group(1).lower()]
 
 
 def library_files(problem: str) -> list[Path]:
@@ -44,63 +35,8 @@ def library_files(problem: str) -> list[Path]:
     return files + sorted(files[0].parent.glob("fixes/*.py"))
 
 
-# Sizes for the checks that need no large ones (integrity, crashes, contention, builds): softmax at
-# its CPU preset, 128 x 4096 (2 MiB) instead of 4096 x 65536 (1 GiB): every fresh GPU worker
-# makes its inputs and fp64 expected outputs again, seconds at full size.
-SMALL = {"softmax": load_problem("softmax").sizes_for("cpu")}
-
-
-Sizes = dict[str, int]
-
-
-COMPILE_BASELINE = settings.get("KTREE_COMPILE_BASELINE", "1") != "0"  # as the evaluator reads it
 needs_compile_baseline = pytest.mark.skipif(
     not COMPILE_BASELINE, reason="the torch.compile baseline is off (KTREE_COMPILE_BASELINE=0)")
-
-
-def evaluate_all(problem_name: str, sources: list[str], sizes: Sizes | list[Sizes] | None = None,
-                 **options: Any) -> list[Verdict]:
-    """Every source on one evaluator (one compile pool, one worker per GPU), at `sizes` (one for
-    all or one per source; default: the problem's cuda sizes); `options`: EvalJob fields for every
-    job (trials, time_budget_s, ...)."""
-    problem = load_problem(problem_name)
-    per_source = sizes if isinstance(sizes, list) else [sizes or problem.sizes_for("cuda")] * len(sources)
-
-    async def go() -> list[Verdict]:
-        # The torch.compile baseline only where a test reads it (the honest softmax and layernorm
-        # kernels), and never under KTREE_COMPILE_BASELINE=0 (those tests skip): it costs minutes
-        # cold on some problems (conv2d: 213 s on a fresh H100 box).
-        baseline = COMPILE_BASELINE and problem_name in ("softmax", "layernorm")
-        evaluator = LocalEvaluator("cuda", cuda_arch=gpu_arch(), compile_baseline=baseline)
-        jobs = []
-        for s, at in zip(sources, per_source, strict=True):
-            cost = problem.cost_at(at)  # as the search passes it: the speed-of-light floor
-            jobs.append(evaluator.job(problem.path, s, at, flops=cost.flops, bytes=cost.bytes, **options))
-        try:
-            return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
-        finally:
-            await evaluator.close()
-
-    return asyncio.run(go())
-
-
-def library_subset(problem: str, language: str = "cuda", status_of: Any = None) -> list[Path]:
-    """The default set's share of a scripted library: the last idea's variant set (the fast
-    kernels), then the first file (fixes last) of each intended outcome not in it yet. The whole
-    library is the slow stage's (and its CUDA kernels' arithmetic is checked without a GPU by
-    tests/evaluate/test_scripted_cuda_emulated.py)."""
-    status_of = status_of or intended_status
-    ideas = load_ideas(problem, language)
-    every = [f for idea in ideas for f in idea.variants]
-    every += sorted(every[0].parent.glob("fixes/*.py"))
-    chosen = list(ideas[-1].variants)
-    seen = {status_of(f.read_text()) for f in chosen}
-    for f in every:
-        status = status_of(f.read_text())
-        if status not in seen:
-            chosen.append(f)
-            seen.add(status)
-    return chosen
 
 
 def check_library(problem: str, files: list[Path]) -> None:
@@ -165,7 +101,7 @@ KERNELBENCH_FORMAT = [EXAMPLES / f"layernorm_stock_{k}.py" for k in ("split", "t
 
 def cheat_sources() -> list[tuple[str, str]]:
     """(source, flag) of each integrity cheat of tests/evaluate/test_evaluate.py (pure PyTorch: no build)."""
-    from tests.evaluate.test_evaluate import CHEATS, HEADER
+    from tests.evaluate.helpers import CHEATS, HEADER
 
     return [(HEADER + textwrap.dedent(body), flag) for body, flag in CHEATS]
 

@@ -19,7 +19,7 @@ from engine.evaluate.host.sandbox import available
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch, kernel_flags
-from tests.evaluate.test_judge_outside import attacks, earned_nothing
+from tests.evaluate.hacks import attacks, earned_nothing
 
 KERNEL = (Path(__file__).resolve().parents[2] / "engine" / "scripted_library" / "softmax" / "cuda"
           / "online_1.py").read_text()

@@ -35,7 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     ships, so from the checkout they would run the checkout's engine, not the node package."""
     import ray
 
-    from engine.executors.ray_executor import connect
+    from engine.evaluate.placement.ray_executor import connect
 
     saved = os.environ.get(KEY)
     os.environ[KEY] = "sk-ktree-test-secret"
@@ -56,7 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 @needs_ray
 async def test_no_llm_key_reaches_an_actor(cluster):
-    from engine.executors.ray_executor import RayEvaluator
+    from engine.evaluate.placement.ray_executor import RayEvaluator
 
     evaluator = RayEvaluator("cpu", workers=1)
     try:
@@ -74,10 +74,10 @@ async def test_no_llm_key_reaches_an_actor(cluster):
 @needs_ray
 async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipped_package(cluster):
     """The same protocol and the same jobs as the local evaluator (but the build cache, which is
-    the actor's); the actor's code is the package connect() shipped: evaluate and executors alone."""
+    the actor's); the actor's code is the package connect() shipped: the settings and evaluate alone."""
     from engine.evaluate.base import Evaluator
     from engine.evaluate.host.evaluator import LocalEvaluator
-    from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator
+    from engine.evaluate.placement.ray_executor import NODE_PARTS, RayEvaluator
     from engine.problems import load_problem
 
     softmax = load_problem("softmax")
@@ -94,7 +94,7 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
         shipped = Path(slot.info["engine_dir"])
         assert shipped != REPO / "engine"
         assert sorted(p.name for p in shipped.iterdir() if p.name != "__pycache__") == sorted(
-            ["__init__.py", *NODE_SUBPACKAGES])
+            ["__init__.py", *NODE_PARTS])
     finally:
         await evaluator.close()
         await local.close()
@@ -102,7 +102,7 @@ async def test_the_ray_evaluator_keeps_the_evaluator_contract_and_runs_the_shipp
 
 @needs_ray
 async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_path: Path, capsys):
-    from engine.executors.ray_executor import RayEvaluator
+    from engine.evaluate.placement.ray_executor import RayEvaluator
 
     db = tmp_path / "k.db"
     args = build_parser().parse_args([
@@ -140,8 +140,8 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
 @needs_ray
 @pytest.mark.alone  # (its rerun's 100 check trials ran past the evaluation's limit beside another worker)
 async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_path: Path):
+    from engine.evaluate.placement.ray_executor import RayEvaluator
     from engine.events import EventBus, NodeUpdated
-    from engine.executors.ray_executor import RayEvaluator
     from engine.llm.scripted import ScriptedProvider
     from engine.problems import load_problem
     from engine.search import Search, SearchConfig

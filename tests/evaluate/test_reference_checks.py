@@ -151,7 +151,7 @@ def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():
 
 
 def test_bench_gpu_cost_unknown_problem_is_a_usage_error():
-    from tests.cli.test_cli import assert_one_line_usage_error
+    from tests.cli.helpers import assert_one_line_usage_error
     from tests.conftest import run_ktree
 
     proc = run_ktree("bench", "gpu-cost", "nosuch", "--backend", "cpu")

@@ -18,7 +18,7 @@ from engine.evaluate.host.evaluator import LocalEvaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch
-from tests.evaluate.test_evaluate_gpu import SMALL
+from tests.evaluate.helpers import SMALL
 
 SOFTMAX = load_problem("softmax")
 SIZES = SMALL["softmax"]  # a crash needs no large inputs

@@ -13,7 +13,7 @@ from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.llm.scripted import load_ideas
 from engine.problems import load_problem
-from tests.evaluate.test_evaluate_gpu import intended_status
+from tests.evaluate.helpers import intended_status
 
 
 def evaluate_cpu(problem_name: str, sources: list[str]) -> list[Verdict]:

@@ -16,7 +16,7 @@ import torch
 
 from engine.llm.scripted import load_ideas
 from tests.evaluate import cuda_emu
-from tests.evaluate.test_evaluate_gpu import intended_status
+from tests.evaluate.helpers import intended_status
 
 pytestmark = pytest.mark.skipif(not cuda_emu.available(), reason="needs g++")
 

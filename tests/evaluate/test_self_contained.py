@@ -30,7 +30,7 @@ from engine.evaluate.base import Evaluator
 from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.jobs import EvalJob
-from engine.executors.ray_executor import NODE_SUBPACKAGES, RayEvaluator, node_package
+from engine.evaluate.placement.ray_executor import NODE_PARTS, RayEvaluator, node_package
 from engine.problems import load_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,9 +100,14 @@ def test_the_import_check_sees_every_kind_of_import():
         "engine.events"}
 
 
+# What evaluate/ may import of the engine: the settings (standard library only) at the bottom.
+BOTTOM = ("engine", "engine.settings")
+
+
 @pytest.mark.parametrize("module", ["__init__", *MODULES])
 def test_no_module_of_evaluate_imports_the_rest_of_the_engine(module: str):
-    assert outside_imports((EVALUATE / f"{module}.py").read_text()) == []
+    found = outside_imports((EVALUATE / f"{module}.py").read_text())
+    assert [name for name in found if name not in BOTTOM] == []
 
 
 # -- for real: engine.evaluate alone ---------------------------------------------------------------
@@ -144,13 +149,18 @@ print(json.dumps({"files": files, "engine_modules": engine}))
 '''
 
 
-def hidden_tree(root: Path, allowed: tuple[str, ...] = ("evaluate",)) -> Path:
-    """root/engine: the hiding __init__ and engine/evaluate/ copied alone (plus `allowed`)."""
+def hidden_tree(root: Path, allowed: tuple[str, ...] = ("evaluate", "settings")) -> Path:
+    """root/engine: the hiding __init__ and engine/evaluate/ and engine/settings.py copied alone
+    (or `allowed`: subpackages and modules)."""
     package = root / "engine"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(HIDDEN_ENGINE.format(allowed=allowed, log=str(root / "hidden.log")))
     for name in allowed:
-        shutil.copytree(REPO / "engine" / name, package / name, ignore=shutil.ignore_patterns("__pycache__"))
+        if (REPO / "engine" / name).is_dir():
+            shutil.copytree(REPO / "engine" / name, package / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / "engine" / f"{name}.py", package / f"{name}.py")
     return root
 
 
@@ -169,7 +179,7 @@ def test_each_module_of_evaluate_imports_with_the_rest_of_the_engine_hidden(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert all(Path(f).is_relative_to(root) for f in result["files"].values()), result["files"]
-    assert {m.split(".")[1] for m in result["engine_modules"] if "." in m} == {"evaluate"}
+    assert {m.split(".")[1] for m in result["engine_modules"] if "." in m} == {"evaluate", "settings"}
     assert not (root / "hidden.log").exists()
 
 
@@ -205,15 +215,17 @@ def test_a_variant_is_evaluated_end_to_end_with_the_rest_of_the_engine_hidden(tm
 
 
 def test_the_package_a_ray_node_gets_is_the_evaluator_and_the_executor_alone(tmp_path: Path):
-    """What `connect()` ships to the cluster: engine's __init__, evaluate/ and executors/, nothing
-    else; and the actor's module and the evaluator import from it with the rest hidden."""
+    """What `connect()` ships to the cluster: engine's __init__, settings.py and evaluate/ (the
+    executor with it), nothing else; and the actor's module and the evaluator import from it with the
+    rest hidden."""
     shipped = node_package()
-    assert sorted(p.name for p in shipped.iterdir()) == sorted(["__init__.py", *NODE_SUBPACKAGES])
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(["__init__.py", *NODE_PARTS])
     root = tmp_path / "node"
     shutil.copytree(shipped.parent, root)
-    hide = HIDDEN_ENGINE.format(allowed=NODE_SUBPACKAGES, log=str(root / "hidden.log"))
+    allowed = tuple(p.removesuffix(".py") for p in NODE_PARTS)
+    hide = HIDDEN_ENGINE.format(allowed=allowed, log=str(root / "hidden.log"))
     code = hide + IMPORT_ALL
-    names = ["engine.executors.ray_executor", "engine.evaluate.host.evaluator",
+    names = ["engine.evaluate.placement.ray_executor", "engine.evaluate.host.evaluator",
              "engine.evaluate.child.evaluation", "engine.evaluate.child.worker_process"]
     proc = run_in(root, code, json.dumps(names))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,11 +9,9 @@ speed of light, the clean reference) are tested on plain numbers and tensors fir
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,149 +21,16 @@ from engine.evaluate.child.load import build_key
 from engine.evaluate.child.measure import judge_reference
 from engine.evaluate.harness import noise, tamper, timing
 from engine.evaluate.harness.rotation import Rotation, plan
-from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
+from tests.evaluate.hacks import KERNEL, evaluate_all, hacks
 
 SCRIPTED = Path(__file__).resolve().parents[2] / "engine" / "scripted_library"
-KERNEL = (SCRIPTED / "softmax" / "cpu" / "rowblock_3.py").read_text()  # intended: correct
-
-
-def wrapped(body: str, prelude: str = "", kernel: str = KERNEL) -> str:
-    """The kernel with `ModelNew` replaced by a subclass whose forward is `body` (it may call
-    `super().forward(x)`), after module-level `prelude` code."""
-    return kernel + textwrap.dedent("""
-
-        import sys
-        import time
-
-        _Kernel = ModelNew
-        """) + textwrap.dedent(prelude) + "\n\nclass ModelNew(_Kernel):\n" + textwrap.indent(
-        textwrap.dedent(body), "    ")
-
-
-# (c) the timing loop found on the call stack: an uninitialised buffer there.
-STACK = ("""
-    def forward(self, x):
-        frame, names = sys._getframe(1), set()
-        while frame is not None:
-            names.add(frame.f_code.co_name)
-            frame = frame.f_back
-        if names & {"_time", "_time_cpu", "_time_cuda", "time_pass", "time_pair", "settle"}:
-            return torch.empty_like(x)
-        return super().forward(x)
-""")
-
-# The timing loop found by call count: the check trials come first, then every call is timed.
-COUNT = ("""
-    calls = 0
-
-    def forward(self, x):
-        ModelNew.calls += 1
-        if ModelNew.calls > 5:
-            return torch.empty_like(x)
-        return super().forward(x)
-""")
-
-# By the time between calls: timed calls come back to back, check trials have a comparison between.
-BETWEEN = ("""
-    last_end = None
-    last_took = None
-
-    def forward(self, x):
-        now = time.perf_counter()
-        quick = (ModelNew.last_end is not None and ModelNew.last_took
-                 and now - ModelNew.last_end < 10 * ModelNew.last_took)
-        if quick:
-            out = torch.empty_like(x)
-        else:
-            out = super().forward(x)
-        ModelNew.last_took = max(time.perf_counter() - now, 1e-5)
-        ModelNew.last_end = time.perf_counter()
-        return out
-""")
-
-# By repeated input: the same buffer again means the same answer (pointer only).
-REPEATED = ("""
-    seen = {}
-
-    def forward(self, x):
-        hit = ModelNew.seen.get(x.data_ptr())
-        if hit is not None:
-            return hit.clone()
-        out = super().forward(x)
-        ModelNew.seen[x.data_ptr()] = out.clone()
-        return out
-""")
-
-# (d) memoized on pointer + version counter + shape, around a slow kernel (eight runs a call).
-MEMO = ("""
-    seen = {}
-
-    def forward(self, x):
-        key = (x.data_ptr(), x._version, tuple(x.shape))
-        hit = ModelNew.seen.get(key)
-        if hit is not None:
-            return hit.clone()
-        for _ in range(8):
-            out = super().forward(x)
-        ModelNew.seen[key] = out.clone()
-        return out
-""")
-
-# (a) torch.softmax wrapped at import: the reference works twice in this process.
-WRAPS_SOFTMAX = ("""
-    def forward(self, x):
-        return super().forward(x)
-""", """
-    _softmax = torch.softmax
-
-
-    def _twice(*args, **kwargs):
-        _softmax(*args, **kwargs)
-        return _softmax(*args, **kwargs)
-
-
-    torch.softmax = _twice
-""")
-
-# (b) one intra-op thread for the whole process (the reference's too).
-ONE_THREAD = ("""
-    def forward(self, x):
-        return super().forward(x)
-""", "torch.set_num_threads(1)\n")
-
-# Each hack as (forward's body, module-level prelude): wrapped around any kernel (the GPU twins
-# in tests/evaluate/test_timing_hacks_gpu.py wrap the scripted CUDA and Triton softmax kernels).
-HACK_PARTS = {"stack": STACK, "count": COUNT, "between": BETWEEN, "repeated": REPEATED, "memo": MEMO,
-              "wraps softmax": WRAPS_SOFTMAX, "one thread": ONE_THREAD}
-
-
-def hacks(kernel: str = KERNEL) -> dict[str, str]:
-    """Every hack wrapped around `kernel`."""
-    return {name: wrapped(*((parts,) if isinstance(parts, str) else parts), kernel=kernel)
-            for name, parts in HACK_PARTS.items()}
 
 
 HACKS = hacks()
-
-
-def evaluate_all(sources: list[str], cache_dir: str | None = None, **job: object) -> list[Verdict]:
-    problem = load_problem("softmax")
-    cost = problem.cost("cpu")
-
-    async def go() -> list[Verdict]:
-        evaluator = LocalEvaluator("cpu", cache_dir=cache_dir)
-        try:
-            jobs = [evaluator.job(problem.path, source, problem.sizes_for("cpu"), flops=cost.flops,
-                                  bytes=cost.bytes, **job) for source in sources]
-            return list(await asyncio.gather(*(evaluator.evaluate(j) for j in jobs)))
-        finally:
-            await evaluator.close()
-
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch, kernel_flags
-from tests.evaluate.test_timing_hacks import hacks
+from tests.evaluate.hacks import hacks
 
 SCRIPTED = Path(__file__).resolve().parents[2] / "engine" / "scripted_library" / "softmax"
 KERNELS = {"cuda": (SCRIPTED / "cuda" / "online_1.py").read_text(),

@@ -202,7 +202,7 @@ def test_a_parent_kept_over_another_within_noise_is_said():
     ([3], None),
 ])
 def test_a_pinned_cpu_timer_splits_the_cores(cores: list[int], expected: object):
-    from engine.evaluate.host.evaluator import split_cores
+    from engine.evaluate.host.devices import split_cores
 
     assert split_cores(cores) == expected
 

@@ -17,7 +17,7 @@ from engine.evaluate.host.evaluator import LocalEvaluator, visible_gpus
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import gpu_arch
-from tests.evaluate.test_evaluate_gpu import SMALL
+from tests.evaluate.helpers import SMALL
 
 pytestmark = pytest.mark.gpu
 

@@ -12,8 +12,8 @@ import pytest
 
 from engine.problems import load_problem
 from tests.conftest import kernel_flags
-from tests.evaluate.test_evaluate_gpu import LIBRARY_TIMING, evaluate_all, library_subset
-from tests.evaluate.test_triton import (
+from tests.evaluate.helpers import LIBRARY_TIMING, evaluate_all, library_subset
+from tests.evaluate.triton_cases import (
     SCRIPTED,
     TRITON_HACKS,
     TRITON_KERNEL,

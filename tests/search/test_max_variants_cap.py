@@ -10,45 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluate.host.make_job import make_job
-from engine.evaluate.verdict import Verdict
 from engine.events import EventBus
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
 from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.conftest import query
-
-
-class InstantEvaluator:
-    """Every variant fails to build (so each asks for a fix) unless `correct`."""
-
-    backend = "cpu"
-    gpus = None
-    waiting = {"compile": 0, "device": 0}
-    compile_workers = 1
-
-    def __init__(self, correct: bool) -> None:
-        self.correct = correct
-
-    def device_states(self) -> list[dict]:
-        return []
-
-    def job(self, problem_path, source, sizes, *, flops, bytes, **options):
-        return make_job(problem_path, source, sizes, backend="cpu", cache_dir="", flops=flops, bytes=bytes,
-                        **options)
-
-    async def evaluate(self, job, on_phase=None, gate=None) -> Verdict:
-        if self.correct:
-            return Verdict(status="correct", backend="cpu", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0,
-                           trials=3)
-        return Verdict(status="compile_error", backend="cpu", log="error: no")
-
-    async def profile(self, job, verdict, on_phase=None) -> Verdict:
-        return verdict
-
-    async def close(self) -> None:
-        pass
+from tests.search.helpers import InstantEvaluator
 
 
 async def _search(db: Path, correct: bool, **shape) -> dict:

@@ -254,7 +254,7 @@ async def test_an_injected_idea_under_the_scripted_provider_is_implemented(tmp_p
     from engine import control
     from engine.events import NodeAdded
     from tests.conftest import query
-    from tests.search.test_steering import Steered
+    from tests.search.helpers import Steered
 
     async def hook(event, s) -> None:
         if isinstance(event, NodeAdded) and event.node.kind == "root":

@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine import control
 from engine.domain import DONE_STATUSES
-from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.events import (
     CommandApplied,
     Event,
@@ -28,55 +25,11 @@ from engine.events import (
     RoundDone,
     VerdictReady,
 )
-from engine.llm.scripted import DATA, ScriptedProvider
+from engine.llm.scripted import DATA
 from engine.problems import load_problem
-from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.conftest import query, run_ktree
-
-Hook = Callable[[Event, "Steered"], Any]
-
-
-class Steered:
-    """A scripted search whose subscriber (`hook`) may record commands as events arrive."""
-
-    def __init__(self, db: Path, hook: Hook, resume: int | None = None, **shape: Any):
-        self.db = db
-        self.resume = resume
-        self.hook = hook
-        self.shape = {"rounds": 1, "ideas": 1, "variants": 1, "top": 2, **shape}
-        self.events: list[Event] = []
-        self.store: Store | None = None
-        self.search: Search | None = None
-
-    async def command(self, cmd: control.Command) -> int:
-        assert self.store is not None and self.search is not None
-        return await self.store.add_command(self.search.session_id, *control.encode(cmd))
-
-    async def _receive(self, event: Event) -> None:
-        self.events.append(event)
-        result = self.hook(event, self)
-        if asyncio.iscoroutine(result):
-            await result
-
-    async def run(self) -> dict[str, Any]:
-        self.store = await Store.open(self.db)
-        problem = load_problem("softmax")
-        from engine.events import EventBus
-
-        bus = EventBus()
-        bus.subscribe(self._receive)
-        evaluator = LocalEvaluator("cpu")
-        self.search = Search(self.store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")],
-                             evaluator, problem, SearchConfig.of(**self.shape), resume=self.resume)
-        try:
-            return await asyncio.wait_for(self.search.run(), timeout=400)
-        finally:
-            await evaluator.close()
-            await self.store.close()
-
-    def of(self, kind: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
+from tests.search.helpers import Steered
 
 
 def variant_added(event: Event) -> bool:

@@ -11,7 +11,6 @@ from pathlib import Path
 from engine import control
 from engine.domain import Node, best_variant
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.evaluate.verdict import Verdict
 from engine.events import (
     BudgetReached,
     CommandApplied,
@@ -31,6 +30,7 @@ from engine.problems import load_problem
 from engine.search import Search, SearchConfig
 from engine.store import Store
 from tests.fake_session import write_fake_session
+from tests.tui.helpers import node, verdict
 from tui.model import (
     PCH_DONE,
     PCH_NOTE,
@@ -46,17 +46,6 @@ from tui.widgets.progress import progress_text, round_bar
 from tui.widgets.tree import node_label
 
 NOW = 1_000.0
-
-
-def node(nid: int, parent: int | None, kind: str = "variant", status: str = "generating",
-         speedup: float | None = None, rnd: int = 1, source: str = "") -> Node:
-    return Node(nid, 7, parent, kind, 0 if kind == "root" else rnd, f"n{nid}", "", source, status, "llm",
-                speedup, None)
-
-
-def verdict(speedup: float | None, status: str = "correct") -> Verdict:
-    return Verdict(status=status, speedup_eager=speedup, speedup_compile=speedup and speedup * 0.8,
-                   time_ms=1.0)
 
 
 def started(resumed: bool = False) -> SessionStarted:

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TextArea
 
 from engine.events import EventBus, SessionStarted
 from engine.store import Store
-from tests.tui.test_model import node
+from tests.tui.helpers import node
 from tests.tui_helpers import Forever, app_on, fake_db, footer_fits, suite_db, wait_until
 from tui.app import KtreeApp
 from tui.model import ScreenModel
@@ -420,7 +420,7 @@ async def test_a_row_arriving_in_the_focused_timings_moves_no_selection(tmp_path
     timings table, or the rows a filter writes again, leave it where it was, so the next key
     (a pin) lands on the node the user chose. Moving in the table still selects."""
     from engine.events import NodeAdded, VerdictReady
-    from tests.tui.test_model import verdict
+    from tests.tui.helpers import verdict
 
     db, sid = await fake_db(tmp_path / "k.db", 1, status="running")  # the reference alone
     async with app_on(db, session_id=sid, size=(160, 50)) as (app, pilot):

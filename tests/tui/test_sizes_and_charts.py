@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tui.helpers import suite_of_two
 from tests.tui_helpers import app_on, fake_db, two_sessions, whole_columns
 
 # (width, height): the tree's rows and the code's lines at least this many (border and scrollbars
@@ -91,31 +92,6 @@ async def test_at_80x24_the_sessions_footer_shows_mark_beside_compare(tmp_path: 
         keys = [k.description for k in app.screen.query("FooterKey") if k.display]
         assert "Mark" in keys and "Compare" in keys, keys
         await pilot.press("q")
-
-
-async def suite_of_two(path: Path) -> tuple[Path, int, float]:
-    """A finished suite of two problems with evaluations: (db, suite id, its geomean speedup)."""
-    from engine.search.suite import scores, suite_results
-    from engine.store import Store
-    from tests.fake_session import T0, write_fake_session
-
-    store = await Store.open(path)
-    try:
-        paths = ["problems/level1/softmax.py", "problems/level1/relu.py"]
-        suite = await store.create_suite(name="level1-two", problems=paths, config={})
-        for seed, spec in enumerate(paths):
-            sid = await write_fake_session(store, 20, seed=seed, t0=T0 + 700 * seed)
-            await store.conn.execute(
-                "UPDATE sessions SET suite_id = ?, problem = ?, problem_path = ? WHERE id = ?",
-                (suite, Path(spec).stem, spec, sid))
-        await store.conn.execute("UPDATE suites SET created_at = ?, finished_at = ?, status = 'finished'"
-                                 " WHERE id = ?", (T0, T0 + 3725, suite))
-        await store.conn.commit()
-        geo = scores(await suite_results(store, suite))["geomean_speedup_eager"]
-    finally:
-        await store.close()
-    assert geo is not None
-    return path, suite, geo
 
 
 @pytest.mark.parametrize("width", [80, 100, 120, 160])

@@ -113,7 +113,7 @@ def test_search_screen_sizes(snap_compare, tmp_path: Path, size: tuple[int, int]
 @pytest.mark.parametrize("size", [(80, 24), (120, 35), (160, 45)], ids=["80x24", "120x35", "160x45"])
 def test_sessions_screen_with_a_suite(snap_compare, tmp_path: Path, size: tuple[int, int]):
     """Only whole columns at any width (item 21); the suite's duration and geomean best (item 25)."""
-    from tests.tui.test_sizes_and_charts import suite_of_two
+    from tests.tui.helpers import suite_of_two
 
     db, _, _ = asyncio.run(suite_of_two(tmp_path / "k.db"))
     assert snap_compare(KtreeApp(db_path=db), terminal_size=size)

@@ -1,0 +1,1 @@
+"""The screens (sessions, search, new search, compare, steering, help)."""

@@ -11,7 +11,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from engine.domain import DEFAULT_LANGUAGE, Node
-from engine.evaluate.verdict import Verdict, is_timing_flag
+from engine.evaluate import Verdict, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.resize import KeepsLinesAtSize, SteadyScrollBars
 from tui.widgets.status import style

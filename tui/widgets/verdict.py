@@ -6,8 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from engine.domain import EAGER_BESIDE, LIBRARY_EXCLUDED, Node, library_line, shown_notes
-from engine.evaluate.profile.profiler import BOUND_LABELS, TOP_KERNELS
-from engine.evaluate.verdict import Verdict, device_label, is_timing_flag
+from engine.evaluate import BOUND_LABELS, TOP_KERNELS, Verdict, device_label, is_timing_flag
 from tui.widgets.code import fmt_num
 from tui.widgets.status import glyph, style
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.child.check import (
     DEGENERATE_NOTE,
     caller,

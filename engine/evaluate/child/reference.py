@@ -56,8 +56,8 @@ def run(job: EvalJob) -> dict[str, Any]:
 
     t0 = clocks.perf_counter()
     # A problem of gigabytes sets up after the gate, not before it: several processes waiting for
-    # one GPU, each holding its inputs and timed sets, would not fit beside the one that holds it
-    # (issue 44). Its setup is then held time.
+    # one GPU, each holding its inputs and timed sets, would not fit beside the one that holds it.
+    # Its setup is then held time.
     waited = gate.wait_for_go("reference set-up") if large_inputs(job) else None
     device, model, inputs = reference_on_inputs(job)
     result: dict[str, Any] = {"device": timing.device_name(job.backend), "gpu": timing.device_info(job.backend),

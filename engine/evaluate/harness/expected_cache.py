@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.harness import clocks, memory
 from engine.evaluate.harness import ledger as ledger_module
 from engine.evaluate.harness.fp64_model import Fp64Reference, fp64_copy, weights, weights64  # noqa: F401

@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.build_errors import (  # noqa: F401  (used here and through this module)
     _GCC_ERROR,
     _NVCC_ERROR,

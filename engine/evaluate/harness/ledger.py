@@ -28,7 +28,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 MiB = 2**20
 HOST_SHARE = 0.25  # of the host's memory, for every ktree process's cached sets together

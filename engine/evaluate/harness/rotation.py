@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.harness import clocks, noise
 from engine.evaluate.harness.memory import MIN_SETS, WINDOW_BYTES, stream_sum, tensor_bytes
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.harness import clocks, noise
 from engine.evaluate.harness.noise import ESCAPE_REPS, MIN_REPS, WARMUP  # (read as timing.WARMUP, ... too)
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.harness.memory import proc_kib_field
 from engine.evaluate.host.hostlock import runtime_dir
 

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 MEMO_DIR = "compiled"
 # Differ between processes without changing what is built: the temp dirs, the cores the builds were

@@ -1,4 +1,4 @@
-"""The reference's eager time measured where no candidate ran, kept for later jobs (issue 34).
+"""The reference's eager time measured where no candidate ran, kept for later jobs.
 
 On cuda the reference job (engine.evaluate.child.reference: its own process, no candidate) returns
 it as `eager_stats`, cached with the torch.compile time, where the torch.compile baseline is taken.
@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 FIELDS = ("median", "p10", "p90", "lo", "hi")
 

@@ -9,6 +9,7 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import settings
 from engine.evaluate.host.hostlock import DeviceLock
 from engine.evaluate.host.worker import Worker
 
@@ -44,6 +45,21 @@ def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
         return None
     timer = cores[len(cores) // 2:] if len(cores) % 2 == 0 else cores[len(cores) // 2 + 1:]
     return timer, cores[:len(cores) - len(timer)]
+
+
+CPU_TIMERS = ("pause", "pin")
+
+
+def cpu_timer_cores(wanted: str | None, backend: str, devices: int,
+                    cores: list[int]) -> tuple[str, list[int] | None, list[int] | None]:
+    """(how the cpu timer gets its cores, the timer's cores, the builds'): `wanted` (else
+    KTREE_CPU_TIMER, else `pause`); `pin` only on the cpu backend with one device and `cores` to
+    split (split_cores), else `pause` with no cores of its own. ValueError for an unknown one."""
+    wanted = wanted or settings.get("KTREE_CPU_TIMER") or "pause"
+    if wanted not in CPU_TIMERS:
+        raise ValueError(f"unknown cpu timer {wanted!r} (choose from {', '.join(CPU_TIMERS)})")
+    split = split_cores(cores) if wanted == "pin" and backend == "cpu" and devices <= 1 else None
+    return ("pin", *split) if split is not None else ("pause", None, None)
 
 
 def check_gpus(chosen: list[int], visible: dict[int, str]) -> None:

@@ -1,4 +1,4 @@
-"""How long one evaluation may hold its device before it is killed (issue 36 item 3).
+"""How long one evaluation may hold its device before it is killed.
 
 A fixed limit (300 s, as before) let a looping candidate hold the device's host lock, and every
 evaluation of every ktree process queued behind it, for five minutes. The limit now follows the
@@ -15,7 +15,7 @@ measured eager time, times a generous factor, within a floor and a cap.
   CUDA context, cuDNN/cuBLAS handles, the first calls' autotuning); a kernel language may set its
   own (engine.evaluate.languages: Triton's is 300 s, its JIT may run under the lock for up to
   240 s on a GPU, and its interpreter is slow on the cpu).
-- The problem's size on top of the floor (issue 44): drawing the trials' and the timed sets'
+- The problem's size on top of the floor (a problem may take gigabytes): drawing the trials' and the timed sets'
   inputs, the answers, the streamed comparisons and fingerprints pass over its bytes (inputs and
   outputs, `EvalJob.bytes`) about SIZE_PASSES times, at SIZE_RATE bytes per second (a GPU's
   memory at a tenth of its speed, a cpu's at a few GB/s): a 13 GB ReLU gets 26 s more on a GPU.

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.gate import Gate as StartGate
 from engine.evaluate.harness.noise import timer_cores as timer_cores_now
@@ -31,11 +31,11 @@ from engine.evaluate.host.devices import (
     Device,
     bounded_seconds,
     check_gpus,
+    cpu_timer_cores,
     default_compile_workers,
-    split_cores,
     visible_gpus,
 )
-from engine.evaluate.host.eval_limit import EvalLimit, eval_limit
+from engine.evaluate.host.eval_limit import UNKNOWN_S, EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
 from engine.evaluate.host.judge import judged
 from engine.evaluate.host.make_job import make_job
@@ -91,10 +91,9 @@ class LocalEvaluator(ReferenceTimings):
         is re-run once under compute-sanitizer (any mode but off). profile_each: profile each
         correct variant in evaluate(), after its verdict, still holding its device (`ktree eval
         --profile`); False: only those profile() is asked for (a search profiles what it reads:
-        the parents and the best). cpu_timer (cpu backend, one device): how the timer gets its cores to itself:
-        `pause` (default; KTREE_CPU_TIMER) holds every compile slot while it times, so builds
-        wait; `pin` gives the timer half the cores and the builds the other half, so both go on
-        at once (split_cores; on a single core, `pause`)."""
+        the parents and the best). cpu_timer (cpu backend, one device; devices.cpu_timer_cores):
+        `pause` holds every compile slot while it times, so builds wait; `pin` gives the timer half
+        the cores and the builds the other half, so both go on at once."""
         self.backend = backend
         self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
         # Hears, in the job's own task, what a job waits on that its phases do not say: another
@@ -119,15 +118,10 @@ class LocalEvaluator(ReferenceTimings):
             env["TORCH_CUDA_ARCH_LIST"] = ""
         for language in registry().values():  # e.g. Triton's interpreter on the cpu
             env.update(language.process_env(backend))
-        self.cpu_timer, timer_cores, build_cores = "pause", None, None
-        wanted = cpu_timer or settings.get("KTREE_CPU_TIMER") or "pause"
-        if wanted not in CPU_TIMERS:
-            raise ValueError(f"unknown cpu timer {wanted!r} (choose from {', '.join(CPU_TIMERS)})")
-        if wanted == "pin" and backend == "cpu" and devices <= 1:
-            split = split_cores(timer_cores_now())
-            if split is not None:
-                self.cpu_timer, (timer_cores, build_cores) = "pin", split
-                env["KTREE_CPU_CORES"] = ",".join(map(str, timer_cores))
+        self.cpu_timer, timer_cores, build_cores = cpu_timer_cores(cpu_timer, backend, devices,
+                                                                   timer_cores_now())
+        if timer_cores is not None:
+            env["KTREE_CPU_CORES"] = ",".join(map(str, timer_cores))
         self.timer_cores, self.build_cores = timer_cores, build_cores
         self._run_env = env
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
@@ -225,6 +219,17 @@ class LocalEvaluator(ReferenceTimings):
         """The job for one variant, built in this evaluator's build cache (see Evaluator.job)."""
         return make_job(problem_path, source, sizes, backend=self.backend, cache_dir=self.cache_dir,
                         flops=flops, bytes=bytes, **options)
+
+    async def build(self, job: EvalJob) -> tuple[str, dict[str, Any] | None, str]:
+        """The job's build in the compile pool, a slot held (a build made before: remembered):
+        the compile process's (outcome, result, log)."""
+        async with self._slot("compile"):
+            return await build_memo.compile_job(
+                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
+
+    async def run_alone(self, job: EvalJob) -> tuple[str, dict[str, Any] | None, str]:
+        """The job in a fresh process of its own (no worker, no device held): (outcome, result, log)."""
+        return await run_child(job, self.eval_timeout or UNKNOWN_S, self._run_env)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
                        gate: Gate | None = None) -> Verdict:
@@ -416,9 +421,7 @@ class LocalEvaluator(ReferenceTimings):
         if self.profiler.mode == "off" or not verdict.ok or job.mode != "evaluate":
             return verdict
         if self.backend == "cuda":  # (the cpu profile runs no candidate code: rates against peaks)
-            async with self._slot("compile"):
-                outcome, result, log = await build_memo.compile_job(
-                    job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
+            outcome, result, log = await self.build(job)
             if outcome != "ok" or result is None or result.get("status") != "compiled":
                 lines = [ln for ln in ((result or {}).get("log") or log).splitlines() if ln.strip()]
                 return dataclasses.replace(verdict, profile={
@@ -595,5 +598,3 @@ class LocalEvaluator(ReferenceTimings):
                 self._compile_slots.release()
             self._builds_allowed.set()
 
-
-CPU_TIMERS = ("pause", "pin")

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 
 POLL_S = 0.1
 

@@ -1,5 +1,5 @@
 """The reference's eager times as evaluations measured them, per problem, sizes, precision and
-device, and the judgement of a new one against them (issue 36 item 2).
+device, and the judgement of a new one against them.
 
 Candidate and reference are timed interleaved, in one process, on the same inputs; still, other
 work on the host does not slow both alike. On a loaded 2-core host the reference's eager time read
@@ -41,7 +41,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.verdict import REFERENCE_DISTURBED
 
 DISTURBED_X = 3.0

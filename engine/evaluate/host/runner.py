@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.host.eval_limit import EvalLimit
 from engine.evaluate.host.sandbox import Sandbox, evaluation_binds, kill_tree, make_workdir, scrubbed_env, watch
 from engine.evaluate.jobs import EvalJob

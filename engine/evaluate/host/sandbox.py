@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.languages.triton import TRITON_CACHE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]

@@ -41,7 +41,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.base import PhaseCallback
 from engine.evaluate.host.eval_limit import EvalLimit
 from engine.evaluate.host.judge import Judge

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.evaluate.languages.base import Language
 from engine.evaluate.loading import load_module_from_file
-from engine.evaluate.settings import get as setting
+from engine.settings import get as setting
 
 BUILT_IN = ("engine.evaluate.languages.cuda", "engine.evaluate.languages.triton")
 DEFAULT = "cuda"

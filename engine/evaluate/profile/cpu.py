@@ -5,7 +5,7 @@ The peaks are measured as the kernel is timed: on the timer's cores with its thr
 (engine.evaluate.harness.timing.fix_threads), and the bandwidth also at the problem's own working set. The
 cpu timer flushes no cache and the cpu sizes are small (a few MiB), so between timed calls a
 kernel's bytes stay in the caches: against a copy far beyond them (the DRAM's bandwidth) its rate
-read 171 % and 214 % of the "peak" (issue 30). A copy of the same working set, as warm, is the
+read 171 % and 214 % of the "peak". A copy of the same working set, as warm, is the
 bandwidth it can be held to.
 """
 

@@ -11,7 +11,7 @@ import io
 import re
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.profile.diagnosis import is_half
 

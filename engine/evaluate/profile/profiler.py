@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import settings
+from engine import settings
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.profile.cpu import cpu_peaks, working_set_bytes
 from engine.evaluate.profile.diagnosis import BOUND_LABELS, TOP_KERNELS, achieved, diagnose, summary_lines

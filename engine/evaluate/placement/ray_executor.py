@@ -5,9 +5,10 @@ variant is compiled where it runs (the torch ABI must match) and timed on that n
 The engine stays here, with the LLM keys and the DB. A job carries the problem file's text (the
 actor writes it into its own directory on its node) and the problem's work (flops, bytes: the
 caller's, as with the local evaluator), never a key. What a node runs reaches it through Ray's
-runtime_env (py_modules): `engine` with only `evaluate` (self-contained) and `executors` (this
-module, where the actor's class lives) — see `node_package`. A local cluster started from here is
-started with every key variable out of the environment, so no raylet or Ray worker inherits one.
+runtime_env (py_modules): `engine` with only `settings` and `evaluate` (self-contained, this
+module with it: the actor's class lives here) — see `node_package`. A local cluster
+started from here is started with every key variable out of the environment, so no raylet or Ray
+worker inherits one.
 
 Dispatch: each job goes to the live actor with the fewest jobs in flight (an actor compiles several
 while it times one). Phases come back by polling each busy actor. An actor that dies, or whose node
@@ -40,6 +41,7 @@ from engine.evaluate.base import Gate, PhaseCallback
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.host.sandbox import is_secret
 from engine.evaluate.jobs import EvalJob
+from engine.evaluate.placement.backends import PlacementError, pick_backend
 from engine.evaluate.verdict import Verdict
 
 RAY_MISSING = "ray is not installed: pip install 'ktree[ray]'"
@@ -49,12 +51,12 @@ START_TIMEOUT_S = 300.0  # an actor's first answer (a fresh node sets up the run
 FIRST_WAIT_S = 60.0  # the first job waits this long for every actor, so work spreads from the start
 CPU_WORKERS = 2  # actors on the cpu backend unless told
 MAX_REQUEUES = 3  # a job that outlives this many actors is given up (as crashed)
-# The subpackages of `engine` a node gets: the evaluator, and this module (the actor's class is
-# sent by reference, so the node imports it). engine.evaluate needs nothing else of the engine.
-NODE_SUBPACKAGES = ("evaluate", "executors")
+# What of `engine` a node gets: the settings and the evaluator, this module with it (the actor's
+# class is sent by reference, so the node imports it). engine.evaluate needs nothing else of the engine.
+NODE_PARTS = ("settings.py", "evaluate")
 
 
-class RayExecutorError(Exception):
+class RayExecutorError(PlacementError):
     """The Ray executor cannot be used as asked (no ray, no cluster, no room): one line."""
 
 
@@ -96,7 +98,7 @@ def connect(address: str | None = None, **local: Any) -> bool:
 
 @functools.cache
 def node_package() -> Path:
-    """`engine` as a cluster node gets it: its (import-free) __init__ and NODE_SUBPACKAGES, copied
+    """`engine` as a cluster node gets it: its (import-free) __init__ and NODE_PARTS, copied
     to a temp dir kept until this process exits (Ray uploads it at ray.init). Shipping no more
     than that keeps a node free of the search, the LLM clients and the store, and proves on every
     Ray run that the evaluator needs none of them."""
@@ -105,17 +107,20 @@ def node_package() -> Path:
     atexit.register(shutil.rmtree, package.parent, True)
     package.mkdir()
     shutil.copy2(source / "__init__.py", package / "__init__.py")
-    for name in NODE_SUBPACKAGES:
-        shutil.copytree(source / name, package / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in NODE_PARTS:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, package / name, ignore=skip)
+        else:
+            shutil.copy2(source / name, package / name)
     return package
 
 
 def cluster_backend(requested: str) -> str:
-    """`auto`: cuda when the cluster has GPUs (whatever this machine has), else cpu."""
+    """The backend by the one rule (backends.pick_backend) on the cluster's GPUs, whatever this
+    machine has."""
     gpus = import_ray().cluster_resources().get("GPU", 0)
-    if requested == "cuda" and not gpus:
-        raise RayExecutorError("--backend cuda: the Ray cluster has no GPU")
-    return "cuda" if requested == "cuda" or (requested == "auto" and gpus) else "cpu"
+    return pick_backend(requested, bool(gpus), "the Ray cluster has no GPU")
 
 
 def _first_line(exc: BaseException) -> str:

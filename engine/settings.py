@@ -15,7 +15,9 @@ records them with the session (`config["environment"]`), so a verdict can be rea
 conditions it was measured under. tests/cli/test_settings.py holds every file of engine/ and tui/ to
 reading `KTREE_*` through `get` / `is_set` here, and docs/commands.md's table to this list.
 
-Standard library only (the GPU worker runs on a bare box).
+The bottom of the house: the whole engine reads its settings here, engine/evaluate/ too, so it
+imports nothing of ktree and only the standard library (the GPU worker runs on a bare box).
+Nothing writes a variable here to configure another part: a value is passed to what needs it.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ assert all(s.affects in AFFECTS for s in SETTINGS.values())
 
 def _known(name: str) -> str:
     if name not in SETTINGS:
-        raise KeyError(f"{name} is not a declared ktree setting (engine.evaluate.settings.SETTINGS)")
+        raise KeyError(f"{name} is not a declared ktree setting (engine.settings.SETTINGS)")
     return name
 
 

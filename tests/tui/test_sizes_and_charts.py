@@ -324,4 +324,6 @@ async def test_the_banner_the_reference_line_and_a_round_s_ties_are_read_whole(t
         status = shown_text(app, screen.query_one("#status-line"))
         assert status == f"session {sid} · round 1 done, best 0.07x; {tie}", status
         assert screen.query_one("#tree").region.height >= 8 and screen.query_one("#code").region.height >= 5
+        progress = screen.query_one("#progress")  # its title names no plot it does not draw (cut before)
+        assert progress.border_title == "progress" and not screen.query_one("#plot").display
         await pilot.press("q")

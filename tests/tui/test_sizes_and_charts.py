@@ -300,4 +300,27 @@ async def test_the_banner_the_reference_line_and_a_round_s_ties_are_read_whole(t
         status = shown_text(app, screen.query_one("#status-line"))
         assert status == f"session {sid} · round 1 done, best 0.07x; {tie}", status
         assert screen.query_one("#tree").region.height >= 8 and screen.query_one("#code").region.height >= 5
+        progress = screen.query_one("#progress")  # its title names no plot it does not draw (cut before)
+        assert progress.border_title == "progress" and not screen.query_one("#plot").display
+        await pilot.press("q")
+
+
+async def test_at_80x24_a_long_idea_title_is_said_to_be_cut(tmp_path: Path):
+    """The line above a variant's code holds one line at 80x24: an idea's title longer than that
+    ended mid-word with nothing to say so ("idea: One row at a time, three plain")."""
+    import dataclasses
+
+    from tests.tui_helpers import shown_text
+
+    db, sid = await fake_db(tmp_path / "k.db", 20)
+    async with app_on(db, session_id=sid, size=(80, 24)) as (app, pilot):
+        screen = app.screen
+        nodes = screen.model.nodes
+        variant = next(n for n in nodes.values() if n.kind == "variant" and nodes[n.parent_id].kind == "idea")
+        nodes[variant.parent_id] = dataclasses.replace(
+            nodes[variant.parent_id], title="One row at a time, three plain passes over every element")
+        screen.select_node(variant.id)
+        await pilot.pause()
+        head = shown_text(app, screen.query_one("#idea"))
+        assert head.startswith("idea: One row at a time") and head.endswith("…"), head
         await pilot.press("q")

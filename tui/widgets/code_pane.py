@@ -46,9 +46,11 @@ def idea_text(node: Node, model: ScreenModel, width: int | None = None, lines: i
     if node.kind == "idea":
         head.append(f"idea: {node.title}", style="bold")
     elif parent is not None and parent.kind == "idea":
-        head.append(f"idea: {parent.title}", style="bold")
+        title = fitted("idea: ", parent.title, width, lines)  # at 80x24 one line: said to be cut
+        head.append(f"idea: {title}", style="bold")
         lead = f"idea: {parent.title} — "
-        head.append(f" — {fitted(lead, parent.text, width, lines)}" if parent.text else "")
+        if parent.text and title == parent.title:
+            head.append(f" — {fitted(lead, parent.text, width, lines)}")
     elif parent is not None:
         head.append(f"fix of #{parent.id}: {node.title}", style="bold")
     elif node.kind == "root":

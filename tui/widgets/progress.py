@@ -14,6 +14,7 @@ from textual.widgets import ProgressBar, Static
 from tui.model import IN_FLIGHT, ScreenModel
 from tui.widgets.chart import RoundsPlot, Series
 
+TITLE = "progress · best speedup by round"
 DEVICE_LINES = 12  # devices listed in full; 3 in a compact layout
 
 
@@ -144,7 +145,7 @@ def best_so_far(best_by_round: dict[int, float]) -> tuple[list[int], list[float]
 class ProgressPane(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.border_title = "progress · best speedup by round"
+        self.border_title = TITLE
 
     def compose(self) -> ComposeResult:
         yield Static("", id="progress-text")
@@ -158,6 +159,8 @@ class ProgressPane(Vertical):
             label.styles.height = "auto" if compact else 3 + shown  # compact: the queue line may wrap
             self.styles.height = "auto" if compact else 13 + shown
         label.update(text, layout=bool(shown))
+        # the title names the plot only where it is drawn (it was cut to "best speedup by ro…" at 80x24)
+        self.border_title = TITLE if self.query_one("#plot").display else "progress"
         total, done = round_bar(model)
         self.query_one("#round-bar", ProgressBar).update(total=total, progress=done)
 

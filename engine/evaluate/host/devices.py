@@ -89,6 +89,10 @@ class Device:
     lock_key: str | None = None  # its host-wide lock (engine.evaluate.host.hostlock); None: no lock
     lock: DeviceLock | None = None  # made on first use
     waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
+    # What the device does for the variant it was handed before it is held (busy): "start" (its
+    # worker starts), "prewarm" (Triton's JIT), "reference" (the reference's baseline set up),
+    # "lock" (its host lock taken), "quiet" (cpu: the timer waits for running builds); "" otherwise.
+    stage: str = ""
 
     def host_lock(self) -> DeviceLock | None:
         if self.lock is None and self.lock_key is not None:
@@ -101,9 +105,13 @@ class Device:
         return self.worker is None or self.worker.started_ok
 
     def state(self) -> dict[str, Any]:
+        """`stage`: Device.stage, or "start" while its worker starts ahead of any variant
+        (LocalEvaluator.start_workers); "" when busy or free."""
+        stage = "" if self.busy else self.stage or (
+            "start" if self.worker is not None and self.worker.starting else "")
         return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
                 "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
-                "waiting_for": self.waiting_for}
+                "waiting_for": self.waiting_for, "stage": stage}
 
     def describe(self) -> dict[str, Any]:
         """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""

@@ -266,6 +266,11 @@ class Worker:
             await self.judge.ready(problem_path)
         return None
 
+    @property
+    def starting(self) -> bool:
+        """A process is being started (a job's `ready`, or an early start)."""
+        return self._starting.locked()
+
     def idle_unstarted(self) -> bool:
         """No process yet and none starting: an early start (LocalEvaluator.start_workers) may
         begin one."""

@@ -135,3 +135,40 @@ async def test_a_cpu_timing_waiting_for_a_running_build_is_the_timer_stage():
         assert ev.device_states()[0]["stage"] == ""
     finally:
         await ev.close()
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header starts with `header`, as cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header}"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+@pytest.mark.slow
+def test_the_real_bench_prints_the_idle_table_whose_causes_sum_to_the_idle_total(tmp_path):
+    """`ktree bench pipeline` on the cpu backend, one scripted variant (the library's file as it is:
+    a build the run's shared cache may hold already; about 90 s here when it does not): the idle
+    table's causes sum to its idle total, and the idle and the device time to the wall."""
+    from tests.conftest import run_ktree
+
+    proc = run_ktree("--db", str(tmp_path / "k.db"), "bench", "pipeline", "softmax", "--backend", "cpu",
+                     "--rounds", "1", "--ideas", "1", "--variants", "1", "--repeat-sources", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measures = {row[0]: row[1] for row in _table(proc.stdout, "measure")}
+    wall, held = float(measures["wall time"].split()[0]), float(measures[
+        "total device time (device-seconds held)"].split()[0])
+    rows = _table(proc.stdout, "device idle, by cause")
+    *causes, (last, total, share, _) = rows
+    assert last == "idle in all" and causes, proc.stdout
+    assert {c[0] for c in causes} <= set(CAUSE_NAMES)
+    seconds = [float(c[1].split()[0]) for c in causes]
+    idle = float(total.split()[0])
+    assert sum(seconds) == pytest.approx(idle, abs=0.005 * len(seconds) + 1e-9), proc.stdout
+    assert idle + held == pytest.approx(wall, rel=0.02, abs=0.1), proc.stdout
+    assert float(share.split()[0]) == pytest.approx(idle / wall * 100, abs=0.11)
+    assert "build" in {c[0] for c in causes} or "start" in {c[0] for c in causes}, proc.stdout

@@ -19,6 +19,11 @@ Sampled every 5 ms. Reports the devices' idle time while compiled variants wait 
 counts), and the wall time against the ideal of a perfect pipeline: total compile time / compile
 workers + total device time / devices.
 
+Where every idle second went (engine.bench.idle): each sample in which a device is not held is
+given one cause by a fixed precedence (its own stage before it is held, the device queue, builds,
+fix calls, other LLM calls, the round's tail, the search's setup and end), from the evaluator's
+state and the nodes' statuses and rounds heard here; the causes sum to the idle total (`idle`).
+
 On the cpu backend a timing waits until running builds end (so no build skews it): that wait is
 device idle time while compiled variants wait, by design; the < 5 % target is for cuda.
 

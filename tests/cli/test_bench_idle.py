@@ -96,15 +96,22 @@ def test_the_table_gives_each_cause_its_seconds_and_share_and_a_column_per_devic
     assert "| idle in all | 4.00 s | 40.0 % | 3.00 s | 1.00 s |" in two
 
 
-def test_a_device_says_its_stage_and_its_worker_s_early_start():
+def test_a_device_says_its_stage_its_worker_s_start_and_warm_up():
     device = Device("gpu0", 0, {}, None)
     assert device.state()["stage"] == ""
-    device.stage = "prewarm"
-    assert device.state()["stage"] == "prewarm"
-    device.busy = True
-    assert device.state()["stage"] == ""  # held: no longer idle
-    early = Device("gpu1", 1, {}, SimpleNamespace(starting=True, started_ok=True))  # type: ignore[arg-type]
-    assert early.state()["stage"] == "start"
+    with device.staged("reference"):
+        assert device.state()["stage"] == "reference"
+        device.busy = True
+        assert device.state()["stage"] == ""  # held: no longer idle
+        device.busy = False
+    assert device.state()["stage"] == ""
+    worker = SimpleNamespace(starting=True, warming=False, started_ok=True)
+    early = Device("gpu1", 1, {}, worker)  # type: ignore[arg-type]
+    assert early.state()["stage"] == "start"  # a start ahead of any variant (start_workers) too
+    worker.starting, worker.warming = False, True
+    assert early.state()["stage"] == "prewarm"
+    worker.warming = False
+    assert early.state()["stage"] == ""
 
 
 async def test_a_cpu_timing_waiting_for_a_running_build_is_the_timer_stage():

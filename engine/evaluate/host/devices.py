@@ -4,8 +4,11 @@ device as the evaluator holds it (`Device`)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,10 +92,9 @@ class Device:
     lock_key: str | None = None  # its host-wide lock (engine.evaluate.host.hostlock); None: no lock
     lock: DeviceLock | None = None  # made on first use
     waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
-    # What the device does for the variant it was handed before it is held (busy): "start" (its
-    # worker starts), "prewarm" (Triton's JIT), "reference" (the reference's baseline set up),
-    # "lock" (its host lock taken), "quiet" (cpu: the timer waits for running builds); "" otherwise.
-    stage: str = ""
+    stage: str = ""  # set by staged(): what it does for the variant it was handed, before it is held
+    # The evaluator's: cleared while a cpu timing (on its one device) waits for the cores.
+    builds_allowed: asyncio.Event | None = None
 
     def host_lock(self) -> DeviceLock | None:
         if self.lock is None and self.lock_key is not None:
@@ -104,14 +106,33 @@ class Device:
         """False while its worker could not be started (the last try failed)."""
         return self.worker is None or self.worker.started_ok
 
+    @contextlib.contextmanager
+    def staged(self, stage: str) -> Iterator[None]:
+        """`stage` in state() while the block runs (the device handed a variant, not held yet)."""
+        self.stage = stage
+        try:
+            yield
+        finally:
+            self.stage = ""
+
+    def _stage(self) -> str:
+        """What the device does while it is not held (`ktree bench pipeline`'s idle causes): the
+        variant's set-up it was handed (staged()); "start" while its worker starts (Python, torch,
+        the CUDA context), "prewarm" while it compiles a Triton solution's kernels; "quiet" while
+        the cpu timing it was handed waits for the running builds; "" when held or free."""
+        worker = self.worker
+        if self.busy:
+            return ""
+        if self.stage:
+            return self.stage
+        if worker is not None and (worker.starting or worker.warming):
+            return "start" if worker.starting else "prewarm"
+        return "quiet" if self.builds_allowed is not None and not self.builds_allowed.is_set() else ""
+
     def state(self) -> dict[str, Any]:
-        """`stage`: Device.stage, or "start" while its worker starts ahead of any variant
-        (LocalEvaluator.start_workers); "" when busy or free."""
-        stage = "" if self.busy else self.stage or (
-            "start" if self.worker is not None and self.worker.starting else "")
         return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
                 "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
-                "waiting_for": self.waiting_for, "stage": stage}
+                "waiting_for": self.waiting_for, "stage": self._stage()}
 
     def describe(self) -> dict[str, Any]:
         """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""

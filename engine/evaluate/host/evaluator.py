@@ -180,7 +180,7 @@ class LocalEvaluator(ReferenceTimings):
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
                              standby="always" if backend == "cuda" else False,
                              standby_depth=GPU_STANDBYS) if worker else None)
-            device = Device(name, index, device_env, runner, lock_key=key)
+            device = Device(name, index, device_env, runner, lock_key=key, builds_allowed=self._builds_allowed)
             self.devices.append(device)
             self._free.put_nowait(device)
 
@@ -270,16 +270,13 @@ class LocalEvaluator(ReferenceTimings):
             # host lock is taken, not while holding it; so is a reference timing not on disk yet
             # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
-                device.stage = "start"
                 async with self._admission.busy("a worker's start", self._note):
                     await device.worker.ready(job.problem_path)
                 if prewarm and "jit" not in prelock:  # e.g. Triton's JIT, compiling only
-                    device.stage = "prewarm"
                     t_jit = time.monotonic()
                     report = await device.worker.warm(job, language.first_call_limit_s)
                     prelock["jit"] = {**report, "wall_s": round(time.monotonic() - t_jit, 4)}
             if baseline:
-                device.stage = "reference"
                 if "reference" in pending:  # started for a device that could not be used after all
                     self.reference_cancel(pending.pop("reference"))
                 pending["reference"] = await self.reference_start(job.problem_path, job.sizes, device,
@@ -510,17 +507,14 @@ class LocalEvaluator(ReferenceTimings):
                     try:
                         await prepare(device)
                     except BaseException:
-                        device.stage = ""
                         self._free.put_nowait(device)
                         raise
                 lock = device.host_lock()
                 if lock is None:
                     break
-                device.stage = "lock"
                 try:
                     await lock.acquire(self.session, lambda h, d=device: self._lock_wait(d, h))
                 except BaseException:
-                    device.stage = ""
                     self._free.put_nowait(device)
                     raise
                 finally:
@@ -528,19 +522,16 @@ class LocalEvaluator(ReferenceTimings):
                 if gate is None or gate.is_open():
                     break
                 lock.release()  # paused while it waited for the host: not now
-            device.stage = ""
             self._free.put_nowait(device)  # paused while it waited: not now
         try:
-            device.stage = "quiet"  # (cpu, one device: until the running builds end; else at once)
             async with self._quiet_cpu():
-                device.busy, device.stage, started = True, "", time.monotonic()
+                device.busy, started = True, time.monotonic()
                 try:
                     yield device
                 finally:
                     device.busy = False
                     device.busy_s += time.monotonic() - started
         finally:
-            device.stage = ""
             if device.lock is not None:
                 device.lock.release()
             if device.resting:  # back in the queue after a rest

@@ -31,7 +31,8 @@ from engine.bench.summary import markdown_table
 # (cause, what it means), in the order of precedence.
 CAUSES: tuple[tuple[str, str], ...] = (
     ("host lock", "another process on the host holds the device"),
-    ("start", "a worker starting (Python, torch, the CUDA context) for the variant it was handed, or ahead"),
+    ("start", "a worker starting (Python, torch, the CUDA context) for the variant it was handed, or ahead"
+              " (on the cpu: its wait for another process's timing too)"),
     ("load", "the variant it was handed set up before the lock (Triton's JIT, the reference's baseline)"),
     ("timer", "cpu: the variant it was handed waits for the running builds to end before it times"),
     ("queued", "free while a compiled variant waits for a device: the engine's own gap"),

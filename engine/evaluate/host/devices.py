@@ -117,9 +117,10 @@ class Device:
 
     def _stage(self) -> str:
         """What the device does while it is not held (`ktree bench pipeline`'s idle causes): the
-        variant's set-up it was handed (staged()); "start" while its worker starts (Python, torch,
-        the CUDA context), "prewarm" while it compiles a Triton solution's kernels; "quiet" while
-        the cpu timing it was handed waits for the running builds; "" when held or free."""
+        variant's set-up it was handed (staged(): "start", its worker's start, "reference", the
+        reference's); "start" while its worker starts ahead (Python, torch, the CUDA context),
+        "prewarm" while it compiles a Triton solution's kernels; "quiet" while the cpu timing it
+        was handed waits for the running builds; "" when held or free."""
         worker = self.worker
         if self.busy:
             return ""

@@ -125,14 +125,14 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
 
     status: dict[int, str] = {}
     nodes: dict[int, tuple[str, str, str]] = {}  # node -> (kind, status, origin), for the idle causes
-    progress = {"last_rounds": 0, "started": False}  # searches past their last round (RoundDone.last);
-    # a node beyond a root seen
+    working, last_rounds = False, 0  # a node beyond a root seen; searches past their last round
     first_code: dict[int, float] = {}  # session -> when its first variant had its code
     ended: dict[int, float] = {}  # session -> when its search ended
     t0 = time.perf_counter()
     latency, latency_words = parse_latency(llm_latency) if llm_latency else (None, "no LLM latency")
 
     def watch(event: Event) -> None:
+        nonlocal working, last_rounds
         if isinstance(event, NodeAdded | NodeUpdated | VerdictReady):
             node = event.node
             if log is not None and status.get(node.id) != node.status:
@@ -140,11 +140,11 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 log.flush()
             status[node.id] = node.status
             nodes[node.id] = (node.kind, node.status, node.origin)
-            progress["started"] = progress["started"] or node.kind != "root"
+            working = working or node.kind != "root"
             if node.kind == "variant" and node.source:
                 first_code.setdefault(node.session_id, time.perf_counter())
         elif isinstance(event, RoundDone) and event.last:
-            progress["last_rounds"] += 1
+            last_rounds += 1
         elif isinstance(event, SessionDone):
             ended.setdefault(event.session_id, time.perf_counter())
 
@@ -203,9 +203,9 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 samples.append((now, dt, busy))
                 totals["device_active_s"] += dt if active else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
-                finished = max(progress["last_rounds"], len(ended)) >= len(problems)
+                finished = max(last_rounds, len(ended)) >= len(problems)
                 idle.add(dt, moment_of(nodes.values(), queued=queued, building=max(0, compiling),
-                                       started=bool(progress["started"]), ended=finished), states)
+                                       started=working, ended=finished), states)
                 for name, is_busy in held.items():
                     device = per_device.setdefault(name, {"busy_s": 0.0, "idle_s": 0.0, "idle_waiting_s": 0.0})
                     device["busy_s" if is_busy else "idle_s"] += dt

@@ -116,11 +116,10 @@ class Device:
             self.stage = ""
 
     def _stage(self) -> str:
-        """What the device does while it is not held (`ktree bench pipeline`'s idle causes): the
-        variant's set-up it was handed (staged(): "start", its worker's start, "reference", the
-        reference's); "start" while its worker starts ahead (Python, torch, the CUDA context),
-        "prewarm" while it compiles a Triton solution's kernels; "quiet" while the cpu timing it
-        was handed waits for the running builds; "" when held or free."""
+        """What the device does while it is not held (`ktree bench pipeline`'s idle causes):
+        "start" (its worker starts: Python, torch, the CUDA context), "reference" (the reference's
+        timing process sets up), "prewarm" (its worker compiles a Triton solution's kernels),
+        "quiet" (the cpu timing it was handed waits for the running builds); "" when held or free."""
         worker = self.worker
         if self.busy:
             return ""

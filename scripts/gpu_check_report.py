@@ -150,6 +150,17 @@ def concurrent_lines(data: Any) -> list[str]:
     return lines
 
 
+def idle_lines(pipeline: dict[str, Any]) -> list[str]:
+    """`bench pipeline --json`'s idle table (engine.bench.idle: where every idle second of the
+    devices went), where the run has one."""
+    if not isinstance(pipeline.get("idle"), dict):
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from engine.bench.idle import idle_table
+
+    return ["", idle_table(pipeline["idle"])]
+
+
 def main(raw: Path, out: Path) -> None:
     result: dict[str, Any] = {
         "device": (raw / "device.txt").read_text().strip() if (raw / "device.txt").exists() else "",
@@ -202,6 +213,7 @@ def main(raw: Path, out: Path) -> None:
                   f" {p.get('wall_s')} s; GPU busy {p.get('busy_fraction_of_wall', 0) * 100:.1f} % of the wall,"
                   f" {window.get('busy_fraction', 0) * 100:.1f} % in the window where every problem had work"
                   f" ({window.get('start_s')}-{window.get('end_s')} s)"]
+        lines += idle_lines(p)
     if result["scaling"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from engine.bench.scaling import format_scaling
@@ -216,6 +228,7 @@ def main(raw: Path, out: Path) -> None:
                   f" {q.get('variants_per_minute')} variants/min, {q.get('evaluations')} evaluations in"
                   f" {q.get('wall_s')} s; GPUs busy {q.get('busy_fraction_of_wall', 0) * 100:.1f} % of the"
                   f" wall; per GPU (evaluations, busy s, idle while variants waited): {per_gpu}"]
+        lines += idle_lines(q)
     if result["compile"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from engine.bench.compile import compile_table

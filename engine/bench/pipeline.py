@@ -19,6 +19,11 @@ Sampled every 5 ms. Reports the devices' idle time while compiled variants wait 
 counts), and the wall time against the ideal of a perfect pipeline: total compile time / compile
 workers + total device time / devices.
 
+Where every idle second went (engine.bench.idle): each sample in which a device is not held is
+given one cause by a fixed precedence (its own stage before it is held, the device queue, builds,
+fix calls, other LLM calls, the round's tail, the search's setup and end), from the evaluator's
+state and the nodes' statuses and rounds heard here; the causes sum to the idle total (`idle`).
+
 On the cpu backend a timing waits until running builds end (so no build skews it): that wait is
 device idle time while compiled variants wait, by design; the < 5 % target is for cuda.
 
@@ -43,11 +48,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.bench.idle import IdleLedger, idle_table, moment_of
 from engine.bench.summary import markdown_table, quantile
 from engine.domain import DEFAULT_LANGUAGE, DEVICE_PHASES, language_label
 from engine.evaluate import Evaluator, LocalEvaluator
 from engine.evaluate import languages as kernel_languages
-from engine.events import Event, NodeAdded, NodeUpdated, SessionDone, VerdictReady
+from engine.events import Event, NodeAdded, NodeUpdated, RoundDone, SessionDone, VerdictReady
 from engine.llm.base import Completion, Message
 from engine.llm.scripted import ScriptedProvider, scripted_backends, scripted_problems
 from engine.search import Search, SearchConfig
@@ -117,20 +123,27 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     from engine.search.suite import Suite, SuiteEntry
 
     status: dict[int, str] = {}
+    nodes: dict[int, tuple[str, str, str]] = {}  # node -> (kind, status, origin), for the idle causes
+    working, last_rounds = False, 0  # a node beyond a root seen; searches past their last round
     first_code: dict[int, float] = {}  # session -> when its first variant had its code
     ended: dict[int, float] = {}  # session -> when its search ended
     t0 = time.perf_counter()
     latency, latency_words = parse_latency(llm_latency) if llm_latency else (None, "no LLM latency")
 
     def watch(event: Event) -> None:
+        nonlocal working, last_rounds
         if isinstance(event, NodeAdded | NodeUpdated | VerdictReady):
             node = event.node
             if log is not None and status.get(node.id) != node.status:
                 log.write(f"{time.perf_counter() - t0:8.2f}s node {node.id} {node.kind} {node.status}\n")
                 log.flush()
             status[node.id] = node.status
+            nodes[node.id] = (node.kind, node.status, node.origin)
+            working = working or node.kind != "root"
             if node.kind == "variant" and node.source:
                 first_code.setdefault(node.session_id, time.perf_counter())
+        elif isinstance(event, RoundDone) and event.last:
+            last_rounds += 1
         elif isinstance(event, SessionDone):
             ended.setdefault(event.session_id, time.perf_counter())
 
@@ -164,6 +177,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
         totals = {"device_s": 0.0, "device_active_s": 0.0, "compile_slot_s": 0.0, "waiting_s": 0.0,
                   "idle_waiting_s": 0.0}
         per_device: dict[str, dict[str, float]] = {}  # by name, as devices appear (ray: as actors start)
+        idle = IdleLedger()  # each idle sample's cause (engine.bench.idle)
         done = asyncio.Event()
 
         async def sample() -> None:
@@ -174,7 +188,8 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 dt, last = now - last, now
                 phases = list(status.values())
                 active = sum(p in DEVICE_PHASES for p in phases)
-                held = {d["name"]: d["busy"] for d in evaluator.device_states()}  # loading counts too
+                states = evaluator.device_states()
+                held = {d["name"]: d["busy"] for d in states}  # loading counts too
                 busy = sum(held.values())
                 queued = evaluator.waiting.get("device", 0)
                 shown_waiting = phases.count("waiting")
@@ -187,6 +202,9 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
                 samples.append((now, dt, busy))
                 totals["device_active_s"] += dt if active else 0.0
                 totals["compile_slot_s"] += dt * max(0, compiling)
+                finished = max(last_rounds, len(ended)) >= len(problems)
+                idle.add(dt, moment_of(nodes.values(), queued=queued, building=max(0, compiling),
+                                       started=working, ended=finished), states)
                 for name, is_busy in held.items():
                     device = per_device.setdefault(name, {"busy_s": 0.0, "idle_s": 0.0, "idle_waiting_s": 0.0})
                     device["busy_s" if is_busy else "idle_s"] += dt
@@ -261,6 +279,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             "idle_while_waiting_s": round(d["idle_waiting_s"], 3),
             "idle_fraction_while_waiting": round(d["idle_waiting_s"] / waited, 4) if waited else 0.0,
         } for name, d in per_device.items()],
+        "idle": idle.report(wall),
     }
 
 
@@ -319,4 +338,6 @@ def format_pipeline(r: dict[str, Any]) -> str:
             [(d["name"], d["jobs"], f"{d['busy_s']:.2f} s", f"{d['idle_fraction_of_wall'] * 100:.1f} %",
               f"{d['idle_while_waiting_s']:.3f} s ({d['idle_fraction_while_waiting'] * 100:.1f} %)")
              for d in r["devices"]])]
+    if r.get("idle"):
+        lines += ["", idle_table(r["idle"])]
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engine.bench.idle import idle_table
 from engine.bench.pipeline import pipeline_bench
 from engine.bench.summary import markdown_table
 from engine.evaluate import LocalEvaluator
@@ -118,6 +119,12 @@ def format_scaling(r: dict[str, Any]) -> str:
                                    f"{busy_fraction(d, result['wall_s']) * 100:.1f} %",
                                    f"{d['idle_while_waiting_s']:.2f} s"
                                    f" ({d['idle_fraction_while_waiting'] * 100:.1f} %)"))
+    idle = []  # where each run's idle seconds went (engine.bench.idle)
+    for run in r["runs"]:
+        for label, result in ((f"{n} devices", run["many"]), ("1 device", run["one"])):
+            if result.get("idle"):
+                idle += ["", f"Idle, {run['mode']} sources, {label} ({result['wall_s']:.1f} s wall):",
+                         idle_table(result["idle"])]
     return "\n".join([
         head, "",
         markdown_table(("sources", "evaluations (1)", "variants/min (1)", f"evaluations ({n})",
@@ -125,4 +132,5 @@ def format_scaling(r: dict[str, Any]) -> str:
         "",
         markdown_table(("sources", "run", "device", "evaluations", "busy (of wall)",
                         "idle while variants waited"), per_device),
+        *idle,
     ])

@@ -116,6 +116,49 @@ def test_the_report_shows_one_gpu_against_two(tmp_path):
     assert "## A suite of 4 on two GPUs" in md and "gpu1 20, 50.0 s, 5.0 %" in md, md
 
 
+def test_the_report_shows_where_the_idle_seconds_went(tmp_path):
+    """The pipeline step's and the two-GPU suite's idle tables (bench pipeline's `idle`), and one
+    per run of the scaling bench."""
+    from engine.bench.idle import IdleLedger, Moment
+
+    def idle(names: list[str]) -> dict:
+        ledger = IdleLedger()
+        ledger.add(3.0, Moment(building=1, started=True), [{"name": n, "busy": False} for n in names])
+        ledger.add(1.0, Moment(llm_calls=1, started=True), [{"name": n, "busy": n != "gpu1"} for n in names])
+        return ledger.report(10.0)
+
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    raw.mkdir()
+    (raw / "steps.tsv").write_text("pipeline\t0\t100.0\t\ngpus-scaling\t0\t300.0\t\ngpus-suite\t0\t120.0\t\n")
+    (raw / "pipeline.json").write_text(json.dumps({
+        "problems": ["softmax"], "llm_latency": "no LLM latency", "shape": {"rounds": 1}, "wall_s": 10.0,
+        "busy_fraction_of_wall": 0.7, "idle": idle(["gpu0"])}))
+    (raw / "pipeline-suite-gpus.json").write_text(json.dumps({
+        "problems": ["softmax"], "shape": {"rounds": 2}, "status": "finished", "wall_s": 10.0, "devices": [],
+        "busy_fraction_of_wall": 0.6, "idle": idle(["gpu0", "gpu1"])}))
+    devices = [{"name": "gpu0", "jobs": 4, "busy_s": 5.0, "idle_while_waiting_s": 0.0,
+                "idle_fraction_while_waiting": 0.0}]
+    one = {"evaluations": 4, "variants_per_minute": 24.0, "wall_s": 10.0, "devices": devices,
+           "idle": idle(["gpu0"])}
+    run = {"mode": "distinct", "devices": 2, "one": one, "many": {**one, "idle": idle(["gpu0", "gpu1"])},
+           "ratio": 1.0, "worst_idle_while_waiting": 0.0, "meets": {"ratio": False, "idle": True}}
+    (raw / "pipeline-scaling.json").write_text(json.dumps({
+        "problem": "softmax", "backend": "cuda", "devices": 2, "status": "finished", "target_ratio": 1.8,
+        "target_idle": 0.1, "runs": [run]}))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_report.py"), str(raw), str(out)],
+                   check=True, timeout=60)
+    md = (out / "gpu-check.md").read_text()
+    pipeline = md[md.index("## bench pipeline"):]
+    assert "| build | 3.00 s | 30.0 % |" in pipeline and "| idle in all | 3.00 s | 30.0 % |" in pipeline, md
+    suite = md[md.index("## A suite of 4 on two GPUs"):]
+    assert "| build | 6.00 s | 30.0 % | 3.00 s | 3.00 s |" in suite, md
+    assert "| llm | 1.00 s | 5.0 % | 0.00 s | 1.00 s |" in suite, md
+    assert "| idle in all | 7.00 s | 35.0 % | 3.00 s | 4.00 s |" in suite, md
+    scaling = md[md.index("## One GPU against two"):md.index("## A suite of 4")]
+    assert "Idle, distinct sources, 2 devices (10.0 s wall):" in scaling, md
+    assert "Idle, distinct sources, 1 device (10.0 s wall):" in scaling, md
+
+
 def test_the_prebuild_lists_its_sources_without_a_gpu():
     """scripts/gpu-prebuild reads the sources the GPU tests build (an import the GPU box alone would
     otherwise find broken)."""

@@ -4,8 +4,11 @@ device as the evaluator holds it (`Device`)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +108,9 @@ class Device:
     lock_key: str | None = None  # its host-wide lock (engine.evaluate.host.hostlock); None: no lock
     lock: DeviceLock | None = None  # made on first use
     waiting_for: str | None = None  # "gpu0 (held by pid N, session M)" while the host lock is taken
+    stage: str = ""  # set by staged(): what it does for the variant it was handed, before it is held
+    # The evaluator's: cleared while a cpu timing (on its one device) waits for the cores.
+    builds_allowed: asyncio.Event | None = None
 
     def host_lock(self) -> DeviceLock | None:
         if self.lock is None and self.lock_key is not None:
@@ -116,10 +122,33 @@ class Device:
         """False while its worker could not be started (the last try failed)."""
         return self.worker is None or self.worker.started_ok
 
+    @contextlib.contextmanager
+    def staged(self, stage: str) -> Iterator[None]:
+        """`stage` in state() while the block runs (the device handed a variant, not held yet)."""
+        self.stage = stage
+        try:
+            yield
+        finally:
+            self.stage = ""
+
+    def _stage(self) -> str:
+        """What the device does while it is not held (`ktree bench pipeline`'s idle causes):
+        "start" (its worker starts: Python, torch, the CUDA context), "reference" (the reference's
+        timing process sets up), "prewarm" (its worker compiles a Triton solution's kernels),
+        "quiet" (the cpu timing it was handed waits for the running builds); "" when held or free."""
+        worker = self.worker
+        if self.busy:
+            return ""
+        if self.stage:
+            return self.stage
+        if worker is not None and (worker.starting or worker.warming):
+            return "start" if worker.starting else "prewarm"
+        return "quiet" if self.builds_allowed is not None and not self.builds_allowed.is_set() else ""
+
     def state(self) -> dict[str, Any]:
         return {"name": self.name, "busy": self.busy, "jobs": self.jobs,
                 "busy_s": round(self.busy_s, 3), "queue": 0, "alive": self.alive,
-                "waiting_for": self.waiting_for}
+                "waiting_for": self.waiting_for, "stage": self._stage()}
 
     def describe(self) -> dict[str, Any]:
         """What a verdict's `gpu` says when no evaluation process reported it (a crash)."""

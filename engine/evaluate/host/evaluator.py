@@ -51,7 +51,6 @@ from engine.evaluate.verdict import Verdict
 
 DEFAULT_TIMEOUTS = {"cuda": 900.0, "cpu": 600.0}  # a build's seconds (an evaluation's: eval_limit)
 
-
 GATED_ACTIONS = ("probe", "ncu")  # profile actions set up before the device's lock (engine.evaluate.gate)
 PROFILE_YIELD_S = 5.0  # a profile lets evaluations waiting for a device go first, this long at most
 LOCK_WAIT_S = 600.0  # a gated profile process waits this long for the device's lock, then gives up
@@ -174,7 +173,7 @@ class LocalEvaluator(ReferenceTimings):
             runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
                              standby="always" if backend == "cuda" else False,
                              standby_depth=GPU_STANDBYS) if worker else None)
-            device = Device(name, index, device_env, runner, lock_key=key)
+            device = Device(name, index, device_env, runner, lock_key=key, builds_allowed=self._builds_allowed)
             self.devices.append(device)
             self._free.put_nowait(device)
 
@@ -275,8 +274,9 @@ class LocalEvaluator(ReferenceTimings):
             # host lock is taken, not while holding it; so is a reference timing not on disk yet
             # (set up and compiled, waiting at its gate to time).
             if device.worker is not None:
-                async with self._admission.busy("a worker's start", self._note):
-                    await device.worker.ready(job.problem_path)
+                with device.staged("start"):  # (on the cpu, its wait for another process's timing too)
+                    async with self._admission.busy("a worker's start", self._note):
+                        await device.worker.ready(job.problem_path)
                 if prewarm and "jit" not in prelock:  # e.g. Triton's JIT, compiling only
                     t_jit = time.monotonic()
                     report = await device.worker.warm(job, language.first_call_limit_s)

@@ -130,6 +130,14 @@ class ReferenceTimings:
             if file in self._reference_failed:  # tried once in this run: not again on every variant
                 return {"result": self._reference_failed[file]}
         file.parent.mkdir(parents=True, exist_ok=True)
+        with device.staged("reference"):  # (the device's idle time goes to it: engine.bench.idle)
+            return await self._reference_set_up(path, sizes, device, precision, file, force)
+
+    async def _reference_set_up(self, path: str, sizes: dict[str, int], device: Any, precision: str | None,
+                                file: Path, force: bool) -> dict:
+        """reference_start's process, started and set up, once this process owns the key."""
+        import json
+
         owner = DeviceLock(f"reference-{file.stem}", file.parent)
         await owner.acquire(self.session)  # one process times a key; the others read its file
         if not force and file.exists():

@@ -132,6 +132,7 @@ class Worker:
         self.busy_s = 0.0  # time spent evaluating (for idle fractions)
         self.started_ok = True  # False after its last start failed
         self.last_start_s = 0.0  # how long the last start took (Python, torch, the CUDA context)
+        self.warming = False  # in warm(): compiling a Triton solution's kernels before the device's lock
         self._dir = make_workdir("worker")
         # The judge's clean process and its fresh-input calls after a `correct` claim
         # (engine.evaluate.host.judge); what the judge learnt of the last job, in `judged`.
@@ -266,6 +267,11 @@ class Worker:
             await self.judge.ready(problem_path)
         return None
 
+    @property
+    def starting(self) -> bool:
+        """A process is being started (a job's `ready`, or an early start)."""
+        return self._starting.locked()
+
     def idle_unstarted(self) -> bool:
         """No process yet and none starting: an early start (LocalEvaluator.start_workers) may
         begin one."""
@@ -281,7 +287,7 @@ class Worker:
         work = Path(tempfile.mkdtemp(prefix="warm-", dir=self._dir))
         paths = {"job": work / "job.json", "result": work / "result.json", "log": work / "log.txt"}
         paths["job"].write_text(json.dumps(job.replace(input_seed=None).to_dict()))
-        t0 = time.monotonic()
+        t0, self.warming = time.monotonic(), True
         try:
             self.proc.stdin.write((json.dumps({**{k: str(v) for k, v in paths.items()}, "warm": "1"}) + "\n")
                                   .encode())
@@ -306,6 +312,7 @@ class Worker:
             await self.stop("cancelled")
             raise
         finally:
+            self.warming = False
             self.busy_s += time.monotonic() - t0
             shutil.rmtree(work, ignore_errors=True)
 

@@ -15,7 +15,6 @@ from functools import singledispatchmethod
 from pathlib import Path
 from typing import Any
 
-from engine import control
 from engine.domain import (
     DEVICE_PHASES,
     WORK_STATUSES,
@@ -27,7 +26,8 @@ from engine.domain import (
     session_library_ops,
 )
 from engine.evaluate import Verdict
-from engine.events import (
+from engine.record import control
+from engine.record.events import (
     BudgetReached,
     CommandApplied,
     Event,
@@ -41,7 +41,7 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.store import Store, session_state
+from engine.record.store import Store, session_state
 
 COMPILE_QUEUE = frozenset({"queued", "compiling"})
 GPU_QUEUE = frozenset({"waiting", *DEVICE_PHASES})

@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import DataTable, Static, Tree
 
 from engine.evaluate.verdict import Verdict
-from engine.store import Store
+from engine.record.store import Store
 from tests.conftest import run_ktree
 from tests.fake_session import T0
 from tests.tui_helpers import Forever, app_on, fake_db, label_of, shown_text, wait_until
@@ -148,7 +148,7 @@ async def test_the_header_says_the_isolation_level(tmp_path: Path):
 async def test_why_it_waits_follows_the_queues(tmp_path: Path):
     import sqlite3
 
-    from engine.events import Progress
+    from engine.record.events import Progress
 
     db, sid = await fake_db(tmp_path / "k.db", 20, status="running")
     with sqlite3.connect(db) as conn:

@@ -15,7 +15,7 @@ from engine.domain import (
 )
 from engine.domain import best_variant as domain_best
 from engine.evaluate import TIMING_FLAGS
-from engine.store import Store
+from engine.record.store import Store
 
 
 class ExportError(Exception):

@@ -10,7 +10,7 @@ import random
 import time
 from typing import Any
 
-from engine.store import Store
+from engine.record.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC: fixed, so screens render the same every run
 STATUSES = (["correct"] * 12 + ["incorrect"] * 2 + ["compile_error"] * 2 + ["flagged", "runtime_error",

@@ -204,10 +204,13 @@ def test_evaluate_s_top_holds_few_modules() -> None:
     ("tui", "engine.commands"),
     ("engine.search", "engine.launch"),
     ("engine.search", "engine.cli"),
-    ("engine.store", "engine.search"),
-    ("engine.domain", "engine.store"),
+    ("engine.record", "engine.search"),
+    ("engine.record", "engine.launch"),
+    ("engine.record", "engine.commands"),
+    ("tui", "engine.launch.run"),
+    ("engine.domain", "engine.record"),
     ("engine.domain", "engine.search"),
-    ("engine.events", "engine.search"),
+    ("engine.domain", "engine.launch"),
     ("engine.llm", "engine.search"),
     ("engine.evaluate.host", "engine.evaluate.placement"),
     ("engine.evaluate.child", "engine.evaluate.placement"),
@@ -242,6 +245,15 @@ def test_no_command_imports_another() -> None:
     offenders = sorted(f"{mod} imports {dep}" for mod, deps in GRAPH.items() if _is_command(mod)
                        for dep in deps if _is_command(dep) and dep != mod)
     assert offenders == []
+
+
+def test_the_engine_s_root_holds_few_modules() -> None:
+    """The root holds the entry point and the floors every room stands on; launching (engine/launch/)
+    and recording (engine/record/) have folders of their own."""
+    root = sorted(p.name for p in (REPO / "engine").glob("*.py"))
+    assert {"cli.py", "settings.py", "domain.py"} <= set(root) and len(root) <= 10, root
+    tiers = {"engine.launch.run", "engine.launch.suite", "engine.record.store", "engine.record.events"}
+    assert tiers <= set(GRAPH)
 
 
 def test_the_cli_is_a_dispatch_table() -> None:

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, RichLog, Tree
 
 from engine.cli import build_parser
 from engine.commands.run import Prepared, prepare_search
-from engine.store import Store
+from engine.record.store import Store
 from tests.fake_session import T0, write_fake_session
 from tui.app import KtreeApp
 

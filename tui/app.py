@@ -15,8 +15,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
-from engine.events import EventBus
-from engine.store import Store, StoreError, session_state
+from engine.record.events import EventBus
+from engine.record.store import Store, StoreError, session_state
 from tui import warm
 from tui.collector import IdleCollector
 from tui.model import isolation_words

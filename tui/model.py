@@ -16,7 +16,6 @@ from functools import singledispatchmethod
 from pathlib import Path
 from typing import Any
 
-from engine import control
 from engine.domain import (
     DEVICE_PHASES,
     WORK_STATUSES,
@@ -28,7 +27,8 @@ from engine.domain import (
     session_library_ops,
 )
 from engine.evaluate import Verdict
-from engine.events import (
+from engine.record import control
+from engine.record.events import (
     BudgetReached,
     CommandApplied,
     Event,
@@ -42,7 +42,7 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.store import Store, session_state
+from engine.record.store import Store, session_state
 
 BUILDS = frozenset({"queued", "compiling"})  # a variant whose build waits or runs
 BUILT = frozenset({"waiting", *DEVICE_PHASES})  # built: waiting for its device, or on it

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 # Imported ahead: what the form, a resume and its search import on their first use (rich's emoji
 # table: the first DataTable cell drawn from markup, ~0.3 s).
-MODULES = ("torch", "rich._emoji_codes", "engine.estimate", "engine.config", "engine.llm.registry",
-           "engine.llm.scripted", "engine.search", "engine.search.suite", "engine.control",
+MODULES = ("torch", "rich._emoji_codes", "engine.launch.estimate", "engine.config", "engine.llm.registry",
+           "engine.llm.scripted", "engine.search", "engine.search.suite", "engine.record.control",
            "engine.evaluate.host.sandbox")
 DEFAULT_PROBLEM = "softmax"  # the form's first choice
 LEXER_SAMPLE = 'import torch\nsrc = """\n#include <torch/extension.h>\n__global__ void k(float* x) {}\n"""\n'

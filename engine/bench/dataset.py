@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.store import SCHEMA, SCHEMA_VERSION
+from engine.record.store import SCHEMA, SCHEMA_VERSION
 
 _KERNEL = '''import torch
 from torch.utils.cpp_extension import load_inline

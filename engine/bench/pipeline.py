@@ -53,11 +53,11 @@ from engine.bench.summary import markdown_table, quantile
 from engine.domain import DEFAULT_LANGUAGE, DEVICE_PHASES, language_label
 from engine.evaluate import Evaluator, LocalEvaluator
 from engine.evaluate import languages as kernel_languages
-from engine.events import Event, NodeAdded, NodeUpdated, RoundDone, SessionDone, VerdictReady
 from engine.llm.base import Completion, Message
 from engine.llm.scripted import ScriptedProvider, scripted_backends, scripted_problems
+from engine.record.events import Event, NodeAdded, NodeUpdated, RoundDone, SessionDone, VerdictReady
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 
 SAMPLE_S = 0.005
 
@@ -119,7 +119,7 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
     here unless `keep_evaluator` (engine.bench.scaling runs several searches on one).
     `gpus`: the local one's GPUs (cuda; default all visible); `devices`: its cpu devices (tests).
     `llm_latency`: each call's wait (parse_latency's spec); `suite`: that many problems at once."""
-    from engine.events import EventBus
+    from engine.record.events import EventBus
     from engine.search.suite import Suite, SuiteEntry
 
     status: dict[int, str] = {}

@@ -16,7 +16,7 @@ USAGE_ERROR = 2
 
 
 def db_path(args: argparse.Namespace) -> Path:
-    from engine.store import default_db_path
+    from engine.record.store import default_db_path
 
     chosen = getattr(args, "db", None)
     path = Path(chosen) if chosen else default_db_path()
@@ -32,7 +32,7 @@ def no_database(path: Path) -> str:
 
 async def open_store(path: Path, read_only: bool = False) -> Any:
     """The store at `path` (read_only: a command that only reads: works on a read-only database)."""
-    from engine.store import Store, StoreError
+    from engine.record.store import Store, StoreError
 
     try:
         return await Store.open(path, read_only=read_only)

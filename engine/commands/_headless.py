@@ -7,7 +7,8 @@ import time
 from typing import Any, TextIO
 
 from engine.domain import counted
-from engine.events import (
+from engine.problems import DEGENERATE_LINE
+from engine.record.events import (
     BudgetReached,
     CommandApplied,
     Event,
@@ -21,7 +22,6 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.problems import DEGENERATE_LINE
 from engine.report import fmt_ms, fmt_x, format_verdict, profile_line
 
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     db = db_path(args)
     check_run_args(args)
     if args.estimate:
-        from engine.estimate import format_estimate
+        from engine.launch.estimate import format_estimate
 
         result = estimate_run(run_request(args), reasoning_history=reasoning_history(db))
         emit_json(result) if args.json else emit(format_estimate(result))
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -> int:
     from engine.commands._headless import HeadlessPrinter
-    from engine.events import EventBus
+    from engine.record.events import EventBus
 
     store = await open_store(db)
     # Ctrl-C or a plain `kill`: cancel the search, which records the session as interrupted and
@@ -132,7 +132,7 @@ async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -
 def resume_hint(session_id: int, db: Path) -> str:
     """What an interrupted headless run says last: how to continue it (with its database, where it
     is not the default one)."""
-    from engine.store import default_db_path
+    from engine.record.store import default_db_path
 
     where = "" if db == default_db_path() else f" --db {db}"
     return f"ktree: session {session_id} is interrupted: `ktree{where} run --resume {session_id}` continues it"

@@ -120,11 +120,11 @@ def _suite(args: argparse.Namespace, db: Path) -> int:
 def _profile(args: argparse.Namespace, db: Path) -> int:
     """`ktree show SESSION --profile NODE`: a running session's engine is asked (a steering
     command); a session no engine runs is profiled here, and the profile recorded."""
-    from engine import control
     from engine.launch import profile_evaluator
+    from engine.record import control
+    from engine.record.store import session_state
     from engine.report import profile_line
     from engine.search.profile_requests import ProfileRequestError, profile_recorded, profile_target
-    from engine.store import session_state
 
     if args.session is None:
         raise UsageError("--profile NODE needs the SESSION it belongs to: ktree show SESSION --profile NODE")

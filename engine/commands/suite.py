@@ -18,7 +18,7 @@ from engine.launch import UsageError
 
 
 def suite(args: argparse.Namespace) -> int:
-    from engine.commands._launch_suite import (
+    from engine.launch import (
         SuiteRequest,
         SuiteResumeRequest,
         prepare_suite,
@@ -65,7 +65,7 @@ def suite(args: argparse.Namespace) -> int:
 
 async def run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
     from engine.commands._headless import SuiteLinePrinter
-    from engine.events import EventBus
+    from engine.record.events import EventBus
     from engine.report import suite_markdown
     from engine.search.suite import suite_report
 
@@ -99,8 +99,8 @@ async def run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
 
 
 def _estimate(args: argparse.Namespace, request: Any, db: Path) -> int:
-    from engine.commands._launch_suite import estimate_suite
-    from engine.estimate import format_estimate
+    from engine.launch import estimate_suite
+    from engine.launch.estimate import format_estimate
 
     result = estimate_suite(request, reasoning_history(db))
     if args.json:

@@ -1,6 +1,6 @@
 """The store, read-only: the selection of sessions, and each session's rows as cursors.
 
-Export never writes to the DB, so it does not go through engine.store.Store (whose open creates,
+Export never writes to the DB, so it does not go through engine.record.store.Store (whose open creates,
 migrates and stamps the file): it opens the file with SQLite's read-only mode, checks the schema
 version, and reads with plain queries. A session is read one at a time: memory follows the largest
 session, not the whole DB.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.store import SCHEMA_VERSION
+from engine.record.store import SCHEMA_VERSION
 
 
 class DatasetError(Exception):

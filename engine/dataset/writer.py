@@ -23,7 +23,7 @@ from engine.dataset.records import SessionReader, problem_key
 from engine.dataset.sink import FORMATS, Counting, Files
 from engine.dataset.source import DatasetError, Selection
 from engine.domain import language_label
-from engine.store import SCHEMA_VERSION
+from engine.record.store import SCHEMA_VERSION
 
 VIEWS = ("tables", "sft", "preference", "reward")
 VIEW_TABLES = {"tables": ("variants", "ideas", "problems"), "sft": ("sft",), "preference": ("preference",),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events import EventBus, LLMCallDone
 from engine.llm.base import LLMAuthError, LLMError, Message, Provider
+from engine.record.events import EventBus, LLMCallDone
+from engine.record.store import Store
 from engine.search.budget import Budget
-from engine.store import Store
 
 
 @dataclass(frozen=True)

@@ -12,22 +12,22 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from engine import settings
-from engine.events import Progress, SessionDone, SessionStarted
+from engine.record.events import Progress, SessionDone, SessionStarted
 from engine.search.resume import load_session
 from engine.search.rows import root_row
 
 if TYPE_CHECKING:
     from engine.domain import Node
     from engine.evaluate import Evaluator, Verdict
-    from engine.events import EventBus
     from engine.options import Placement
     from engine.problems import Problem
+    from engine.record.events import EventBus
+    from engine.record.store import Store
     from engine.search.budget import Budget
     from engine.search.calls import LLMResult
     from engine.search.config import SearchConfig
     from engine.search.scheduler import Scheduler
     from engine.search.strategies import Strategy
-    from engine.store import Store
 
 HEARTBEAT_S = 2.0
 

@@ -22,10 +22,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine import crash, prompts
+from engine import prompts
 from engine.domain import DEVICE_PHASES, Node, best_variant, excluded, library_ops_text
 from engine.evaluate import Evaluator, Verdict, is_disturbed, languages
-from engine.events import (
+from engine.llm.base import Provider
+from engine.options import Placement
+from engine.problems import Problem
+from engine.record import crash
+from engine.record.events import (
     BudgetReached,
     CommandApplied,
     EventBus,
@@ -35,9 +39,7 @@ from engine.events import (
     RoundDone,
     VerdictReady,
 )
-from engine.llm.base import Provider
-from engine.options import Placement
-from engine.problems import Problem
+from engine.record.store import Store
 from engine.search.budget import Budget, Pool
 from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
@@ -49,7 +51,6 @@ from engine.search.rows import asking_row, idea_row, variant_row
 from engine.search.scheduler import Scheduler
 from engine.search.steering import USER_STOP, Steering
 from engine.search.strategies import strategy_for, ties_within_noise
-from engine.store import Store
 
 
 @dataclass

@@ -16,9 +16,9 @@ from typing import Any
 
 from engine.domain import Node
 from engine.evaluate import Evaluator, PhaseCallback, Verdict
+from engine.record.store import Store
 from engine.search.config import SearchConfig
 from engine.search.jobs import variant_job
-from engine.store import Store
 
 REASONS = ("parent", "best", "asked")
 

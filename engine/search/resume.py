@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from engine.domain import DONE_STATUSES, Node, excluded
 from engine.evaluate import Verdict
+from engine.record.store import Store
 from engine.search.calls import LLMResult
-from engine.store import Store
 
 
 @dataclass

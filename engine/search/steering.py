@@ -1,4 +1,4 @@
-"""Human commands (engine.control) carried out on a running search, in one place.
+"""Human commands (engine.record.control) carried out on a running search, in one place.
 
 Commands come through the DB (the TUI, here or in another process, only records them): the
 search polls for pending ones every 0.25 s and between scheduling steps, applies them in the
@@ -13,15 +13,15 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from engine import control
 from engine.domain import EVALUATING_STATUSES, Node, excluded
 from engine.evaluate import languages
-from engine.events import CommandApplied, EventBus
+from engine.record import control
+from engine.record.events import CommandApplied, EventBus
+from engine.record.store import Store
 from engine.search.budget import Budget
 from engine.search.rows import asking_row, idea_row, variant_row
 from engine.search.scheduler import Scheduler
 from engine.search.strategies import Strategy
-from engine.store import Store
 
 COMMAND_POLL_S = 0.25
 USER_STOP = "stopped by the user"  # the stop reason of a Stop command

@@ -27,14 +27,14 @@ from typing import Any
 
 from engine.domain import DEFAULT_LANGUAGE, library_excluded, session_library_ops
 from engine.evaluate import Evaluator
-from engine.events import EventBus
 from engine.llm.base import Provider
 from engine.options import Placement
 from engine.problems import Problem
+from engine.record.events import EventBus
+from engine.record.store import Store, session_state
 from engine.search.budget import Pool
 from engine.search.config import SearchConfig
 from engine.search.orchestrator import Search, SuiteShare
-from engine.store import Store, session_state
 
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 ENDED = ("finished", "stopped", "failed")

@@ -364,7 +364,7 @@ def test_a_database_with_no_sessions_says_so(tmp_path: Path, capsys: pytest.Capt
     import asyncio
 
     from engine.cli import main
-    from engine.store import Store
+    from engine.record.store import Store
 
     async def empty() -> None:
         await (await Store.open(tmp_path / "k.db")).close()

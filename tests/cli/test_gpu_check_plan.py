@@ -203,7 +203,7 @@ def test_the_report_counts_the_round_2_idea_prompts_and_their_diagnosis(tmp_path
     import asyncio
     import sqlite3
 
-    from engine.store import Store
+    from engine.record.store import Store
     from tests.fake_session import write_fake_session
 
     raw, out = tmp_path / "raw", tmp_path / "out"

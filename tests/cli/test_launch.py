@@ -13,7 +13,6 @@ from engine.cli import build_parser
 from engine.commands._common import run_request
 from engine.commands.run import resume_request
 from engine.evaluate.base import Evaluator
-from engine.events import EventBus
 from engine.launch import (
     Prepared,
     ResumeRequest,
@@ -25,8 +24,9 @@ from engine.launch import (
     prepare_run,
 )
 from engine.problems import load_problem
+from engine.record.events import EventBus
+from engine.record.store import Store
 from engine.search import Search
-from engine.store import Store
 from tests.cli.helpers import FORM
 from tests.fake_session import write_fake_session
 from tui.screens.new_search import form_request
@@ -265,7 +265,7 @@ def test_a_suite_estimate_says_its_tokens_come_from_each_problem():
     prompts built for conv2d" (the first problem's words) for a 4-problem suite."""
     from engine.cli import build_parser
     from engine.commands._common import run_request
-    from engine.commands._launch_suite import SuiteRequest, estimate_suite
+    from engine.launch.suite import SuiteRequest, estimate_suite
 
     args = build_parser().parse_args(["suite", "softmax", "layernorm", "--estimate", "--provider", "openai",
                                       "--model", "gpt-4o", "--backend", "cpu"])

@@ -14,13 +14,14 @@ from textual.widgets import Input
 from engine import options
 from engine.cli import build_parser
 from engine.commands._common import run_request
-from engine.events import EventBus
-from engine.launch import RunRequest, UsageError, _search_config
+from engine.launch import RunRequest, UsageError
+from engine.launch.run import _search_config
 from engine.llm.scripted import ScriptedProvider
 from engine.options import CheckSettings, opt, positive
 from engine.problems import load_problem
+from engine.record.events import EventBus
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.conftest import query
 from tests.search.helpers import InstantEvaluator
 from tests.tui_helpers import fake_db

@@ -100,7 +100,7 @@ def test_the_problems_table_shows_the_eager_time_a_search_measured(tmp_path: Pat
     from engine.evaluate.harness.timing import device_name
     from engine.evaluate.verdict import Verdict
     from engine.problems import load_problem
-    from engine.store import Store
+    from engine.record.store import Store
 
     softmax = load_problem("softmax")
     sizes = softmax.sizes_for("cpu")

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from engine import settings
-from engine.events import EventBus
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
+from engine.record.events import EventBus
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.conftest import query
 from tests.search.helpers import InstantEvaluator
 

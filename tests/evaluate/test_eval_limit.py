@@ -55,7 +55,8 @@ def test_eval_timeout_is_a_flag_of_every_command_that_evaluates(command):
 
 def test_the_flag_reaches_the_search_config_and_the_evaluator():
     from engine.commands._common import run_request
-    from engine.launch import _search_config, make_evaluator
+    from engine.launch import make_evaluator
+    from engine.launch.run import _search_config
 
     args = build_parser().parse_args(["run", "softmax", "--eval-timeout", "45", "--backend", "cpu"])
     request = run_request(args)

@@ -318,12 +318,12 @@ class SanitizingEvaluator:
 async def test_a_sanitized_crash_gets_a_fix_prompt_holding_the_report(tmp_path: Path):
     """Acceptance 3 (the search's side): the out-of-bounds variant's fix prompt holds the report
     naming the kernel and the invalid access, and the scripted fix answers it."""
-    from engine.events import EventBus
     from engine.llm.scripted import DATA, ScriptedProvider
     from engine.problems import load_problem
+    from engine.record.events import EventBus
+    from engine.record.store import Store
     from engine.scripted_library import answered
     from engine.search import Search, SearchConfig
-    from engine.store import Store
 
     store = await Store.open(tmp_path / "k.db")
     try:

@@ -141,11 +141,11 @@ async def test_scripted_search_through_the_cli_on_two_ray_workers(cluster, tmp_p
 @pytest.mark.alone  # (its rerun's 100 check trials ran past the evaluation's limit beside another worker)
 async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_path: Path):
     from engine.evaluate.placement.ray_executor import RayEvaluator
-    from engine.events import EventBus, NodeUpdated
     from engine.llm.scripted import ScriptedProvider
     from engine.problems import load_problem
+    from engine.record.events import EventBus, NodeUpdated
+    from engine.record.store import Store
     from engine.search import Search, SearchConfig
-    from engine.store import Store
 
     evaluator = RayEvaluator("cpu")
     store = await Store.open(tmp_path / "k.db")

@@ -96,8 +96,8 @@ def test_the_import_check_sees_every_kind_of_import():
         from engine import events
     """)
     assert set(outside_imports(source)) == {
-        "engine.problems", "engine.search", "engine", "engine.store", "engine.llm", "engine.cli",
-        "engine.events"}
+        "engine.problems", "engine.search", "engine", "engine.record.store", "engine.llm", "engine.cli",
+        "engine.record.events"}
 
 
 # What evaluate/ may import of the engine: the settings (standard library only) at the bottom.

@@ -8,16 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import control
 from engine.evaluate.host.evaluator import LocalEvaluator
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
-from engine.events import Event
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
+from engine.record import control
+from engine.record.events import Event
+from engine.record.store import Store
 from engine.search import Search
 from engine.search.config import SearchConfig
-from engine.store import Store
 
 Hook = Callable[[Event, "Steered"], Any]
 
@@ -47,7 +47,7 @@ class Steered:
     async def run(self) -> dict[str, Any]:
         self.store = await Store.open(self.db)
         problem = load_problem("softmax")
-        from engine.events import EventBus
+        from engine.record.events import EventBus
 
         bus = EventBus()
         bus.subscribe(self._receive)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from engine.cli import build_parser
 from engine.commands.run import prepare_search
-from engine.events import EventBus, LLMCallDone, NodeAdded, NodeUpdated, SessionDone, VerdictReady
-from engine.store import Store
+from engine.record.events import EventBus, LLMCallDone, NodeAdded, NodeUpdated, SessionDone, VerdictReady
+from engine.record.store import Store
 from tests.conftest import run_ktree
 from tests.llm_server import LLMServer
 

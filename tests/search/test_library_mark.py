@@ -16,7 +16,7 @@ from engine.cli import build_parser, main
 from engine.commands._common import run_request
 from engine.domain import Node
 from engine.evaluate.verdict import Verdict
-from engine.store import Store
+from engine.record.store import Store
 from tests.conftest import query
 
 LIBRARY = {"ops": ["aten.convolution"], "share": 0.87}
@@ -209,7 +209,8 @@ def test_the_dataset_has_a_library_column_and_tier_and_prefers_own_kernels(tmp_p
 
 
 def test_the_flag_is_parsed_checked_and_recorded(capsys: pytest.CaptureFixture) -> None:
-    from engine.launch import RunRequest, UsageError, _check_choices, _search_config
+    from engine.launch import RunRequest, UsageError
+    from engine.launch.run import _check_choices, _search_config
     from engine.problems import load_problem
 
     parser = build_parser()
@@ -268,10 +269,10 @@ class LibraryEvaluator:
 @pytest.mark.parametrize("library_ops", ["allow", "exclude"])
 async def test_a_search_that_excludes_library_ops_never_grows_from_one_nor_names_it_best(
         tmp_path: Path, library_ops: str) -> None:
-    from engine.events import EventBus
     from engine.launch import ResumeRequest, prepare_resume
     from engine.llm.scripted import ScriptedProvider
     from engine.problems import load_problem
+    from engine.record.events import EventBus
     from engine.search import Search, SearchConfig
 
     db = tmp_path / "k.db"

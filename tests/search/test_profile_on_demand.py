@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from engine import control
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
-from engine.events import CommandApplied, Event, EventBus, ProfileTaken, RoundDone, VerdictReady
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
+from engine.record import control
+from engine.record.events import CommandApplied, Event, EventBus, ProfileTaken, RoundDone, VerdictReady
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.conftest import query, run_ktree
 
 

@@ -1,6 +1,6 @@
 """A headless scripted search killed with SIGKILL at chosen moments, then `ktree run --resume`.
 
-The kill points are deterministic (engine.crash: the engine kills itself at the N-th time it
+The kill points are deterministic (engine.record.crash: the engine kills itself at the N-th time it
 reaches a named point). Before resuming, each test checks that the kill landed where intended;
 after, that the search finished, no LLM call was made twice, and every evaluation committed
 before the kill is still there and was not run again.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import control
 from engine.domain import DEVICE_PHASES, DONE_STATUSES
-from engine.store import Store
+from engine.record import control
+from engine.record.store import Store
 from tests.conftest import query, run_ktree
 
 SHAPE = ["--rounds", "1", "--ideas", "1", "--variants", "2"]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.events import Event, EventBus, Progress, SessionStarted
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
+from engine.record.events import Event, EventBus, Progress, SessionStarted
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tui.model import ScreenModel
 from tui.widgets.progress import elapsed_s
 

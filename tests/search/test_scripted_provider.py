@@ -46,7 +46,7 @@ def test_with_every_idea_tried_the_reply_is_empty_and_says_why_and_the_node_show
 
     from engine.commands._headless import HeadlessPrinter
     from engine.domain import Node
-    from engine.events import NodeUpdated
+    from engine.record.events import NodeUpdated
     from tui.widgets.llm import llm_request
 
     provider = ScriptedProvider("softmax", "cpu", seed=1)
@@ -251,8 +251,8 @@ def test_bench_options_fill_every_idea_call_and_stamp_every_source():
 async def test_an_injected_idea_under_the_scripted_provider_is_implemented(tmp_path):
     """The newcomer's case: an idea typed by hand (`i`) under the scripted provider yields a
     variant with code and a verdict, its code saying which library kernel stands in."""
-    from engine import control
-    from engine.events import NodeAdded
+    from engine.record import control
+    from engine.record.events import NodeAdded
     from tests.conftest import query
     from tests.search.helpers import Steered
 

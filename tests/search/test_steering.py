@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import control
 from engine.domain import DONE_STATUSES
-from engine.events import (
+from engine.llm.scripted import DATA
+from engine.problems import load_problem
+from engine.record import control
+from engine.record.events import (
     CommandApplied,
     Event,
     NodeAdded,
@@ -25,9 +27,7 @@ from engine.events import (
     RoundDone,
     VerdictReady,
 )
-from engine.llm.scripted import DATA
-from engine.problems import load_problem
-from engine.store import Store
+from engine.record.store import Store
 from tests.conftest import query, run_ktree
 from tests.search.helpers import Steered
 

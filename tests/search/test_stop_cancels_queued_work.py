@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine import control
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.events import Event, EventBus, NodeAdded
 from engine.llm.base import Completion, Message, Usage
 from engine.llm.scripted import DATA, ScriptedProvider
 from engine.problems import load_problem
 from engine.prompts import FIX_HEADER, IMPLEMENT_HEADER
+from engine.record import control
+from engine.record.events import Event, EventBus, NodeAdded
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.conftest import query
 
 BROKEN = DATA / "matmul" / "cpu" / "tiled_2.py"  # declares: compile error

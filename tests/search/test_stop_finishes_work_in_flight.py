@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine import control
 from engine.evaluate.host.make_job import make_job
 from engine.evaluate.verdict import Verdict
-from engine.events import Event, EventBus, NodeUpdated
 from engine.llm.scripted import ScriptedProvider
 from engine.problems import load_problem
+from engine.record import control
+from engine.record.events import Event, EventBus, NodeUpdated
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.conftest import query
 
 PHASE_S = 1.5  # several of the steering's command polls (0.25 s)

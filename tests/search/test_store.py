@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from engine.evaluate.verdict import Verdict
-from engine.store import SCHEMA_VERSION, Store, StoreError
+from engine.record.store import SCHEMA_VERSION, Store, StoreError
 
 
 async def test_roundtrip_and_schema_version(tmp_path: Path):
@@ -204,7 +204,7 @@ async def test_a_version_8_database_gets_the_disturbed_mark_from_its_verdicts(tm
 
 
 async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path):
-    from engine import control
+    from engine.record import control
 
     store = await Store.open(tmp_path / "k.db")
     sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
@@ -225,7 +225,7 @@ async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path)
 async def test_a_batch_of_nodes_is_one_transaction(tmp_path: Path):
     """add_nodes writes all or nothing: a failure midway leaves no row of the batch, and the
     command it carries out stays pending."""
-    from engine import control
+    from engine.record import control
 
     store = await Store.open(tmp_path / "k.db")
     sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
@@ -257,8 +257,8 @@ def test_a_read_only_database_is_read_by_the_commands_that_only_read(tmp_path: P
     tests run as root, whom permission bits do not stop: the filesystem's answer is stood in for.)"""
     import asyncio
 
-    from engine import store as store_module
     from engine.cli import main
+    from engine.record import store as store_module
     from tests.fake_session import write_fake_session
 
     db = tmp_path / "ro" / "store.db"

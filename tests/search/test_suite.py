@@ -137,7 +137,7 @@ def test_llm_latency_specs() -> None:
 
 
 def test_estimate_counts_reasoning_from_history_else_family_default() -> None:
-    from engine.estimate import estimate, reasoning_rate
+    from engine.launch.estimate import estimate, reasoning_rate
     from engine.problems import load_problem
     from engine.search import SearchConfig
 
@@ -192,7 +192,8 @@ def test_precision_casts_inputs_and_weights(tmp_path: Path, precision: str) -> N
 
 
 def test_precision_sets_the_tolerance_and_is_recorded() -> None:
-    from engine.launch import RunRequest, UsageError, _search_config
+    from engine.launch import RunRequest, UsageError
+    from engine.launch.run import _search_config
     from engine.problems import load_problem
 
     problem = load_problem("softmax")
@@ -208,7 +209,7 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
     every running problem (commands the engine applies), x prunes one; Enter opens a problem."""
     from textual.widgets import DataTable
 
-    from engine.store import Store
+    from engine.record.store import Store
     from tests.tui_helpers import app_on
     from tui.screens.search import SearchScreen
     from tui.screens.sessions import SessionsScreen

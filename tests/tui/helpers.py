@@ -21,8 +21,8 @@ def verdict(speedup: float | None, status: str = "correct") -> Verdict:
 
 async def suite_of_two(path: Path) -> tuple[Path, int, float]:
     """A finished suite of two problems with evaluations: (db, suite id, its geomean speedup)."""
+    from engine.record.store import Store
     from engine.search.suite import scores, suite_results
-    from engine.store import Store
     from tests.fake_session import T0, write_fake_session
 
     store = await Store.open(path)

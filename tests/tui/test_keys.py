@@ -15,9 +15,9 @@ from textual import events
 from textual.app import App
 from textual.widgets import Input, Label, RichLog, Static, TabbedContent, TextArea, Tree
 
-from engine import control
-from engine.events import CommandApplied
-from engine.store import Store
+from engine.record import control
+from engine.record.events import CommandApplied
+from engine.record.store import Store
 from tests.tui_helpers import app_on, fake_db, label_of, log_text, running_db, shown_text, wait_until
 from tui import app as tui_app
 from tui.app import KtreeApp, keymap_from_config

@@ -8,10 +8,13 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from engine import control
 from engine.domain import Node, best_variant
 from engine.evaluate.host.evaluator import LocalEvaluator
-from engine.events import (
+from engine.llm.base import Completion, Message, Usage
+from engine.llm.scripted import ScriptedProvider
+from engine.problems import load_problem
+from engine.record import control
+from engine.record.events import (
     BudgetReached,
     CommandApplied,
     EventBus,
@@ -24,11 +27,8 @@ from engine.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.llm.base import Completion, Message, Usage
-from engine.llm.scripted import ScriptedProvider
-from engine.problems import load_problem
+from engine.record.store import Store
 from engine.search import Search, SearchConfig
-from engine.store import Store
 from tests.fake_session import write_fake_session
 from tests.tui.helpers import node, verdict
 from tui.model import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Static, TabbedContent, TextArea
 
-from engine.events import EventBus, SessionStarted
-from engine.store import Store
+from engine.record.events import EventBus, SessionStarted
+from engine.record.store import Store
 from tests.tui.helpers import node
 from tests.tui_helpers import Forever, app_on, fake_db, footer_fits, suite_db, wait_until
 from tui.app import KtreeApp
@@ -419,7 +419,7 @@ async def test_a_row_arriving_in_the_focused_timings_moves_no_selection(tmp_path
     """Only the user moves the selection: the first verdict row added to the focused (empty)
     timings table, or the rows a filter writes again, leave it where it was, so the next key
     (a pin) lands on the node the user chose. Moving in the table still selects."""
-    from engine.events import NodeAdded, VerdictReady
+    from engine.record.events import NodeAdded, VerdictReady
     from tests.tui.helpers import verdict
 
     db, sid = await fake_db(tmp_path / "k.db", 1, status="running")  # the reference alone

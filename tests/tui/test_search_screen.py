@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import DataTable, Static, Tree
 
 from engine.evaluate.verdict import Verdict
-from engine.store import Store
+from engine.record.store import Store
 from tests.conftest import run_ktree
 from tests.fake_session import T0
 from tests.tui_helpers import Forever, app_on, fake_db, label_of, shown_text, wait_until
@@ -149,7 +149,7 @@ async def test_why_it_waits_follows_the_queues(tmp_path: Path):
     import sqlite3
     from dataclasses import replace
 
-    from engine.events import NodeUpdated
+    from engine.record.events import NodeUpdated
 
     db, sid = await fake_db(tmp_path / "k.db", 20, status="running")
     with sqlite3.connect(db) as conn:

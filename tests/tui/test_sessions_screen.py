@@ -180,7 +180,7 @@ async def test_a_sessions_duration_is_the_engines_run_time_as_its_progress_pane_
     """One session, one duration: the list reads the run time the engine recorded (over all its
     runs), as the search's progress pane does, not the wall from its creation to its end."""
     db, a, b = await two_sessions(tmp_path / "k.db")
-    with sqlite3.connect(db) as conn:  # (as the engine records it: engine.store.Store.set_run_s)
+    with sqlite3.connect(db) as conn:  # (as the engine records it: engine.record.store.Store.set_run_s)
         conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (f"session_run_s:{b}", "108.0"))
     async with app_on(db, size=(140, 30)) as (app, pilot):
         table = app.screen.query_one("#sessions", DataTable)

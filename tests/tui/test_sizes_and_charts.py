@@ -276,7 +276,7 @@ async def test_the_banner_the_reference_line_and_a_round_s_ties_are_read_whole(t
     import json
     import sqlite3
 
-    from engine.events import RoundDone
+    from engine.record.events import RoundDone
     from tests.tui_helpers import shown_text
 
     db, sid = await fake_db(tmp_path / "k.db", 40, status="running")

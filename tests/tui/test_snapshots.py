@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import Store
+from engine.record.store import Store
 from tests.fake_session import T0, write_fake_session
 from tui.app import KtreeApp
 

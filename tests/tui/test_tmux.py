@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import Store
+from engine.record.store import Store
 from tests.conftest import REPO
 from tests.fake_session import write_fake_session
 

@@ -131,8 +131,8 @@ class NewSearchScreen(StyledAhead, Screen):
         """The engine's pre-run estimate (engine.launch.estimate_run, as `ktree run --estimate`
         prints it). The problem is loaded in a thread the first time (it imports torch and makes
         the reference's inputs); the estimate follows when it is."""
-        from engine.estimate import format_estimate
         from engine.launch import UsageError, estimate_run
+        from engine.launch.estimate import format_estimate
 
         self._estimate_due = False
         box = self.query_one("#estimate", Static)

@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane, T
 from textual.widgets.tree import TreeNode
 
 from engine.domain import Node
-from engine.events import Event
+from engine.record.events import Event
 from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, isolation_words, read_rows
 from tui.screens.ahead import SteadyBelow, StyledAhead

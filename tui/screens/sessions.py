@@ -17,7 +17,7 @@ from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from engine.store import session_state
+from engine.record.store import session_state
 from tui.keymap import fit_footer
 from tui.screens.ahead import SteadyBelow
 from tui.screens.dialogs import Confirm
@@ -291,7 +291,7 @@ class SessionsScreen(SteadyBelow, Screen):
     async def action_pause_suite(self) -> None:
         """Pause every running problem of the suite (or resume them all, if paused), through the
         commands table: the engine running the suite applies them."""
-        from engine import control
+        from engine.record import control
 
         suite = self._current_suite()
         if suite is None:
@@ -312,7 +312,7 @@ class SessionsScreen(SteadyBelow, Screen):
     async def action_prune_problem(self) -> None:
         """Stop one problem of a running suite (a Stop: its evaluations in flight finish, the rest is
         cancelled); the others go on."""
-        from engine import control
+        from engine.record import control
 
         row = self._current()
         if row is None or row.get("suite_id") is None:

@@ -1,6 +1,6 @@
 """The search screen's steering keys: prune, expand, pin, inject, edit, profile, pause, stop, export.
 
-A key only records a command in the DB (engine.control) and marks it pending in the model; the
+A key only records a command in the DB (engine.record.control) and marks it pending in the model; the
 engine applies it between steps and confirms (CommandApplied, NodeUpdated, or the command row
 marked applied, for a followed session), which clears the mark.
 """
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.app import SystemCommand
 
-from engine import control
 from engine.domain import WORK_STATUSES, Node
-from engine.events import ProfileTaken
+from engine.record import control
+from engine.record.events import ProfileTaken
 from engine.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource

@@ -94,7 +94,7 @@ class RoundDone:
 
 @dataclass(frozen=True)
 class CommandApplied:
-    """A steering command (engine.control) the engine has carried out and marked applied.
+    """A steering command (engine.record.control) the engine has carried out and marked applied.
     `node_ids`: the nodes it touched or created."""
 
     command_id: int

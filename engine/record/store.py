@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from engine import crash, settings
+from engine import settings
 from engine.domain import Node
 from engine.evaluate import Verdict, device_label
-from engine.store_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from engine.record import crash
+from engine.record.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
 __all__ = ["HEARTBEAT_STALE_S", "SCHEMA", "SCHEMA_VERSION", "Store", "StoreError", "default_db_path",
            "session_state"]
@@ -434,7 +435,7 @@ class Store:
 
     @_writes
     async def add_command(self, session_id: int, kind: str, args: str) -> int:
-        """Record a steering command (see engine.control); the engine applies it later."""
+        """Record a steering command (see engine.record.control); the engine applies it later."""
         cur = await self.conn.execute(
             "INSERT INTO commands(session_id, kind, args, created_at) VALUES (?,?,?,?)",
             (session_id, kind, args, time.time()))

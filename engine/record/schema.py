@@ -1,6 +1,6 @@
 """The store's tables, as SQL: the schema a fresh DB gets and the steps that migrate an older one.
 
-Kept apart from engine.store so the SQL reads on its own; engine.store re-exports these names.
+Kept apart from engine.record.store so the SQL reads on its own; engine.record.store re-exports these names.
 """
 
 from __future__ import annotations

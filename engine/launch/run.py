@@ -7,7 +7,7 @@ a typed `Prepared`, from which a `Search` is made on the caller's store. Bad inp
 `UsageError`, one line naming the flag: the CLI prints it and exits 2, the TUI shows it.
 
 Nothing here prints or parses argv: that is the CLI's (engine/cli.py, engine/commands/), which
-sits above this. A suite of searches is built the same way by engine/commands/_launch_suite.py.
+sits above this. A suite of searches is built the same way by engine/launch/suite.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from engine.options import Budgets, CheckSettings, LLMSettings, Placement, Shape
 
 if TYPE_CHECKING:
     from engine.evaluate import Evaluator
-    from engine.events import EventBus
     from engine.llm.base import Provider
     from engine.problems import Problem
+    from engine.record.events import EventBus
+    from engine.record.store import Store
     from engine.search import Search, SearchConfig
-    from engine.store import Store
 
 
 # `--precision`: inputs and weights cast as KernelBench casts them, and the default tolerance
@@ -168,12 +168,12 @@ def job_cost(problem: Problem, sizes: dict[str, int]) -> tuple[float | None, flo
 def estimate_run(request: RunRequest, backend: str | None = None,
                  reasoning_history: dict[str, list[int]] | None = None,
                  problem: Problem | None = None) -> dict[str, Any]:
-    """What the search would ask of the LLMs (engine.estimate's dict), before anything runs:
+    """What the search would ask of the LLMs (engine.launch.estimate's dict), before anything runs:
     no key is needed and no provider or evaluator is made. `backend` is the one to build the
     prompts for; by default the request's, resolved here. `problem`: the request's, loaded
     already (the form keeps it: loading runs the reference's inputs)."""
     from engine.config import ConfigError, load_config
-    from engine.estimate import estimate
+    from engine.launch.estimate import estimate
     from engine.llm.registry import ProviderSetupError, auto_provider, parse_spec
 
     problem = problem if problem is not None else checked_problem(request.problem)
@@ -284,7 +284,7 @@ async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
     (importing the problem, probing the sandbox, setting up providers) runs in a worker thread so
     the caller's loop (the TUI's) keeps drawing; on Ray it stays on the calling thread, where
     ray.init wants to be."""
-    from engine.store import session_state
+    from engine.record.store import session_state
 
     session = await store.session(request.session)
     if session is None:

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from engine.launch import (
+from engine.launch.run import (
     RunRequest,
-    UsageError,
     _build_models,
     _check_choices,
     _search_config,
@@ -24,12 +23,13 @@ from engine.launch import (
     resolve_backend,
     resolved_placement,
 )
+from engine.options import UsageError
 
 if TYPE_CHECKING:
     from engine.evaluate import Evaluator
     from engine.options import Placement
+    from engine.record.store import Store
     from engine.search.suite import Suite, SuiteEntry
-    from engine.store import Store
 
 LEVELS = ("level1", "level2")
 
@@ -112,7 +112,7 @@ def suite_files(specs: Sequence[str]) -> list[str]:
 
 def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]] | None = None
                    ) -> dict[str, Any]:
-    """The suite's estimate: each problem's (engine.estimate) summed; problems that cannot be
+    """The suite's estimate: each problem's (engine.launch.estimate) summed; problems that cannot be
     estimated (they do not load) are listed with their reason."""
 
     backend, _ = resolve_backend(request.run.placement.backend)
@@ -135,7 +135,7 @@ def estimate_suite(request: SuiteRequest, reasoning_history: dict[str, list[int]
     total["with_reasoning_usd"] = [round(sum(e["with_reasoning_usd"][i] for e in per), 4) for i in range(3)]
     total["problems"], total["skipped"] = len(per), skipped
     if len(per) > 1:  # not the first problem's words: each one's own prompts, its own solution size
-        from engine.estimate import assumptions
+        from engine.launch.estimate import assumptions
 
         sizes = sorted({e["solution_tokens"] for e in per})
         solution = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]} (by problem)"
@@ -201,7 +201,7 @@ def _evaluator(run: RunRequest, recorded_gpus: Sequence[int] | None = None) -> t
 
 async def prepare_suite_resume(request: SuiteResumeRequest, store: Store) -> PreparedSuite:
     """A recorded suite, ready to continue on the caller's store."""
-    from engine.store import session_state
+    from engine.record.store import session_state
 
     suite = await store.suite(request.suite)
     if suite is None:

@@ -270,6 +270,21 @@ async def test_the_local_evaluator_is_an_evaluator_and_its_job_carries_the_calle
     assert (job.flops, job.bytes) == (5 * 128 * 4096, 8 * 128 * 4096)
 
 
+@pytest.mark.slow  # a real build: minutes on a loaded 2-core host
+async def test_a_bench_builds_a_job_through_the_evaluator_s_public_way():
+    """The benches build in the evaluator's compile pool with `build()` (a slot held, its build
+    environment), never through its private slots and environments (the tests' shared build cache)."""
+    source = (REPO / "engine" / "scripted_library" / "softmax" / "cpu" / "naive_1.py").read_text()
+    evaluator = LocalEvaluator("cpu", worker=False)
+    try:
+        job = evaluator.job(SOFTMAX.path, source, SOFTMAX.sizes_for("cpu"), flops=None, bytes=None)
+        outcome, result, log = await evaluator.build(job)
+        assert outcome == "ok" and result is not None and result["status"] == "compiled", log
+        assert evaluator.waiting["compile"] == 0
+    finally:
+        await evaluator.close()
+
+
 def test_make_job_is_the_one_way_a_job_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(SOFTMAX.path.parent)
     sizes = {"batch_size": 2, "dim": 8}

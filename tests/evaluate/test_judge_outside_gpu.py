@@ -61,7 +61,7 @@ def verdicts() -> dict[str, Verdict]:
 @pytest.mark.parametrize("name", ["forged verdict", "frame walk", "lazy", "hook"])
 def test_an_attack_on_the_harness_earns_no_speedup(verdicts: dict[str, Verdict], name: str):
     v = verdicts[name]
-    assert earned_nothing(v), (v.status, v.speedup_eager, v.flags, v.log[:600])
+    assert earned_nothing(v), (v.status, v.speedup_eager, v.flags, (v.timing or {}).get("judge"), v.log[:600])
 
 
 def test_the_honest_kernel_is_correct_alone_and_after_each_attack(verdicts: dict[str, Verdict]):

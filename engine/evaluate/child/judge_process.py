@@ -9,9 +9,10 @@ line in, one out, after `{"judging": pid}`:
 
 - `{"call": {"job", "seed", "out", "max_bytes", "window"}}`: the reference on inputs drawn from `seed`,
   its outputs written as bytes (harness.handover, as the candidate's side writes them) and kept here as
-  the answers for that seed -> `{"called": seed, "inner_ms": its own clock's time of the call}`. The
-  judge times the round trip from its side: the round trip less `inner_ms` is what drawing, writing
-  and the pipe cost, which the judge takes out of the candidate's round trips.
+  the answers for that seed -> `{"called": seed, "inner_ms": its own clock's time of the call,
+  "setup_ms": the reference made for the job, on its first call}`. The judge times the round trip from
+  its side: the round trip less both is what drawing, writing and the pipe cost, which the judge takes
+  out of the candidate's round trips.
 - `{"compare": {"seed", "path", "atol", "rtol"}}`: the candidate's bytes for that seed against the
   answers, by engine.evaluate.child.check.compare -> `{"ok", "errs", "reason"}`.
 - `{"forget": 1}`: the answers dropped (and on cuda the model: the GPU's memory is the next job's).
@@ -63,7 +64,9 @@ def call(request: dict[str, Any]) -> dict[str, Any]:
     from engine.evaluate.languages.common import make_inputs
 
     job = EvalJob.from_dict(request["job"])
-    problem, model, device, cast = _reference(job)
+    t_setup = clocks.perf_counter()
+    problem, model, device, cast = _reference(job)  # (made on the job's first call: not a call's cost)
+    setup_ms = 1e3 * clocks.since(t_setup)
     seed = int(request["seed"])
     with torch.no_grad():
         torch.manual_seed(seed)
@@ -84,7 +87,7 @@ def call(request: dict[str, Any]) -> dict[str, Any]:
                        for t, m in zip(out, meta, strict=True)]
         _ANSWERS[seed] = (written, [(m["shape"], m["start"]) for m in meta])
         handover.remove(path)  # (the mapped windows stay)
-    return {"called": seed, "inner_ms": inner_ms}
+    return {"called": seed, "inner_ms": inner_ms, "setup_ms": setup_ms}
 
 
 def compare(request: dict[str, Any]) -> dict[str, Any]:

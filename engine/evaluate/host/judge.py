@@ -9,15 +9,16 @@ For each of AUDIT_CALLS fresh seeds, in turn:
 
 1. Its clean process (engine.evaluate.child.judge_process: never imports a candidate) calls the
    reference on inputs drawn from the seed and keeps the outputs as answers; the judge times the
-   round trip on its own clock (`ref_ms`), the process its own call (`inner_ms`): the difference is
-   what drawing the inputs, handing the outputs over and the pipe cost.
+   round trip on its own clock (`ref_ms`), the process its own call (`inner_ms`) and the making of
+   the reference on the job's first call (`setup_ms`): the rest is what drawing the inputs, handing
+   the outputs over and the pipe cost.
 2. Then the candidate's process gets the seed (it has never seen it; its verdict is in), calls the
    candidate once and hands the outputs over as bytes inside the call (engine.evaluate.child.audit);
    the judge times the round trip (`cand_ms`).
 3. The clean process compares the bytes with its answers (engine.evaluate.child.check.compare).
 
 `compose` then decides: an output that differs on fresh inputs is `incorrect`; a claimed time that
-the judge's clock cannot allow (below `min(cand_ms - overhead) / BELIEF - slack`, over the pairs) is
+the judge's clock cannot allow (below `(min cand_ms - min overhead) / BELIEF - slack`) is
 not believed: the outside figure stands and the speedups are taken against it, with a note
 (`outside-clock: ...`; not a flag: a kernel's honest first-call costs on fresh inputs can do it
 too); a claimed reference time above the one measured where no candidate ran is
@@ -163,6 +164,7 @@ class Judge:
                 why = (answer or {}).get("error", "no answer")
                 return {"error": f"the reference failed on fresh inputs: {why}", "judge": True}
             c["ref_ms"], c["inner_ms"] = 1e3 * took, float(answer["inner_ms"])
+            c["setup_ms"] = float(answer.get("setup_ms") or 0.0)
             out = job_dir / f"audit-{i}"
             reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": handover,
                                                 "window": c["window"]}, deadline - time.monotonic())
@@ -231,13 +233,16 @@ def keep_peaks(cache_dir: str, told: dict[str, Any] | None) -> None:
 
 
 def outside_ms(calls: list[dict[str, Any]]) -> float | None:
-    """The least time a call of the candidate can have taken, by the judge's clock: over the pairs
-    of calls on one seed, the smallest of the candidate's round trip less what drawing, handing over
-    and the pipe cost the reference's (its round trip less its own call's time)."""
+    """The least time a call of the candidate can have taken, by the judge's clock: the candidate's
+    quickest round trip less the least that drawing, handing over and the pipe cost the reference's
+    calls (a round trip less the call's own time and, on the job's first call, the making of the
+    reference). The least of each, not pair by pair: one reference call slowed by something else (its
+    process's first kernels, the host) once zeroed the figure, and a forged 6x claim stood on a GPU."""
     timed = [c for c in calls if "cand_ms" in c and "ref_ms" in c]
     if not timed:
         return None
-    return max(min(c["cand_ms"] - max(c["ref_ms"] - c["inner_ms"], 0.0) for c in timed), 0.0)
+    overhead = min(max(c["ref_ms"] - c["inner_ms"] - c.get("setup_ms", 0.0), 0.0) for c in timed)
+    return max(min(c["cand_ms"] for c in timed) - overhead, 0.0)
 
 
 def compose(verdict: Verdict, audit: dict[str, Any] | None, clean: dict[str, Any] | None,

@@ -70,7 +70,9 @@ async def test_escape_cancels_the_edit_dialog(tmp_path: Path):
         vid = next(n.id for n in screen.model.nodes.values() if n.kind == "variant" and n.source)
         screen.select_node(vid)
         await pilot.press("E")
-        assert isinstance(app.screen, EditSource)
+        # (the dialog and its editor come on the screen's next refreshes: a loaded host gets there later)
+        await wait_until(pilot, lambda: isinstance(app.screen, EditSource) and bool(app.screen.query(TextArea)),
+                         timeout=20)
         assert app.screen.query_one(TextArea).has_focus  # the editor would eat a plain Esc
         await pilot.press("escape")
         await pilot.pause()

@@ -11,14 +11,18 @@ shared through the build cache)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from engine.evaluate.host.judge import BELIEF, compose, outside_ms
-from engine.evaluate.host.sandbox import available
+from engine.evaluate.host.judge import AUDIT_CALLS, BELIEF, MOST_CALLS, Judge, compose, outside_ms
+from engine.evaluate.host.make_job import make_job
+from engine.evaluate.host.sandbox import Sandbox, available, make_workdir
 from engine.evaluate.verdict import Verdict
 from tests.conftest import kernel_flags
 from tests.evaluate.hacks import KERNEL, attacks, earned_nothing, evaluate_all
@@ -101,6 +105,67 @@ def test_a_candidate_process_that_dies_on_a_fresh_input_call_is_not_correct():
 def test_only_a_correct_claim_is_checked_from_outside():
     wrong = _claim(status="incorrect")
     assert compose(wrong, _calls(cand_ms=500.0), None, "cpu") is wrong
+
+
+# -- the judge's calls, its clean process real, the candidate's side played here -------------------
+
+
+def _audit_against(slowed: Callable[[int], float], claim_ms: float) -> dict:
+    """Judge.audit on the softmax reference, its clean process real; the candidate's process played
+    by this test: the reference's own outputs for each seed, handed over as the candidate's process
+    hands them, after `slowed(call number)` seconds (a host's load, or work hidden from a clock)."""
+    import torch
+
+    from engine.evaluate.child.load import make_reference
+    from engine.evaluate.harness import handover
+    from engine.evaluate.languages.common import make_inputs
+    from engine.evaluate.loading import load_module_from_path
+    from engine.problems import load_problem
+
+    softmax = load_problem("softmax")
+    sizes = {"batch_size": 16, "dim": 256}
+    job = make_job(softmax.path, "", sizes, backend="cpu", cache_dir="", flops=None, bytes=None)
+    problem = load_module_from_path(job.problem_path, job.sizes)
+    model, _, cast = make_reference(job, problem, "cpu")
+    work = make_workdir("judge-test")
+    seen: list[int] = []
+
+    async def candidate(request: dict, timeout_s: float) -> tuple[dict, float]:
+        t0 = time.perf_counter()
+        time.sleep(slowed(len(seen)))
+        seen.append(int(request["seed"]))
+        with torch.no_grad():
+            torch.manual_seed(int(request["seed"]))
+            out = model(*make_inputs(problem, "cpu", cast))
+        handover.write([out], request["out"], int(request["max_bytes"]), float(request["window"]))
+        return {"audited": request["out"]}, time.perf_counter() - t0
+
+    async def go() -> dict:
+        judge = Judge(dict(os.environ), Sandbox(), "", work)
+        try:
+            return await judge.audit(job, candidate, work, 120.0, claim_ms=claim_ms)
+        finally:
+            await judge.close()
+
+    return asyncio.run(go())
+
+
+def test_calls_slowed_by_the_host_are_taken_again_until_a_quiet_one_allows_the_claim():
+    # the first four calls slowed 40 ms each (a neighbour's load), then quiet: more pairs than
+    # AUDIT_CALLS, every answer right, and the claim of a fraction of a millisecond stands
+    audit = _audit_against(lambda i: 0.04 if i < 4 else 0.0, claim_ms=0.05)
+    calls = audit["calls"]
+    assert AUDIT_CALLS < len(calls) < MOST_CALLS and all(c["ok"] for c in calls)
+    judged = compose(_claim(time_ms=0.05, ref_eager_ms=0.1, speedup_eager=2.0), audit, None, "cpu")
+    assert judged.time_ms == 0.05 and not any(n.startswith("outside-clock") for n in judged.notes)
+
+
+def test_work_in_every_call_is_seen_whatever_the_number_of_calls():
+    audit = _audit_against(lambda i: 0.03, claim_ms=0.05)  # 30 ms in every call, 0.05 ms claimed
+    assert len(audit["calls"]) == MOST_CALLS and audit["calls"][-1]["ok"]
+    judged = compose(_claim(time_ms=0.05, ref_eager_ms=0.1, speedup_eager=2.0), audit, None, "cpu")
+    assert judged.time_ms >= 25.0 and judged.notes[-1].startswith("outside-clock")
+    assert f"{MOST_CALLS} fresh-input calls" in judged.notes[-1]
 
 
 # -- the attacks, end to end --------------------------------------------------------------------------

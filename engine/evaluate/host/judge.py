@@ -17,6 +17,11 @@ For each of AUDIT_CALLS fresh seeds, in turn:
    the judge times the round trip (`cand_ms`).
 3. The clean process compares the bytes with its answers (engine.evaluate.child.check.compare).
 
+Where those calls cannot allow the claimed time (`disbelieved`), more pairs follow, up to
+MOST_CALLS: a host's load only ever adds to a round trip, so a candidate slowed by its neighbours
+(two test workers on two cores put 4-20 ms on an honest 0.2 ms kernel's calls) meets a quiet pair
+sooner or later, while work the candidate hid from its own clock is in every call.
+
 `compose` then decides: an output that differs on fresh inputs is `incorrect`; a claimed time that
 the judge's clock cannot allow (below `(min cand_ms - min overhead) / BELIEF - slack`) is
 not believed: the outside figure stands and the speedups are taken against it, with a note
@@ -47,6 +52,7 @@ from engine.evaluate.jobs import EvalJob
 from engine.evaluate.verdict import Verdict
 
 AUDIT_CALLS = 3
+MOST_CALLS = 15  # (an extra pair costs ~10 ms on the cpu; a big model's more on a GPU: the deadline holds)
 # The most of each output handed over a call (a window the judge picks with the seed): on a GPU the
 # copy and the judge's compare are held time (a variant held the GPU ~2 s in all: issue 57).
 HANDOVER_BYTES = {"cpu": 256 * 2**20, "cuda": 32 * 2**20}
@@ -138,25 +144,30 @@ class Judge:
         return answer, took
 
     async def audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
-                    timeout_s: float) -> dict[str, Any]:
-        """The fresh-input calls of one evaluation (the module's steps 1-3): a record for `compose`."""
+                    timeout_s: float, claim_ms: float | None = None) -> dict[str, Any]:
+        """The fresh-input calls of one evaluation (the module's steps 1-3), more where the first
+        cannot allow the claimed time (`claim_ms`): a record for `compose`."""
         async with self._lock:
-            return await self._audit(job, call_candidate, job_dir, timeout_s)
+            return await self._audit(job, call_candidate, job_dir, timeout_s, claim_ms)
 
     async def _audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
-                     timeout_s: float) -> dict[str, Any]:
+                     timeout_s: float, claim_ms: float | None) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         why = await self.ready(job.problem_path)
         if why is not None:
             return {"error": why, "judge": True}
         plain = job.replace(solution_source="", input_seed=None).to_dict()
         handover = HANDOVER_BYTES.get(job.backend, HANDOVER_BYTES["cuda"])
-        calls = [{"seed": secrets.randbits(62), "window": secrets.randbelow(10**6) / 10**6}
-                 for _ in range(AUDIT_CALLS)]
+        calls: list[dict[str, Any]] = []
         # In pairs, the reference's call then the candidate's on the same seed, back to back: the
         # host's load then weighs on both alike. The answers come first: the candidate's process
         # learns a seed only once its answers exist.
-        for i, c in enumerate(calls):
+        while len(calls) < AUDIT_CALLS or (
+                len(calls) < MOST_CALLS and disbelieved(claim_ms, outside_ms(calls), job.backend)
+                and deadline - time.monotonic() > 1.0):
+            i = len(calls)
+            c = {"seed": secrets.randbits(62), "window": secrets.randbelow(10**6) / 10**6}
+            calls.append(c)
             ask = {"job": plain, "seed": c["seed"], "max_bytes": handover, "window": c["window"],
                    "out": str(self._dir / "ref")}
             answer, took = await self.request({"call": ask}, deadline - time.monotonic())
@@ -245,6 +256,13 @@ def outside_ms(calls: list[dict[str, Any]]) -> float | None:
     return max(min(c["cand_ms"] for c in timed) - overhead, 0.0)
 
 
+def disbelieved(claim_ms: float | None, outside: float | None, backend: str) -> bool:
+    """Whether the judge's clock cannot allow the claimed time of a call: below the outside figure
+    over BELIEF, less the backend's slack."""
+    return (claim_ms is not None and outside is not None
+            and claim_ms < outside / BELIEF - SLACK_MS.get(backend, SLACK_MS["cpu"]))
+
+
 def compose(verdict: Verdict, audit: dict[str, Any] | None, clean: dict[str, Any] | None,
             backend: str) -> Verdict:
     """The verdict the judge gives: the candidate's claim (`verdict`) against the fresh-input calls
@@ -275,12 +293,12 @@ def compose(verdict: Verdict, audit: dict[str, Any] | None, clean: dict[str, Any
     status = verdict.status
     time_ms, ref_ms = verdict.time_ms, verdict.ref_eager_ms
     outside = outside_ms(calls)
-    slack = SLACK_MS.get(backend, SLACK_MS["cpu"])
     record["outside_ms"] = outside
-    if outside is not None and time_ms is not None and time_ms < outside / BELIEF - slack:
+    if disbelieved(time_ms, outside, backend):
+        assert time_ms is not None and outside is not None
         notes.append(f"outside-clock: the candidate's process reports {time_ms:.4g} ms a call; the judge's own"
-                     f" clock allows no less than {outside:.4g} ms (a fresh-input call from outside, less"
-                     f" what drawing, handing over and the pipe cost the reference's calls):"
+                     f" clock allows no less than {outside:.4g} ms ({len(calls)} fresh-input calls from"
+                     f" outside, less what drawing, handing over and the pipe cost the reference's calls):"
                      f" {outside:.4g} ms stands")
         time_ms = outside  # (a note, not a flag: a kernel's own first-call costs can do it honestly)
     if clean and clean.get("median") and ref_ms and ref_ms > REF_BELIEF * clean.get("hi", clean["median"]):

@@ -476,7 +476,8 @@ class Worker:
                 if result.get("status") == "correct" and self.judge is not None:  # (still "timing" to a user)
                     # (its own allowance: an honest kernel that used most of its limit is not cut here)
                     self.judged["audit"] = await self.judge.audit(job, self._call_child, work,
-                                                                  max(deadline - time.monotonic(), AUDIT_S))
+                                                                  max(deadline - time.monotonic(), AUDIT_S),
+                                                                  claim_ms=result.get("time_ms"))
                     deadline = max(deadline, time.monotonic() + 10.0)
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.proc.stdin.write(b'{"end": 1}\n')

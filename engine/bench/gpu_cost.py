@@ -12,7 +12,11 @@ device was held, split by phase from the verdict's own record (`timing.phases_s`
 - check: the candidate's check trials; time: the timing passes and the recheck;
 - profile: a profile taken while held (`--profile`: each correct variant profiled on demand);
 - baseline: the reference's eager and torch.compile timing (once per problem and GPU);
-- other: the rest of the held time (speed of light, protocol, ...).
+- audit: the judge's fresh-input calls from outside the candidate's process (engine.evaluate.host.judge);
+- other: the rest of the held time (protocol, the process's memory given back, ...).
+
+The ref phase's own parts (the answers, the reference's op profile, its outputs compared trial by
+trial, the timed input sets with the speed of light) come in each row as `ref_parts_s`.
 
 Beside it the timing floor: the least device time a verdict needs, (warm-up + reps) x (reference
 + candidate time) + trials x candidate time, and the goal 1.5 x floor + 0.5 s. A verdict without
@@ -30,7 +34,7 @@ from engine.bench.summary import cell, markdown_table, median
 from engine.evaluate import WARMUP_CALLS, LocalEvaluator
 from engine.problems import load_problem
 
-PHASES = ("load", "ref", "check", "time", "profile", "baseline", "other")
+PHASES = ("load", "ref", "check", "time", "profile", "baseline", "audit", "other")
 
 
 def floor_s(verdict: Any) -> float | None:
@@ -54,6 +58,7 @@ def split(verdict: Any, held_total: float) -> dict[str, float | None]:
         "time": phases.get("time", 0.0),
         "profile": held.get("after", 0.0) + held.get("profile", 0.0),
         "baseline": held.get("reference", 0.0),
+        "audit": (timing.get("judge") or {}).get("wall_s", 0.0),
     }
     out["other"] = max(0.0, held_total - sum(out.values()))
     return out
@@ -90,6 +95,7 @@ async def gpu_cost_bench(backend: str, arch: str | None = None, problems: list[s
                        "time_ms": verdict.time_ms, "ref_ms": verdict.ref_eager_ms, "reps": verdict.reps,
                        "worker_start_in_lock": "start" in record,
                        "reference_cached": ((verdict.timing or {}).get("reference_checks") or {}).get("cached"),
+                       "ref_parts_s": (verdict.timing or {}).get("reference_parts_s"),
                        **{f"{k}_s": (round(v, 4) if v is not None else None)
                           for k, v in split(verdict, held_total).items()}}
                 rows.append(row)

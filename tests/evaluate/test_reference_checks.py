@@ -145,6 +145,10 @@ def test_bench_gpu_cost_reports_held_seconds_by_phase_beside_the_floor():
     parts = [row[f"{p}_s"] for p in PHASES]
     assert all(p is not None and p >= 0 for p in parts)
     assert abs(sum(parts) - row["held_s"]) < 0.01  # the phases add up to the held total
+    assert row["audit_s"] > 0  # the judge's fresh-input calls on a correct claim, held time too
+    # the reference phase by its parts: the answers, its op profile, its outputs compared, the timed sets
+    assert set(row["ref_parts_s"]) == {"answers", "ops", "varies", "sets"}
+    assert abs(sum(row["ref_parts_s"].values()) - row["ref_s"]) < 0.01
     [summary] = result["problems"]
     assert abs(summary["goal_s"] - (1.5 * summary["floor_s"] + 0.5)) < 1e-3
     assert "| softmax | 1 |" in gpu_cost_table(result)

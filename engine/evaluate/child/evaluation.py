@@ -173,6 +173,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         return Verdict(status="runtime_error", log=f"{PROBLEM_TOO_LARGE}: {unfit}", **base)
     ref64: Any = expected_cache.Fp64Reference(ref)  # (made only where the answers are fp64)
     clock.lap("load")
+    parts = Phases()  # the reference phase's own parts (bench gpu-cost reads them)
     # The trials' inputs and fp64 answers: once per process for this problem, sizes, precision and
     # input seed (engine.evaluate.harness.expected_cache), made before the candidate's code is imported.
     try:
@@ -186,20 +187,24 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
     else:
         ref64.model()  # (made before the candidate's code is imported, where the answers were cached)
     mark("answers")
+    parts.lap("answers")
     checks_cached = checks.uses > 0
     try:
         ref_ops = reference_ops(checks, ref, device)
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     mark("reference-ops")
+    parts.lap("ops")
     varies = reference_varies(checks, device, job.atol, job.rtol)
     mark("reference-varies")
+    parts.lap("varies")
     notes: list[str] = [] if varies["beyond_tolerance"] else [DEGENERATE_NOTE]
     try:  # the timed input sets, the reference's clean time, the speed of light: before the candidate
         pre = before_candidate(job, problem, ref, checks, device, cast)
     except Exception as exc:
         return Verdict(status="runtime_error", log=f"{REFERENCE_FAILED}: {format_exc(exc)}", **base)
     clock.lap("reference")
+    parts.lap("sets")
     mark("timed-sets")
     outbox.seal()  # what follows may be the candidate's to change: nothing more is told as clean
     t0 = clocks.perf_counter()
@@ -299,6 +304,7 @@ def _evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Ve
         timing_record["arch_retarget"] = retarget
     clock.lap("other")
     timing_record["phases_s"] = clock.rounded()
+    timing_record["reference_parts_s"] = parts.rounded()
     timing_record["floor_s"] = round(timing_floor_s(stats, job.trials), 6)
     timing_record.update(timed_record)
     timing_record["reference_checks"] = {"cached": checks_cached, "build_s": round(checks.build_s, 4),

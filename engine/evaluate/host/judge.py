@@ -148,7 +148,9 @@ class Judge:
         """The fresh-input calls of one evaluation (the module's steps 1-3), more where the first
         cannot allow the claimed time (`claim_ms`): a record for `compose`."""
         async with self._lock:
-            return await self._audit(job, call_candidate, job_dir, timeout_s, claim_ms)
+            t0 = time.monotonic()
+            record = await self._audit(job, call_candidate, job_dir, timeout_s, claim_ms)
+            return {**record, "wall_s": round(time.monotonic() - t0, 4)}
 
     async def _audit(self, job: EvalJob, call_candidate: CallCandidate, job_dir: Path,
                      timeout_s: float, claim_ms: float | None) -> dict[str, Any]:

@@ -224,6 +224,9 @@ class ScreenModel:
         ahead = max(0, self.queues()[1] - 1)
         devices = p.get("devices") or []
         busy = sum(bool(d.get("busy")) for d in devices)
+        held = [d["waiting_for"] for d in devices if d.get("waiting_for") and not d.get("busy")]
+        if held and busy + len(held) >= len(devices):  # every device in use, one of them by another process
+            return f"waiting for {held[0]}: another ktree process on this host is timing there"
         if self.info.get("backend") == "cpu":
             return (f"waiting: on the cpu backend a variant is timed only while no build runs (the timer"
                     f" has the cores to itself); builds queued or running: {building},"

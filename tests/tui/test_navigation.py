@@ -194,6 +194,25 @@ def test_why_a_node_waits():
     model.nodes[5] = node(5, 2, status="waiting")  # another built one, ahead of #3 in the queue
     model.progress = {"devices": [{"busy": True}, {"busy": True}]}
     assert model.wait_reason(3) == "waiting for a free GPU: 2 of 2 GPUs busy, 1 ahead of it in the GPU queue"
+    # the one GPU waits for its host lock, held by another ktree process on the host: said, not "busy"
+    model.progress = {"devices": [{"busy": False, "waiting_for": "gpu0 (held by pid 42, session 3)"}]}
+    assert model.wait_reason(3) == ("waiting for gpu0 (held by pid 42, session 3): another ktree process on"
+                                    " this host is timing there")
+
+
+def test_a_device_working_for_a_variant_before_it_is_held_is_not_shown_idle():
+    from rich.text import Text
+
+    from tui.widgets.progress import device_lines
+
+    devices = [{"name": "cpu0", "busy": False, "jobs": 0, "busy_s": 0.0, "queue": 0, "alive": True,
+                "waiting_for": None, "stage": "start"},
+               {"name": "gpu1", "busy": False, "jobs": 2, "busy_s": 1.0, "queue": 0, "alive": True,
+                "waiting_for": None, "stage": ""}]
+    text = Text()
+    assert device_lines(text, devices, elapsed=10.0, limit=3) == 2
+    lines = text.plain.strip().splitlines()
+    assert lines[0].startswith("cpu0 starting its worker") and lines[1].startswith("gpu1 idle")
 
 
 async def test_an_ideas_description_wraps(tmp_path: Path):

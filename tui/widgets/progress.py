@@ -92,19 +92,28 @@ def progress_text(model: ScreenModel, now: float | None = None, compact: bool = 
     return text, shown
 
 
+# What a device handed a variant does before it is held (Device.state()'s `stage`), as the line says it.
+STAGES = {"start": "starting its worker", "reference": "setting up the reference",
+          "prewarm": "compiling Triton's kernels", "quiet": "waiting for the builds to end"}
+
+
 def device_lines(text: Text, devices: list[dict[str, Any]], elapsed: float, limit: int) -> int:
-    """One line per evaluation device (GPU): busy, idle or waiting for its host lock ("waiting
-    for gpu0 (held by pid N, session M)": another process on the host uses it), evaluations
-    done, utilisation (its busy time over the run's); at most `limit`, then how many more.
-    Returns the lines written."""
+    """One line per evaluation device (GPU): busy, idle, waiting for its host lock ("waiting
+    for gpu0 (held by pid N, session M)": another process on the host uses it) or what it does
+    for the variant it was handed before it is held (STAGES: never "idle" while it works for
+    one), evaluations done, utilisation (its busy time over the run's); at most `limit`, then how
+    many more. Returns the lines written."""
     width = max((len(d["name"]) for d in devices), default=0)
     for d in devices[:limit]:
         util = min(1.0, d["busy_s"] / elapsed) if elapsed > 0 else 0.0
         waiting = d.get("waiting_for")
-        state = "down" if not d["alive"] else "busy" if d["busy"] else "waiting" if waiting else "idle"
-        colour = {"down": "red", "busy": "green", "idle": "dim", "waiting": "yellow"}[state]
+        stage = STAGES.get(d.get("stage") or "")
+        state = ("down" if not d["alive"] else "busy" if d["busy"] else "waiting" if waiting
+                 else "stage" if stage else "idle")
+        colour = {"down": "red", "busy": "green", "idle": "dim", "waiting": "yellow", "stage": "yellow"}[state]
         text.append(f"\n{d['name']:<{width}} ")
-        text.append(f"waiting for {waiting}" if state == "waiting" else state, style=colour)
+        label = f"waiting for {waiting}" if state == "waiting" else stage if state == "stage" else state
+        text.append(label, style=colour)
         text.append(f" {d['jobs']:>3} jobs {util:>4.0%}" + (f" queue {d['queue']}" if d["queue"] else ""))
     if len(devices) > limit:
         text.append(f"\n+{len(devices) - limit} more devices", style="dim")

@@ -106,7 +106,7 @@ def evaluate(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(verdicts[0].to_dict())
         else:
-            from engine.report import format_verdict
+            from engine.record.report import format_verdict
 
             emit(format_verdict(verdicts[0]))
         _say_reference_failed(verdicts, as_json=args.json)
@@ -115,7 +115,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([{"file": path, **v.to_dict()} for path, v in named])
     else:
-        from engine.report import eval_table
+        from engine.record.report import eval_table
 
         emit(eval_table(named))
     _say_reference_failed(verdicts, as_json=args.json)

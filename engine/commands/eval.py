@@ -81,16 +81,15 @@ def evaluate(args: argparse.Namespace) -> int:
         note(said)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
-    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile,
-                                eval_timeout=args.eval_timeout)
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
 
     from engine.commands._eval_progress import EvalProgress, labels
 
     progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
 
     async def go() -> list[Any]:
-        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
-                for _, source in solutions]
+        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes,
+                              eval_timeout=args.eval_timeout) for _, source in solutions]
         names = labels([path for path, _ in solutions])
         try:  # one evaluator: the builds share its compile pool, its devices time one at a time
             return list(await asyncio.gather(*(

@@ -199,8 +199,8 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def bound_bytes(memory: dict[str, Any]) -> int | None:
-    """The issue's acceptance bound: the reference's own peak + 2 × (inputs + outputs) + 2 GiB;
-    None where the verdict does not report those."""
+    """The bound an evaluation's peak is held to (docs/memory.md): the reference's own peak
+    + 2 × (inputs + outputs) + 2 GiB; None where the verdict does not report those."""
     parts = [memory.get(k) for k in ("reference_peak_bytes", "inputs_bytes", "outputs_bytes")]
     if any(p is None for p in parts):
         return None

@@ -44,7 +44,7 @@ class EvalJob:
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
     # The solution's kernel language (engine.evaluate.languages), decided once where the job is
-    # made (`host.jobs.make_job`: the caller's choice, else the source's) and read by the evaluator and the
+    # made (`host.make_job.make_job`: the caller's choice, else the source's) and read by the evaluator and the
     # evaluation child alike; "": none decided (a job built by hand), told from the source.
     language: str = ""
     # The seconds this evaluation may hold its device (`--eval-timeout`, options.CheckSettings),

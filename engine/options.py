@@ -301,7 +301,8 @@ class CheckSettings:
     def job_settings(self) -> dict[str, Any]:
         """The evaluation job's keywords these settings fill (engine.evaluate.base.Evaluator.job)."""
         return {"atol": self.atol, "rtol": self.rtol, "trials": self.trials, "seed": self.seed,
-                **({"precision": self.precision} if self.precision else {})}
+                **({"precision": self.precision} if self.precision else {}),
+                **({"eval_timeout": self.eval_timeout} if self.eval_timeout else {})}
 
 
 @dataclass(frozen=True)
@@ -349,14 +350,12 @@ BENCH_HELPS = {"backend": "where to run: cuda, cpu, or auto (cuda where a GPU is
 
 
 def add_bench_flags(parser: argparse.ArgumentParser, *names: str, defaults: Mapping[str, Any] | None = None,
-                    helps: Mapping[str, str] | None = None, aliases: Mapping[str, Sequence[str]] | None = None
-                    ) -> None:
+                    helps: Mapping[str, str] | None = None) -> None:
     """A bench's flags, in the order named, each from the part that declares it (the placement's
     `--backend`, the check settings' `--eval-timeout`, the shape's `--rounds`, `--cpu-timer`, ...)."""
     owner = {f.name: part for part in (*PARTS.values(), BenchSettings) for f, _ in declared(part)}
     for name in names:
-        add_flags(parser, owner[name], only=(name,), defaults=defaults, helps={**BENCH_HELPS, **(helps or {})},
-                  aliases=aliases)
+        add_flags(parser, owner[name], only=(name,), defaults=defaults, helps={**BENCH_HELPS, **(helps or {})})
 
 
 # The parts of a search by name, in the order their flags are listed. Code that builds a part by
@@ -372,11 +371,9 @@ P = TypeVar("P")
 # --- what is built from the declarations ---------------------------------------------------------
 
 def add_flags(parser: argparse.ArgumentParser, part: type, only: Sequence[str] | None = None,
-              defaults: Mapping[str, Any] | None = None, helps: Mapping[str, str] | None = None,
-              aliases: Mapping[str, Sequence[str]] | None = None) -> None:
-    """The part's flags on `parser` (`only` these fields; `defaults`/`helps` replace a field's own;
-    `aliases`: more names for a field's flag)."""
-    defaults, helps, aliases = defaults or {}, helps or {}, aliases or {}
+              defaults: Mapping[str, Any] | None = None, helps: Mapping[str, str] | None = None) -> None:
+    """The part's flags on `parser` (`only` these fields; `defaults`/`helps` replace a field's own)."""
+    defaults, helps = defaults or {}, helps or {}
     for f, o in declared(part):
         if o.flag is None or (only is not None and f.name not in only):
             continue
@@ -392,7 +389,7 @@ def add_flags(parser: argparse.ArgumentParser, part: type, only: Sequence[str] |
             kw["choices"] = now(o.choices)
         if o.metavar is not None:
             kw["metavar"] = now(o.metavar)
-        parser.add_argument(*aliases.get(f.name, ()), flag_of(f, o), **kw)
+        parser.add_argument(flag_of(f, o), **kw)
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:

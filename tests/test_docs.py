@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import build_parser
+from tests.import_graph import GRAPH
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -150,6 +151,89 @@ def test_the_layout_page_names_every_module():
                for p in sorted((REPO / root).rglob("*.py")) if not data(p)]
     assert len(modules) > 100
     assert [m for m in modules if f"`{m}`" not in text] == []
+
+
+# A room of a picture of the floors: a module or a folder of the app, named from the repository's root.
+ROOM = re.compile(r"(?<![\w/])((?:engine|tui|problems)/(?:\w+/)*(?:\w+\.py)?)")
+
+
+def floor_pictures(text: str) -> list[dict[str, int]]:
+    """The pictures of the floors in `text`: each fenced block that opens with `floor`, as room ->
+    floor (a line with no number of its own goes on with the floor above it)."""
+    pictures = []
+    for block in re.findall(r"```\n(floor .*?)```", text, flags=re.S):
+        rooms: dict[str, int] = {}
+        floor = None
+        for line in block.splitlines()[1:]:
+            if number := re.match(r"\s*(\d+)\s", line):
+                floor = int(number.group(1))
+            for room in ROOM.findall(line):
+                assert room not in rooms and floor is not None, line
+                rooms[room] = floor
+        pictures.append(rooms)
+    return pictures
+
+
+def _room(module: str, rooms: dict[str, int]) -> str | None:
+    """The room of a picture that holds `module` (the innermost that does), or None."""
+    path = module.replace(".", "/")
+    path += "/" if (REPO / path / "__init__.py").is_file() else ".py"
+    holding = [r for r in rooms if path == r or (r.endswith("/") and path.startswith(r))]
+    return max(holding, key=len, default=None)
+
+
+def test_the_floor_reader_reads_floors():
+    picture = ("```\nfloor  rooms\n  2   engine/cli.py   tui/    the top\n"
+               "   0   engine/evaluate/  x\n       problems/\n```\n")
+    assert floor_pictures(picture) == [{"engine/cli.py": 2, "tui/": 2, "engine/evaluate/": 0, "problems/": 0}]
+    rooms = {"engine/evaluate/": 1, "engine/evaluate/host/": 2, "engine/settings.py": 0}
+    assert _room("engine.evaluate.host.evaluator", rooms) == "engine/evaluate/host/"
+    assert _room("engine.evaluate.jobs", rooms) == _room("engine.evaluate", rooms) == "engine/evaluate/"
+    assert _room("engine.settings", rooms) == "engine/settings.py" and _room("engine.cli", rooms) is None
+
+
+def test_the_layout_page_s_floors_are_the_import_graph_s():
+    """docs/layout.md draws the house's floors and evaluate/'s: every room is in its picture, imports
+    only rooms on floors below it, and stands on the lowest floor its imports allow (the import graph's
+    own floors: an import that lifts a room, or a room added, fails here until the picture is redrawn)."""
+    house, evaluate = floor_pictures((REPO / "docs" / "layout.md").read_text())
+    engine = REPO / "engine"
+    assert set(house) == ({f"engine/{p.name}" for p in engine.glob("*.py") if p.name != "__init__.py"}
+                          | {f"engine/{p.parent.name}/" for p in engine.glob("*/__init__.py")}
+                          | {"tui/", "problems/"})
+    assert set(evaluate) == {"engine/evaluate/"} | {f"engine/evaluate/{p.parent.name}/"
+                                                   for p in (engine / "evaluate").glob("*/__init__.py")}
+    wrong = []
+    for rooms in (house, evaluate):
+        imported: dict[str, set[str]] = {room: set() for room in rooms}
+        for module, deps in GRAPH.items():
+            if (here := _room(module, rooms)) is not None:
+                imported[here] |= {there for dep in deps if dep in GRAPH
+                                   and (there := _room(dep, rooms)) not in (None, here)}
+        for room, floor in rooms.items():
+            wrong += [f"{room} (floor {floor}) imports {dep} (floor {rooms[dep]})"
+                      for dep in sorted(imported[room]) if rooms[dep] >= floor]
+            lowest = 1 + max((rooms[dep] for dep in imported[room]), default=-1)
+            if lowest != floor:
+                wrong.append(f"{room}: drawn on floor {floor}, its imports put it on {lowest}")
+    assert wrong == []
+
+
+def test_the_layout_page_names_what_exists_and_every_folder():
+    """Every file or folder docs/layout.md names in code exists (named from the root, or by its end:
+    `host/make_job.py`), and every package folder of engine/ and tui/ is named whole."""
+    text = (REPO / "docs" / "layout.md").read_text()
+    named = set(re.findall(r"`([\w./-]+(?:\.py|/))`", text)) | {r for p in floor_pictures(text) for r in p}
+    files = [p.relative_to(REPO).as_posix() for root in ("engine", "tui", "tests", "problems", "scripts")
+             for p in (REPO / root).rglob("*") if "__pycache__" not in p.parts]
+    assert len(named) > 100
+    missing = sorted(n for n in named if not (REPO / n.rstrip("/")).exists()
+                     and not any(f.endswith("/" + n.rstrip("/")) for f in files))
+    assert missing == []
+    folders = sorted(f"{p.parent.relative_to(REPO).as_posix()}/" for root in ("engine", "tui")
+                     for p in (REPO / root).rglob("__init__.py"))
+    assert len(folders) > 15
+    assert [f for f in folders if f"`{f}`" not in text and f not in named] == []
 
 
 def _first_paragraph(path: Path) -> str:

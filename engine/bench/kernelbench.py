@@ -199,8 +199,8 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def bound_bytes(memory: dict[str, Any]) -> int | None:
-    """The issue's acceptance bound: the reference's own peak + 2 × (inputs + outputs) + 2 GiB;
-    None where the verdict does not report those."""
+    """The bound an evaluation's peak is held to (docs/memory.md): the reference's own peak
+    + 2 × (inputs + outputs) + 2 GiB; None where the verdict does not report those."""
     parts = [memory.get(k) for k in ("reference_peak_bytes", "inputs_bytes", "outputs_bytes")]
     if any(p is None for p in parts):
         return None
@@ -287,7 +287,8 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
     """Evaluate the problems (those already in `out`'s rows skipped) and return {backend, wall_s,
     rows (the problems' order), resumed (how many were read back), summary}. `alone`: an earlier
     run's rows, whose statuses are set beside these (the `alone` column). `evaluator`: one to use
-    (closed by its owner), else a LocalEvaluator made and closed here."""
+    (closed by its owner), else a LocalEvaluator made and closed here. `timeout_s`: each problem's
+    evaluation limit (`--eval-timeout`), carried in its job; None: from the problem's size."""
     out_stream = sys.stderr if log is None else log
     say = (lambda text: print(text, file=out_stream, flush=True)) if out_stream else (lambda text: None)
     started = time.monotonic()
@@ -309,7 +310,7 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
     new: dict[str, dict[str, Any]] = {}
     own = evaluator is None and any(solutions is None or solution_for(solutions, p) for p in todo)
     if own:  # (solutions are compared with torch.compile too: its baseline is timed for them)
-        evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus, eval_timeout=timeout_s,
+        evaluator = LocalEvaluator(backend, cuda_arch=arch, gpus=gpus,
                                    compile_baseline=solutions is not None, cpu_timer=cpu_timer)
     # Every device's worker sees every problem file from its start, as a suite's: a new problem then
     # takes the standby started beside the last one, not a fresh process (Python, torch, the CUDA
@@ -357,7 +358,7 @@ async def kernelbench_bench(problems: list[KBProblem], backend: str, arch: str |
                 # (a solution's speedup is a figure of the run: its timing has the usual budget)
                 budget = {"time_budget_s": TIME_BUDGET_S} if solutions is None else {}
                 job = evaluator.job(loaded.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes,
-                                    **budget)
+                                    eval_timeout=timeout_s, **budget)
                 verdict = await evaluator.evaluate(job)
             except Exception as exc:  # ktree's own failure: said in the row, the other problems go on
                 finish(unjudged_row(problem, candidate, "bench-error", f"{type(exc).__name__}: {exc}",

@@ -22,7 +22,7 @@ from engine.record.events import (
     SessionStarted,
     VerdictReady,
 )
-from engine.report import fmt_ms, fmt_x, format_verdict, profile_line
+from engine.record.report import fmt_ms, fmt_x, format_verdict, profile_line
 
 
 class HeadlessPrinter:

@@ -425,7 +425,7 @@ def _kernelbench_flags(bk: argparse.ArgumentParser) -> None:
                     help="an earlier run's rows (its kernelbench.jsonl, or its --out folder): each status set"
                          " beside this run's (the alone column); a differing one fails the bench")
     options.add_bench_flags(
-        bk, "backend", "gpus", "eval_timeout", "cpu_timer", aliases={"eval_timeout": ("--timeout",)},
+        bk, "backend", "gpus", "eval_timeout", "cpu_timer",
         helps={"gpus": "the GPUs to evaluate on (default: every visible GPU)",
                "eval_timeout": "each problem's evaluation limit in seconds, as eval's --eval-timeout"
                                " (default: from the problem's size)"})

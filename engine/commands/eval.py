@@ -81,16 +81,15 @@ def evaluate(args: argparse.Namespace) -> int:
         note(said)
     sizes = problem.sizes_for(backend)
     flops, nbytes = job_cost(problem, sizes)
-    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile,
-                                eval_timeout=args.eval_timeout)
+    evaluator = local_evaluator(backend, arch, args.gpus, isolation=isolation, profile=args.profile)
 
     from engine.commands._eval_progress import EvalProgress, labels
 
     progress = EvalProgress(evaluator, len(solutions), quiet=args.quiet)
 
     async def go() -> list[Any]:
-        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes)
-                for _, source in solutions]
+        jobs = [evaluator.job(problem.path, source, sizes, atol=atol, rtol=rtol, flops=flops, bytes=nbytes,
+                              eval_timeout=args.eval_timeout) for _, source in solutions]
         names = labels([path for path, _ in solutions])
         try:  # one evaluator: the builds share its compile pool, its devices time one at a time
             return list(await asyncio.gather(*(
@@ -106,7 +105,7 @@ def evaluate(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(verdicts[0].to_dict())
         else:
-            from engine.report import format_verdict
+            from engine.record.report import format_verdict
 
             emit(format_verdict(verdicts[0]))
         _say_reference_failed(verdicts, as_json=args.json)
@@ -115,7 +114,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([{"file": path, **v.to_dict()} for path, v in named])
     else:
-        from engine.report import eval_table
+        from engine.record.report import eval_table
 
         emit(eval_table(named))
     _say_reference_failed(verdicts, as_json=args.json)

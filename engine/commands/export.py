@@ -14,7 +14,7 @@ from engine.launch import UsageError
 
 
 def export(args: argparse.Namespace) -> int:
-    from engine.solution_file import ExportError, best_variant, solution_text
+    from engine.record.solution_file import ExportError, best_variant, solution_text
 
     db = db_path(args)
     if not db.exists():

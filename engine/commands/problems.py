@@ -16,7 +16,7 @@ from engine.launch import checked_problem, resolve_backend
 def problems(args: argparse.Namespace) -> int:
     from engine.evaluate import device_name
     from engine.llm.scripted import scripted_backends
-    from engine.report import problems_table
+    from engine.record.report import problems_table
 
     db = db_path(args)
     backend, _ = resolve_backend("auto")

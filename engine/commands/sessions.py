@@ -12,7 +12,7 @@ from engine.commands._output import emit
 
 
 def sessions(args: argparse.Namespace) -> int:
-    from engine.report import format_session_row
+    from engine.record.report import format_session_row
 
     db = db_path(args)
 

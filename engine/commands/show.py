@@ -18,7 +18,7 @@ from engine.launch import UsageError
 
 
 def show(args: argparse.Namespace) -> int:
-    from engine.report import session_table, tree_outline
+    from engine.record.report import session_table, tree_outline
 
     db = db_path(args)
     if not db.exists():
@@ -90,7 +90,7 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
 
 def _suite(args: argparse.Namespace, db: Path) -> int:
     """`ktree show --suite SUITE`: per problem best speedups, then fast_p and geomean."""
-    from engine.report import suite_markdown
+    from engine.record.report import suite_markdown
     from engine.search.suite import suite_report
 
     async def go() -> Any:
@@ -122,8 +122,8 @@ def _profile(args: argparse.Namespace, db: Path) -> int:
     command); a session no engine runs is profiled here, and the profile recorded."""
     from engine.launch import profile_evaluator
     from engine.record import control
+    from engine.record.report import profile_line
     from engine.record.store import session_state
-    from engine.report import profile_line
     from engine.search.profile_requests import ProfileRequestError, profile_recorded, profile_target
 
     if args.session is None:

@@ -66,7 +66,7 @@ def suite(args: argparse.Namespace) -> int:
 async def run_suite(args: argparse.Namespace, prepared: Any, db: Path) -> int:
     from engine.commands._headless import SuiteLinePrinter
     from engine.record.events import EventBus
-    from engine.report import suite_markdown
+    from engine.record.report import suite_markdown
     from engine.search.suite import suite_report
 
     store = await open_store(db)

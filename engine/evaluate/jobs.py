@@ -44,9 +44,13 @@ class EvalJob:
     # None: `seed` (a job run outside an evaluator, reproducible).
     input_seed: int | None = None
     # The solution's kernel language (engine.evaluate.languages), decided once where the job is
-    # made (`host.jobs.make_job`: the caller's choice, else the source's) and read by the evaluator and the
+    # made (`host.make_job.make_job`: the caller's choice, else the source's) and read by the evaluator and the
     # evaluation child alike; "": none decided (a job built by hand), told from the source.
     language: str = ""
+    # The seconds this evaluation may hold its device (`--eval-timeout`, options.CheckSettings),
+    # read by the evaluator from the job wherever it runs; None: from the problem's reference time
+    # (engine.evaluate.host.eval_limit).
+    eval_timeout: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

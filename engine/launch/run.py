@@ -225,7 +225,7 @@ def prepare_run(request: RunRequest) -> Prepared:
     backend, evaluator = make_evaluator(
         place.backend, executor=place.executor, gpus=place.gpus, compile_workers=place.compile_workers,
         isolation=place.isolation, ray_address=place.ray_address, ray_workers=place.ray_workers,
-        profile=place.profile, eval_timeout=config.checks.eval_timeout)
+        profile=place.profile)
     models = _build_models(list(llm.models), llm.provider, problem, backend, seed=request.checks.seed,
                            base_url=llm.base_url, timeout_s=llm.llm_timeout)
     if any(getattr(p, "scripted", False) for p, _ in models):
@@ -321,7 +321,7 @@ def _assemble_resume(request: ResumeRequest, session: dict[str, Any]) -> Prepare
         session["backend"], executor=place.executor, gpus=place.gpus,
         recorded_gpus=recorded_gpus(session["config"]), compile_workers=place.compile_workers,
         isolation=place.isolation, ray_address=place.ray_address, ray_workers=place.ray_workers,
-        profile=place.profile, eval_timeout=recorded.checks.eval_timeout)
+        profile=place.profile)
     specs = session["models"]
     provider = specs[0].partition(":")[0] if specs else session["provider"].split(",")[0]
     models = _build_models(specs, provider, problem, backend, seed=request.checks.seed,

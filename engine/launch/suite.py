@@ -195,7 +195,7 @@ def _evaluator(run: RunRequest, recorded_gpus: Sequence[int] | None = None) -> t
     backend, evaluator = make_evaluator(
         place.backend, executor=place.executor, gpus=place.gpus, recorded_gpus=recorded_gpus,
         compile_workers=place.compile_workers, isolation=place.isolation, ray_address=place.ray_address,
-        ray_workers=place.ray_workers, eval_timeout=run.checks.eval_timeout)
+        ray_workers=place.ray_workers)
     return evaluator, resolved_placement(place, evaluator)
 
 

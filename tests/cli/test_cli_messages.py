@@ -122,7 +122,7 @@ def test_ncu_on_the_cpu_backend_says_it_falls_back(solutions: Path):
 
 
 def test_a_suite_report_without_a_compile_baseline_says_so_instead_of_zeros():
-    from engine.report import suite_markdown
+    from engine.record.report import suite_markdown
 
     row = {"session_id": 1, "problem": "p", "status": "finished", "reason": None, "correct": True,
            "speedup_eager": 2.0, "speedup_compile": None, "variants": 1, "cost_usd": 0.0, "tokens": 0}
@@ -178,7 +178,7 @@ def test_a_compile_error_shows_the_compilers_first_error_line_everywhere():
     from types import SimpleNamespace
 
     from engine.evaluate.verdict import Verdict
-    from engine.report import format_verdict, tree_outline
+    from engine.record.report import format_verdict, tree_outline
     from tui.widgets.verdict import verdict_text
 
     compiler = "main.cpp:37:13: error: expected ';' before 'undefined_symbol_here'"
@@ -210,7 +210,7 @@ def test_each_eager_time_says_which_measurement_it_is():
 
     from engine.domain import EAGER_BESIDE, EAGER_LATEST
     from engine.evaluate.verdict import Verdict
-    from engine.report import format_verdict, problems_table, session_table, tree_outline
+    from engine.record.report import format_verdict, problems_table, session_table, tree_outline
     from tui.widgets.verdict import verdict_text
 
     v = Verdict(status="correct", backend="cpu", time_ms=0.1, ref_eager_ms=0.1507, speedup_eager=1.507)
@@ -234,7 +234,7 @@ def test_the_eval_table_says_why_each_solution_failed():
     """Issue 56, item 7: `ktree eval REF a.py b.py` showed only each status; under a solution that
     is not correct the table now gives the compiler's own line or the mismatch, as one verdict does."""
     from engine.evaluate.verdict import Verdict
-    from engine.report import eval_table
+    from engine.record.report import eval_table
 
     compiler = "main.cpp:10:70: error: 'kTil' was not declared in this scope"
     mismatch = "trial 1: max abs error 0.37 > atol 0.01 (at [3, 17])"

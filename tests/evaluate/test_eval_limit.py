@@ -53,16 +53,29 @@ def test_eval_timeout_is_a_flag_of_every_command_that_evaluates(command):
     assert build_parser().parse_args(command).eval_timeout is None
 
 
-def test_the_flag_reaches_the_search_config_and_the_evaluator():
+def test_the_flag_travels_in_the_job_and_the_evaluator_reads_it_there():
+    """--eval-timeout is declared once (options.CheckSettings): it is recorded with the session,
+    each variant's job carries it (wherever the job runs: this host, a Ray node), and the evaluator
+    takes its limit from the job; its own is only the default for a job that carries none."""
     from engine.commands._common import run_request
     from engine.launch import make_evaluator
     from engine.launch.run import _search_config
 
     args = build_parser().parse_args(["run", "softmax", "--eval-timeout", "45", "--backend", "cpu"])
     request = run_request(args)
-    assert _search_config(request, SOFTMAX).checks.eval_timeout == 45.0  # recorded with the session
-    _, evaluator = make_evaluator("cpu", eval_timeout=request.checks.eval_timeout)
-    assert evaluator.eval_timeout == 45.0
+    config = _search_config(request, SOFTMAX)
+    assert config.checks.eval_timeout == 45.0  # recorded with the session
+    _, evaluator = make_evaluator("cpu")
+    assert evaluator.eval_timeout is None  # not the evaluator's: the job's
+    job = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK, **config.checks.job_settings())
+    assert job.eval_timeout == 45.0 and type(job).from_dict(job.to_dict()).eval_timeout == 45.0
+    limit = evaluator._limit(job, evaluator.devices[0])
+    assert (limit.seconds, limit.source) == (45.0, "flag")
+    plain = evaluator.job(SOFTMAX.path, HONEST, SOFTMAX.sizes_for("cpu"), **WORK)
+    assert plain.eval_timeout is None and evaluator._limit(plain, evaluator.devices[0]).source != "flag"
+    evaluator.eval_timeout = 30.0  # a default, for the jobs that carry none
+    assert evaluator._limit(plain, evaluator.devices[0]).seconds == 30.0
+    assert evaluator._limit(job, evaluator.devices[0]).seconds == 45.0
 
 
 @pytest.mark.slow

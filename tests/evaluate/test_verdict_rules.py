@@ -318,7 +318,7 @@ def test_a_degenerate_problem_is_seen_where_problems_are_listed(tmp_path: Path):
 
 def test_notes_are_shown_by_show_export_and_the_prompt():
     from engine.prompts import describe_verdict
-    from engine.report import format_verdict, suite_markdown
+    from engine.record.report import format_verdict, suite_markdown
 
     note = "torch-ops: 0.8 % of ModelNew.forward's time in torch ops (aten.eq 0.5 %)"
     v = Verdict(status="correct", notes=(note,), time_ms=1.0)

@@ -118,7 +118,7 @@ def test_allow_ranks_a_library_marked_variant_like_any_other(tmp_path: Path,
 
 def test_eval_text_json_and_the_idea_prompt_say_the_mark() -> None:
     from engine.prompts import describe_verdict
-    from engine.report import eval_table, format_verdict
+    from engine.record.report import eval_table, format_verdict
 
     v = _verdict(2.0, library=LIBRARY, notes=(LIBRARY_NOTE, TORCH_NOTE))
     text = format_verdict(v)

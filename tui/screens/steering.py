@@ -18,7 +18,7 @@ from textual.app import SystemCommand
 from engine.domain import WORK_STATUSES, Node
 from engine.record import control
 from engine.record.events import ProfileTaken
-from engine.solution_file import ExportError, solution_text
+from engine.record.solution_file import ExportError, solution_text
 from tui.model import Changes, CommandRecorded, ModelInput, Note, ScreenModel, Steered
 from tui.screens.dialogs import AskNumber, AskText, Confirm, EditSource
 
@@ -222,7 +222,7 @@ class SteeringMixin:
 
         async def work() -> None:
             from engine.launch import profile_evaluator
-            from engine.report import profile_line
+            from engine.record.report import profile_line
             from engine.search.profile_requests import profile_recorded, profile_target
 
             try:

@@ -1,6 +1,6 @@
 """The reference's own tensors (parameters, buffers, plain tensor attributes: what its weights take)
-and its fp64 copy, made tensor by tensor and only where the answers are fp64 (issue 55: plain tensor
-attributes were left in fp32 by `.double()`; a deep copy held the model once more on the way).
+and its fp64 copy, made tensor by tensor and only where the answers are fp64 (plain tensor
+attributes are left in fp32 by `.double()`, and a deep copy would hold the model once more on the way).
 
 Runs in the evaluation child; torch and the standard library only.
 """

@@ -91,7 +91,7 @@ def _fingerprint(t: Any) -> Any:
     flat = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
     total = None
     # In pieces: an int64 sum of uint8 bytes makes an int64 copy of what it sums (8x the storage:
-    # 48 GiB for a 6 GiB output, issue 44). A piece's length is a multiple of 6, so the strided
+    # 48 GiB for a 6 GiB output). A piece's length is a multiple of 6, so the strided
     # subsets keep their phase from piece to piece, and the sums are the whole storage's.
     for start in range(0, storage.nbytes(), STORAGE_PIECE):
         piece = flat[start:start + STORAGE_PIECE]

@@ -1,4 +1,4 @@
-"""Memory proportional to the problem (issue 44): what an evaluation may hold beside the problem's
+"""Memory proportional to the problem: what an evaluation may hold beside the problem's
 own inputs, outputs and working set, and the streamed helpers that keep it there.
 
 An evaluation's peak stays within `bound` = the reference's own peak + 2 x (inputs + outputs) +

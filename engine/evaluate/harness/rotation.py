@@ -1,4 +1,4 @@
-"""Timed calls a candidate cannot tell from checked ones, and whose outputs are checked (issue 34).
+"""Timed calls a candidate cannot tell from checked ones, and whose outputs are checked.
 
 The timer (engine.evaluate.harness.timing) calls the reference and the candidate with arguments from a
 `Rotation` instead of one input set reused for every rep:

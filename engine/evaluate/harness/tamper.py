@@ -1,4 +1,4 @@
-"""Tamper detection: what a candidate changed in torch that the reference relies on (issue 34).
+"""Tamper detection: what a candidate changed in torch that the reference relies on.
 
 The reference runs in the candidate's process (its interleaved timing, the recheck), so a candidate
 could slow it down or change what it computes without touching its own kernels: rebind

@@ -103,7 +103,7 @@ class LocalEvaluator(ReferenceTimings):
         self.compile_workers = compile_workers or default_compile_workers()
         default_compile = DEFAULT_TIMEOUTS[backend]
         self.compile_timeout_s = compile_timeout_s or default_compile
-        self.eval_timeout = eval_timeout  # --eval-timeout; None: from the problem (eval_limit)
+        self.eval_timeout = eval_timeout  # for a job that carries none (EvalJob.eval_timeout)
         self.history = ReferenceHistory()  # the reference's measured times (reference_history)
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
         self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
@@ -228,7 +228,7 @@ class LocalEvaluator(ReferenceTimings):
 
     async def run_alone(self, job: EvalJob) -> tuple[str, dict[str, Any] | None, str]:
         """The job in a fresh process of its own (no worker, no device held): (outcome, result, log)."""
-        return await run_child(job, self.eval_timeout or UNKNOWN_S, self._run_env)
+        return await run_child(job, job.eval_timeout or self.eval_timeout or UNKNOWN_S, self._run_env)
 
     async def evaluate(self, job: EvalJob, on_phase: PhaseCallback | None = None,
                        gate: Gate | None = None) -> Verdict:
@@ -373,11 +373,11 @@ class LocalEvaluator(ReferenceTimings):
         return await self._profile_after(verdict, run, on_phase)
 
     def _limit(self, job: EvalJob, device: Device) -> EvalLimit:
-        """How long this evaluation may hold the device (engine.evaluate.host.eval_limit): --eval-timeout,
-        else from the reference's clean time or its history's median."""
+        """How long this evaluation may hold the device (engine.evaluate.host.eval_limit): the job's
+        --eval-timeout, else from the reference's clean time or its history's median."""
         ref_ms = (job.ref_eager_clean or {}).get("median") or self.history.median(*self._history(job, device))
         return eval_limit(self.backend, ref_ms, time_budget_s=job.time_budget_s, trials=job.trials,
-                          floor_s=for_job(job).eval_floor_s, eval_timeout=self.eval_timeout,
+                          floor_s=for_job(job).eval_floor_s, eval_timeout=job.eval_timeout or self.eval_timeout,
                           nbytes=job.bytes)
 
     async def _after(self, verdict: Verdict, job: EvalJob, device: Device,

@@ -68,7 +68,7 @@ class CudaCpp(Language):
                     raise
                 if job.mode == "compile" and build_probe.builds_in_functions(job.solution_source) \
                         and isinstance(getattr(module, "ModelNew", None), type):
-                    # Builds in __init__, a helper or forward: made here too (child.build_probe).
+                    # Builds in __init__, a helper or forward: made here too (languages.build_probe).
                     report = build_probe.probe(job, module)
                     print(f"ktree: build probe: built {report['built'] or 'nothing new'};"
                           f" stopped: {report['stopped']}", file=sys.stderr)

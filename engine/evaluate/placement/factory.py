@@ -69,7 +69,7 @@ def visible_gpu_indices() -> list[int]:
 def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
                     **kw: Any) -> LocalEvaluator:
     """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one;
-    `kw`: LocalEvaluator's own (isolation, profile, eval_timeout, cpu_timer, ...)."""
+    `kw`: LocalEvaluator's own (isolation, profile, cpu_timer, ...)."""
     from engine.evaluate.host.evaluator import LocalEvaluator
 
     return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
@@ -101,7 +101,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                    recorded_gpus: Sequence[int] | None = None, compile_workers: int | None = None,
                    isolation: str = "auto", ray_address: str | None = None,
                    ray_workers: int | None = None, profile: str = "off",
-                   profile_each: bool = False, eval_timeout: float | None = None) -> tuple[str, Evaluator]:
+                   profile_each: bool = False) -> tuple[str, Evaluator]:
     """The backend and the evaluator asked for: this host's (executor local; on `gpus`, else a
     resumed session's `recorded_gpus`, else every visible GPU) or a Ray cluster's (executor ray:
     joined or started here; `auto` is then the cluster's backend, and each node resolves the
@@ -112,8 +112,8 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
             the Ray node that evaluated them.
         profile_each: each correct variant as it is evaluated, else (a search) only those the
             evaluator's profile() is asked for.
-        eval_timeout: the seconds an evaluation may hold its device (None: from the problem,
-            engine.evaluate.host.eval_limit).
+
+    How long an evaluation may hold its device travels in its job (EvalJob.eval_timeout).
     """
     _choice("executor", executor, EXECUTORS)
     _choice("profile", profile, PROFILE_MODES)
@@ -129,8 +129,7 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
                                      ) from None
         level, _ = resolve_isolation(isolation)
         return backend, local_evaluator(backend, arch, gpus, compile_workers=compile_workers,
-                                        isolation=level, profile=profile, profile_each=profile_each,
-                                        eval_timeout=eval_timeout)
+                                        isolation=level, profile=profile, profile_each=profile_each)
     if gpus is not None:
         raise PlacementError("--gpus is for --executor local (ray runs one worker per GPU of the cluster)")
     from engine.evaluate.placement import ray_executor
@@ -139,4 +138,4 @@ def make_evaluator(requested_backend: str, *, executor: str = "local", gpus: Seq
     backend = ray_executor.cluster_backend(requested_backend)
     return backend, ray_executor.RayEvaluator(
         backend, workers=ray_workers, compile_workers=compile_workers, isolation=isolation,
-        shutdown=connected, profile=profile, profile_each=profile_each, eval_timeout=eval_timeout)
+        shutdown=connected, profile=profile, profile_each=profile_each)

@@ -143,13 +143,11 @@ class EvalActor:
     the jobs' text, and the phases of the jobs in flight (polled by the engine)."""
 
     def __init__(self, backend: str, compile_workers: int | None, isolation: str,
-                 compile_timeout_s: float | None = None, eval_timeout: float | None = None,
-                 profile: str = "off", profile_each: bool = True):
+                 compile_timeout_s: float | None = None, profile: str = "off", profile_each: bool = True):
         self.backend = backend
         self.compile_workers = compile_workers
         self.isolation = isolation
         self.compile_timeout_s = compile_timeout_s
-        self.eval_timeout = eval_timeout  # --eval-timeout (None: from the problem, eval_limit)
         self.profile = profile  # the node's profiler (ncu where it reads counters there)
         self.profile_each = profile_each  # False: only the variants profile() is asked for
         self.evaluator: Any = None
@@ -180,7 +178,7 @@ class EvalActor:
             arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
         self.evaluator = LocalEvaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
                                    isolation=self.isolation, compile_timeout_s=self.compile_timeout_s,
-                                   eval_timeout=self.eval_timeout, profile=self.profile,
+                                   profile=self.profile,
                                    profile_each=self.profile_each)
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
                      "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ),
@@ -268,7 +266,7 @@ class RayEvaluator:
 
     def __init__(self, backend: str, workers: int | None = None, compile_workers: int | None = None,
                  isolation: str = "auto", compile_timeout_s: float | None = None,
-                 eval_timeout: float | None = None, shutdown: bool = False, profile: str = "off",
+                 shutdown: bool = False, profile: str = "off",
                  profile_each: bool = True):
         ray = import_ray()
         if not ray.is_initialized():
@@ -281,7 +279,7 @@ class RayEvaluator:
             raise RayExecutorError(f"{count} Ray evaluation workers asked for, the cluster has {have} {kind}s")
         resources = {"num_gpus": 1} if backend == "cuda" else {"num_cpus": 1}
         self._actor = ray.remote(EvalActor).options(max_restarts=0, max_concurrency=1000, **resources)
-        self._args = (backend, compile_workers, isolation, compile_timeout_s, eval_timeout, profile,
+        self._args = (backend, compile_workers, isolation, compile_timeout_s, profile,
                       profile_each)  # EvalActor's
         self._shutdown = shutdown
         self._problems: dict[str, str] = {}

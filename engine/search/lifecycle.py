@@ -69,8 +69,8 @@ class SessionLifecycle:
             now = time.time()
             try:
                 if now - last_beat >= HEARTBEAT_S:
-                    await self.store.update_session(self._sid, heartbeat_at=now)
-                    await self.store.set_run_s(self._sid, self.elapsed_s())
+                    await self.store.sessions.update(self._sid, heartbeat_at=now)
+                    await self.store.sessions.set_run_s(self._sid, self.elapsed_s())
                     last_beat = now
                 await self.publish_progress()
             except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
@@ -108,7 +108,7 @@ class SessionLifecycle:
 
     async def _create(self) -> None:
         cfg = self.config
-        self.session_id = await self.store.create_session(
+        self.session_id = await self.store.sessions.create(
             problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
             strategy=cfg.shape.strategy, provider=self.provider_names, models=self.model_names,
             config={**cfg.record(), "flops": self.cost.flops, "bytes": self.cost.bytes,
@@ -121,16 +121,16 @@ class SessionLifecycle:
                     "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},
             sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,
         )
-        await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
+        await self.store.sessions.update(self._sid, pid=os.getpid(), heartbeat_at=time.time())
         await self._publish_started()
-        [root] = await self.store.add_nodes(self._sid, [root_row(self.problem.title, self.problem.source)])
+        [root] = await self.store.nodes.add_many(self._sid, [root_row(self.problem.title, self.problem.source)])
         await self._added(root)
 
     async def _load(self) -> None:
         """Take the session's state from the DB: nodes, verdicts, replies, rounds, spending."""
         sid = self._sid
         self.run_before_s = await self._ran_before(sid)
-        await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
+        await self.store.sessions.update(sid, status="running", stop_reason=None, finished_at=None,
                                         pid=os.getpid(), heartbeat_at=time.time())
         await self._publish_started()
         saved = await load_session(self.store, sid)
@@ -140,16 +140,16 @@ class SessionLifecycle:
         if saved.paused:
             self.sched.pause()
         if not any(n.kind == "root" for n in self.nodes.values()):
-            [root] = await self.store.add_nodes(sid, [root_row(self.problem.title, self.problem.source)])
+            [root] = await self.store.nodes.add_many(sid, [root_row(self.problem.title, self.problem.source)])
             self.nodes[root.id] = root
 
     async def _ran_before(self, sid: int) -> float:
         """How long the session ran before this resume: as its engine recorded it, else (a DB
         from before that record) from its start to its last sign of life."""
-        recorded = await self.store.run_s(sid)
+        recorded = await self.store.sessions.run_s(sid)
         if recorded is not None:
             return recorded
-        row = await self.store.session(sid) or {}
+        row = await self.store.sessions.get(sid) or {}
         end = row.get("finished_at") or row.get("heartbeat_at") or row.get("created_at") or 0.0
         return max(0.0, end - (row.get("created_at") or end))
 
@@ -212,11 +212,11 @@ class SessionLifecycle:
         summary = self.summary(status, elapsed)
         if self.session_id is None:
             return summary
-        summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
+        summary["llm"] = await asyncio.shield(self.store.calls.totals(self._sid))
         best = self.best()
         # Shielded: an interrupted search still records how it ended.
-        await asyncio.shield(self.store.set_run_s(self._sid, elapsed))
-        await asyncio.shield(self.store.update_session(
+        await asyncio.shield(self.store.sessions.set_run_s(self._sid, elapsed))
+        await asyncio.shield(self.store.sessions.update(
             self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
             best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,
         ))

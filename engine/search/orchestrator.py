@@ -179,7 +179,7 @@ class Search(SessionLifecycle):
             ends = last or not parents or self._over_budget()
             if ends:  # the search ends: its best is read
                 await self._profile_best()
-            profiles = (await self.store.profiles_per_round(self._sid)).get(self.round, 0)
+            profiles = (await self.store.profiles.per_round(self._sid)).get(self.round, 0)
             await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties),
                                              profiles=profiles, last=ends))
             if last:
@@ -198,7 +198,7 @@ class Search(SessionLifecycle):
         self.parents = list(parents)
         k = self.strategy.ideas_per_call()
         rows = [asking_row(p, r, k) for p in parents]
-        made = await self.store.add_nodes(self._sid, rows, round_parents=(r, self.parents))
+        made = await self.store.nodes.add_many(self._sid, rows, round_parents=(r, self.parents))
         for node in made:
             await self._added(node)
             self._spawn(node)
@@ -214,14 +214,14 @@ class Search(SessionLifecycle):
         """Commit changes to a node (unless already committed), then (unless a VerdictReady
         follows) publish them."""
         if commit:
-            await self.store.update_node(node_id, **changes)
+            await self.store.nodes.update(node_id, **changes)
         self.nodes[node_id] = replace(self.nodes[node_id], **changes)
         if publish:
             await self.bus.publish(NodeUpdated(self.nodes[node_id]))
 
     async def add_nodes(self, rows: list[dict[str, Any]], command_id: int | None = None) -> list[Node]:
         """Insert rows in one transaction (marking the command that made them applied)."""
-        return await self.store.add_nodes(self._sid, rows, command_id=command_id)
+        return await self.store.nodes.add_many(self._sid, rows, command_id=command_id)
 
     async def start(self, made: list[Node]) -> None:
         """Announce new nodes, then start the work of those that have some."""
@@ -289,7 +289,7 @@ class Search(SessionLifecycle):
             rows += [variant_row({"new": at}, idea.title, node.round, language=lang)
                      for lang in self.languages_for(m)[:count]]
         changes = {"status": "ok", "title": first.title, "text": first.description, "want": 0}
-        made = await self.store.add_nodes(self._sid, rows, update=(node.id, changes))
+        made = await self.store.nodes.add_many(self._sid, rows, update=(node.id, changes))
         await self.update(node.id, commit=False, **changes)
         await self.start(made)
 
@@ -368,7 +368,7 @@ class Search(SessionLifecycle):
                             "evaluate" if phase in DEVICE_PHASES else "phase")
 
             verdict = await self.evaluator.evaluate(job, on_phase, gate=self.sched)
-            await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
+            await self.store.evaluations.add(node_id=node.id, session_id=self._sid, verdict=verdict)
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated
         await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
@@ -376,7 +376,7 @@ class Search(SessionLifecycle):
                           disturbed=is_disturbed(verdict.flags), publish=False)
         if verdict.ref_eager_ms and verdict.status == "correct":
             best = self.best()  # the best so far, for the sessions list and show while it runs
-            await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms,
+            await self.store.sessions.update(self._sid, ref_ms=verdict.ref_eager_ms,
                                             best_node_id=best.id if best else None,
                                             best_speedup=best.speedup if best else None)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
@@ -400,7 +400,7 @@ class Search(SessionLifecycle):
             profiled = await self.evaluator.profile(self._job(node), verdict)
             if not profiled.profile:
                 return False
-            await self.store.add_profile(self._sid, node_id, profiled, round=max(1, round or self.round),
+            await self.store.profiles.add(self._sid, node_id, profiled, round=max(1, round or self.round),
                                          reason=reason)
             self.verdicts[node_id] = profiled
             await self.bus.publish(ProfileTaken(self.nodes[node_id], profiled, reason))
@@ -422,7 +422,7 @@ class Search(SessionLifecycle):
         except asyncio.CancelledError:
             if self.sched.cancelled.pop(node_id, None) is None:
                 raise  # the whole search is going: the command stays pending, for a resume
-        await self.store.mark_command_applied(command_id)
+        await self.store.commands.mark_applied(command_id)
         await self.bus.publish(CommandApplied(command_id, "profile", (node_id,)))
 
     async def _profile_best(self) -> None:

@@ -160,7 +160,7 @@ async def test_resume_reads_the_session_from_the_callers_store(tmp_path: Path, n
     store = await Store.open(tmp_path / "k.db")
     try:
         sid = await _session(store, "interrupted")
-        recorded = (await store.session(sid))["config"]
+        recorded = (await store.sessions.get(sid))["config"]
         request = ResumeRequest.of(sid, budget_usd=5.0, max_variants=9, isolation="basic")
         prepared = await prepare_resume(request, store)
         try:
@@ -177,7 +177,7 @@ async def test_resume_reads_the_session_from_the_callers_store(tmp_path: Path, n
             assert prepared.search(store, EventBus()).resuming
         finally:
             await prepared.evaluator.close()
-        assert await store.session(sid) is not None  # the caller's store is still open and usable
+        assert await store.sessions.get(sid) is not None  # the caller's store is still open and usable
     finally:
         await store.close()
 

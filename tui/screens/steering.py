@@ -111,7 +111,7 @@ class SteeringMixin:
         """Record a command; mark it pending in the tree at once, confirmed when the engine applies it."""
         if node_id is not None:
             self.feed(Steered(node_id, mark))
-        cid = await self.store.add_command(self.model.session_id, *control.encode(command))
+        cid = await self.store.commands.add(self.model.session_id, *control.encode(command))
         self.feed(CommandRecorded(cid, command.kind, node_id, mark))
         return cid
 

@@ -45,8 +45,8 @@ from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
 from engine.search.history import describe, tried
 from engine.search.jobs import variant_job
-from engine.search.lifecycle import SessionLifecycle
-from engine.search.resume import CANCEL, FIX, recovery
+from engine.search.lifecycle import SessionRecord
+from engine.search.resume import CANCEL, FIX, Saved, recovery
 from engine.search.rows import asking_row, idea_row, variant_row
 from engine.search.scheduler import Scheduler
 from engine.search.steering import USER_STOP, Steering
@@ -72,7 +72,7 @@ class _Skipped(Exception):
     """A node's work did not start (a budget is spent, the search is stopping)."""
 
 
-class Search(SessionLifecycle):
+class Search:
     def __init__(
         self,
         store: Store,
@@ -107,18 +107,13 @@ class Search(SessionLifecycle):
         self.sizes = problem.sizes_for(self.backend)
         self.cost = problem.cost(self.backend)
         self._spread = 0  # ideas given languages so far (languages_for)
-        self.session_id: int | None = resume
-        self.resuming = resume is not None
+        self.record = SessionRecord(self, store, bus, resume)  # the session's row, start to end
         self.nodes: dict[int, Node] = {}
         self.verdicts: dict[int, Verdict] = {}
         self.replies: dict[tuple[int, str], LLMResult] = {}  # (node, purpose) -> how its call ended
-        self.started = time.time()
-        self.run_before_s = 0.0  # seconds the session ran before this start (a resume's earlier runs)
         self.round = 0
         self.parents: list[int] = []  # this round's parents
         self.sched = Scheduler(config.llm.llm_concurrency, suite.llm_limits if suite else None)
-        self._last_progress: tuple | None = None
-        self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
         self._profiling: dict[int, asyncio.Lock] = {}  # node -> held while its profile is taken
         self._cap_hit: str | None = None  # the variant cap left work undone (the stop reason, at the end)
@@ -127,10 +122,10 @@ class Search(SessionLifecycle):
 
     async def run(self) -> dict[str, Any]:
         """Run (or resume) the search to its end; the summary, also recorded and published."""
-        if self.resuming:
-            await self._load()
+        if self.record.resuming:
+            self._restore(await self.record.load())
         else:
-            await self._create()
+            await self._added(await self.record.create())
         steering = Steering(self, self.store, self.bus, self._sid)
         status = "failed"
         background: list[asyncio.Task[None]] = []
@@ -142,7 +137,7 @@ class Search(SessionLifecycle):
             else:
                 await self._recover()  # before any command adds work of its own
                 await steering.apply_pending()
-            background = [asyncio.create_task(steering.poll()), asyncio.create_task(self._tick())]
+            background = [asyncio.create_task(steering.poll()), asyncio.create_task(self.record.tick())]
             await self._rounds(steering)
             await steering.apply_pending(kinds=("profile",))  # asked for while the search ended
             await self.sched.drain()
@@ -159,7 +154,7 @@ class Search(SessionLifecycle):
             for task in background:
                 task.cancel()
             await asyncio.shield(self.sched.cancel_all())
-            summary = await self._finish(status)
+            summary = await self.record.finish(status)
         return summary
 
     async def _rounds(self, steering: Steering) -> None:
@@ -477,7 +472,7 @@ class Search(SessionLifecycle):
         """True once a budget is spent or the search is stopping; then no new work starts."""
         if self.stop_reason:
             return True
-        reason = self.budget.exceeded(time.time() - self.started)
+        reason = self.budget.exceeded(time.time() - self.record.started)
         if reason:
             self.stop_reason = reason
             task = asyncio.get_running_loop().create_task(self.bus.publish(BudgetReached(reason)))
@@ -491,6 +486,14 @@ class Search(SessionLifecycle):
             await self.bus.publish(BudgetReached(reason))
 
     # -- resuming (the session is read back by engine.search.lifecycle) -------------------------
+
+    def _restore(self, saved: Saved) -> None:
+        """Take up the session's state as the DB holds it: nodes, verdicts, replies, rounds, spending."""
+        self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
+        self.round, self.parents = saved.round, saved.parents
+        self.budget.restore(saved.totals, saved.variants_generated)
+        if saved.paused:
+            self.sched.pause()
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
@@ -507,9 +510,12 @@ class Search(SessionLifecycle):
     # -- helpers ----------------------------------------------------------------------------
 
     @property
+    def session_id(self) -> int | None:
+        return self.record.session_id
+
+    @property
     def _sid(self) -> int:
-        assert self.session_id is not None
-        return self.session_id
+        return self.record.sid
 
     @property
     def provider_names(self) -> str:

@@ -320,7 +320,7 @@ async def test_the_live_view_and_a_follower_say_the_same_queues(tmp_path: Path):
     Both views count the nodes now, the one record both have."""
     from types import SimpleNamespace
 
-    from engine.search.lifecycle import SessionLifecycle
+    from engine.search.lifecycle import SessionRecord
 
     store = await Store.open(tmp_path / "k.db")
     try:
@@ -347,9 +347,9 @@ async def test_the_live_view_and_a_follower_say_the_same_queues(tmp_path: Path):
         config=SimpleNamespace(budgets=SimpleNamespace(budget_usd=None, budget_tokens=None)),
         evaluator=SimpleNamespace(waiting={"compile": 0, "device": 0}, device_states=lambda: []),
         strategy=SimpleNamespace(total_rounds=lambda: 2), budget=SimpleNamespace(spent_tokens=0, spent_usd=0.0),
-        sched=SimpleNamespace(llm_running=0, paused=False), round=1, _last_progress=None,
-        _last_progress_at=0.0, elapsed_s=lambda: 5.0, bus=SimpleNamespace(publish=publish))
-    await SessionLifecycle.publish_progress(engine, force=True)  # type: ignore[arg-type]
+        sched=SimpleNamespace(llm_running=0, paused=False), round=1)
+    record = SessionRecord(engine, None, SimpleNamespace(publish=publish))  # type: ignore[arg-type]
+    await record.publish_progress(force=True)
     live.apply(published[0])
 
     def queues(model: ScreenModel) -> str:  # (the LLM calls: the live one saw none of the old ones)

@@ -363,7 +363,7 @@ def test_the_scripted_library_imports_nothing_of_the_app() -> None:
 
 def _screen_modules() -> set[str]:
     """The modules under tui/screens that define a screen the app navigates to (a class built on
-    `Screen`); the modal dialogs and the steering mixin are parts that screens share."""
+    `Screen`); the modal dialogs and the steering keys are parts that screens own or share."""
     out = set()
     for path in sorted((REPO / "tui" / "screens").glob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))

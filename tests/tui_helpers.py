@@ -112,15 +112,15 @@ async def suite_db(path: Path) -> tuple[Path, int, list[int]]:
     """A plain session, then a suite (a long name) of three problems, one of them running."""
     store = await Store.open(path)
     await write_fake_session(store, 20)
-    suite = await store.create_suite(name=SUITE_NAME, problems=["/a.py", "/b.py", "/c.py"], config={})
+    suite = await store.suites.create(name=SUITE_NAME, problems=["/a.py", "/b.py", "/c.py"], config={})
     members = []
     for name in ("relu", "matmul_with_a_rather_long_problem_name", "softmax"):
-        sid = await store.create_session(problem=name, problem_path=f"/{name}.py", backend="cpu",
+        sid = await store.sessions.create(problem=name, problem_path=f"/{name}.py", backend="cpu",
                                          strategy="tree", provider="scripted", models=["scripted:synthetic"],
                                          config={}, sizes={}, suite_id=suite)
         members.append(sid)
-    await store.update_session(members[0], status="finished", best_speedup=1.5, finished_at=time.time())
-    await store.update_session(members[1], pid=os.getpid(), heartbeat_at=time.time() + 3600)
+    await store.sessions.update(members[0], status="finished", best_speedup=1.5, finished_at=time.time())
+    await store.sessions.update(members[1], pid=os.getpid(), heartbeat_at=time.time() + 3600)
     await store.close()
     return path, suite, members
 

@@ -88,7 +88,7 @@ class KtreeApp(App[int]):
             return
         await self.push_screen(SessionsScreen())
         if self.open_session_id is not None:
-            session = await self.store.session(self.open_session_id)
+            session = await self.store.sessions.get(self.open_session_id)
             if session is None:
                 missing = f"no session {self.open_session_id} in {self.db_path}"
                 self.exit(return_code=2, message=f"ktree: error: {missing}")

@@ -529,14 +529,14 @@ class ScreenModel:
 async def read_rows(store: Store, session_id: int, model: ScreenModel, first: bool = False) -> SessionRows:
     """Read what the model lacks of a session: all of it (`first`), or what changed since the
     model's cursors (a poll). Steering commands are read only when some are pending."""
-    session = await store.session(session_id)
+    session = await store.sessions.get(session_id)
     if session is None:
         return SessionRows(None, first=first)
     session = {**session, "status": session_state(session)}
-    evaluations = await store.evaluations(session_id, after_id=0 if first else model.seen_eval)
+    evaluations = await store.evaluations.of(session_id, after_id=0 if first else model.seen_eval)
     if not first:  # a verdict read before, since profiled
-        evaluations += await store.profiled_evaluations(session_id, model.seen_ts)
-    nodes = await store.nodes_since(session_id, 0.0 if first else model.seen_ts)
-    commands = await store.commands(session_id) if first or model.pending else None
-    totals = await store.llm_totals(session_id)
+        evaluations += await store.evaluations.profiled(session_id, model.seen_ts)
+    nodes = await store.nodes.since(session_id, 0.0 if first else model.seen_ts)
+    commands = await store.commands.of(session_id) if first or model.pending else None
+    totals = await store.calls.totals(session_id)
     return SessionRows(session, evaluations, nodes, totals, commands, first)

@@ -224,15 +224,16 @@ async def pipeline_bench(problem: Any, backend: str, arch: str | None, *, rounds
             done.set()
             await sampler
             try:
-                sessions = [s["id"] for s in await store.sessions()]
-                evaluations = sum([len(await store.evaluations(sid)) for sid in sessions])
-                variant_nodes = [n for sid in sessions for n in await store.nodes(sid) if n.kind == "variant"]
+                sessions = [s["id"] for s in await store.sessions.all()]
+                evaluations = sum([len(await store.evaluations.of(sid)) for sid in sessions])
+                variant_nodes = [n for sid in sessions for n in await store.nodes.of(sid)
+                                 if n.kind == "variant"]
                 sources = {n.source for n in variant_nodes if n.source}
                 by_status: dict[str, int] = {}
                 for n in variant_nodes:
                     by_status[n.status] = by_status.get(n.status, 0) + 1
                 # Build (cuda) or import + JIT + autotune (triton) seconds per variant that got that far.
-                verdicts = [e["verdict"] for sid in sessions for e in await store.evaluations(sid)]
+                verdicts = [e["verdict"] for sid in sessions for e in await store.evaluations.of(sid)]
                 builds = sorted(v.compile_s for v in verdicts
                                 if v.compile_s is not None and v.status != "compile_error")
                 states = {d["name"]: d for d in evaluator.device_states()}

@@ -64,7 +64,7 @@ def reasoning_history(db: Path) -> dict[str, list[int]] | None:
     async def go() -> dict[str, list[int]]:
         store = await open_store(db)
         try:
-            return await store.reasoning_by_model()
+            return await store.calls.reasoning_by_model()
         finally:
             await store.close()
 

@@ -152,7 +152,7 @@ def timing(args: argparse.Namespace) -> int:
             rows = await asyncio.gather(*(time_reference(evaluator, p) for p in problems))
             for p, r in zip(problems, rows, strict=True):
                 if "error" not in r:
-                    await store.add_reference_time(
+                    await store.reference_times.add(
                         problem=p.name, source_hash=source_hash(p), sizes=r["sizes"],
                         backend=backend, device=r["device"], torch_version=r["torch_version"],
                         eager_ms=r.get("eager_ms"), compile_ms=r.get("compile_ms"))

@@ -28,7 +28,7 @@ def problems(args: argparse.Namespace) -> int:
             return {}, {}
         store = await open_store(db, read_only=True)
         try:
-            return await store.reference_times(device), await searched(store, found, backend, device)
+            return await store.reference_times.latest(device), await searched(store, found, backend, device)
         finally:
             await store.close()
 
@@ -50,13 +50,13 @@ async def searched(store: Any, found: list[Any], backend: str, device: str) -> d
     device, at the sizes the table shows, in the problem's own precision, from the same source."""
     wanted = {p.name: p for p in found}
     out: dict[str, float] = {}
-    for s in await store.sessions():  # (the latest first)
+    for s in await store.sessions.all():  # (the latest first)
         p = wanted.get(s["problem"])
         if (p is None or s["problem"] in out or s["backend"] != backend or not s.get("ref_ms")
                 or (s.get("config") or {}).get("precision") or s["sizes"] != p.sizes_for(backend)):
             continue
-        timed = [e for e in await store.evaluations(s["id"]) if e.get("ref_ms") == s["ref_ms"]]
-        root = next((n for n in await store.nodes(s["id"]) if n.kind == "root"), None)
+        timed = [e for e in await store.evaluations.of(s["id"]) if e.get("ref_ms") == s["ref_ms"]]
+        root = next((n for n in await store.nodes.of(s["id"]) if n.kind == "root"), None)
         if (timed and timed[-1]["device"].split(": ")[-1] == device and root is not None
                 and root.source == p.source):
             out[s["problem"]] = s["ref_ms"]

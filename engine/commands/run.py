@@ -111,7 +111,7 @@ async def run_headless(args: argparse.Namespace, prepared: Prepared, db: Path) -
     try:
         summary = await search.run()
     except asyncio.CancelledError:
-        summary = search.summary("interrupted")
+        summary = search.record.summary("interrupted")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

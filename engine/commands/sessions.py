@@ -19,7 +19,7 @@ def sessions(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, Any]]:
         store = await open_store(db, read_only=True)
         try:
-            return await store.sessions()
+            return await store.sessions.all()
         finally:
             await store.close()
 

@@ -35,7 +35,7 @@ def show(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, Any]]:
         store = await open_store(db, read_only=True)
         try:
-            sessions = await store.sessions()
+            sessions = await store.sessions.all()
             if args.session is not None:
                 sessions = [s for s in sessions if s["id"] == args.session]
                 if not sessions:
@@ -61,8 +61,8 @@ def show(args: argparse.Namespace) -> int:
 
 async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
     """One session's variants as rows, with its nodes and verdicts for the outline."""
-    evals = {e["node_id"]: e["verdict"] for e in await store.evaluations(s["id"])}
-    nodes = await store.nodes(s["id"])
+    evals = {e["node_id"]: e["verdict"] for e in await store.evaluations.of(s["id"])}
+    nodes = await store.nodes.of(s["id"])
     library_ops = session_library_ops(s.get("config"))
     best = best_variant(nodes, library_ops)  # the one export writes
     rows = []
@@ -85,7 +85,7 @@ async def _session(store: Any, s: dict[str, Any]) -> dict[str, Any]:
                      "library_excluded": v is not None and n.status == "correct"
                      and library_excluded(v, library_ops)})
     return {"session": s, "variants": rows, "nodes": nodes, "verdicts": evals,
-            "profiles_per_round": await store.profiles_per_round(s["id"])}
+            "profiles_per_round": await store.profiles.per_round(s["id"])}
 
 
 def _suite(args: argparse.Namespace, db: Path) -> int:
@@ -139,7 +139,7 @@ def _profile(args: argparse.Namespace, db: Path) -> int:
             if target.verdict.profile:
                 return f"node {node}: profiled already: {profile_line(target.verdict.profile)}", 0
             if session_state(target.session) == "running":
-                cid = await store.add_command(args.session, *control.encode(control.Profile(node)))
+                cid = await store.commands.add(args.session, *control.encode(control.Profile(node)))
                 return (f"node {node}: profile asked of the engine running session {args.session}"
                         f" (command {cid}); `ktree show {args.session} --json` shows it once taken"), 0
             evaluator = await asyncio.to_thread(profile_evaluator, target.session)
@@ -167,7 +167,7 @@ def _follow(args: argparse.Namespace, db: Path) -> int:
     async def latest() -> int:
         store = await open_store(db, read_only=True)
         try:
-            sessions = await store.sessions()
+            sessions = await store.sessions.all()
         finally:
             await store.close()
         if args.session is not None:

@@ -38,6 +38,7 @@ _FOLDERS: dict[str, tuple[str, str]] = {
         "checked_gpus", "visible_gpu_indices", "check_cpu_timer", "check_local_flags")},
     **{name: ("engine.evaluate.placement.backends", name) for name in ("PlacementError", "resolve_backend")},
     "LocalEvaluator": ("engine.evaluate.host.evaluator", "LocalEvaluator"),
+    "EvaluatorConfig": ("engine.evaluate.host.evaluator", "EvaluatorConfig"),
     # the job built on the host's side, and a process of its own for it (the benches of the build)
     "make_job": ("engine.evaluate.host.make_job", "make_job"),
     "run_child": ("engine.evaluate.host.runner", "run_child"),

@@ -286,10 +286,10 @@ async def prepare_resume(request: ResumeRequest, store: Store) -> Prepared:
     ray.init wants to be."""
     from engine.record.store import session_state
 
-    session = await store.session(request.session)
+    session = await store.sessions.get(request.session)
     if session is None:
         raise UsageError(f"no session {request.session} in {store.path}")
-    pending = len(await store.commands(request.session, pending_only=True))
+    pending = len(await store.commands.of(request.session, pending_only=True))
     state = session_state(session)
     if state == "running":
         raise UsageError(f"session {request.session} is still running (pid {session['pid']})")

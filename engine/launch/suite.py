@@ -203,12 +203,12 @@ async def prepare_suite_resume(request: SuiteResumeRequest, store: Store) -> Pre
     """A recorded suite, ready to continue on the caller's store."""
     from engine.record.store import session_state
 
-    suite = await store.suite(request.suite)
+    suite = await store.suites.get(request.suite)
     if suite is None:
         raise UsageError(f"no suite {request.suite} in {store.path}")
     if suite["status"] == "running":
         raise UsageError(f"suite {request.suite} is still running (pid {suite['pid']})")
-    sessions = await store.suite_sessions(request.suite)
+    sessions = await store.suites.sessions(request.suite)
     done = {s["problem_path"] for s in sessions if session_state(s) in ("finished", "stopped", "failed")}
     if suite["status"] == "finished" and done >= set(suite["problems"]):
         raise UsageError(f"suite {request.suite} has finished; there is nothing to resume")

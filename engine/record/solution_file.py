@@ -24,10 +24,10 @@ class ExportError(Exception):
 
 async def best_variant(store: Store, session_id: int) -> int:
     """The session's best variant (engine.domain.best_variant), by id."""
-    session = await store.session(session_id)
+    session = await store.sessions.get(session_id)
     if session is None:
         raise ExportError(f"no session {session_id}")
-    best = domain_best(await store.nodes(session_id), session_library_ops(session["config"]))
+    best = domain_best(await store.nodes.of(session_id), session_library_ops(session["config"]))
     if best is None:
         raise ExportError(f"session {session_id} has no correct variant to export")
     return best.id
@@ -41,13 +41,13 @@ async def solution_text(store: Store, node_id: int, session_id: int | None = Non
         where = f" in session {session_id}" if session_id is not None else ""
         raise ExportError(f"no node {node_id}{where}")
     sid = rows[0][0]
-    session = await store.session(sid)
+    session = await store.sessions.get(sid)
     assert session is not None
-    node = next(n for n in await store.nodes(sid) if n.id == node_id)
+    node = next(n for n in await store.nodes.of(sid) if n.id == node_id)
     if node.kind != "variant" or not node.source:
         what = {"root": "the reference", "idea": "an idea"}.get(node.kind, "a variant with no code")
         raise ExportError(f"node {node_id} is {what}; only a variant's code can be exported")
-    evaluations = await store.evaluations(sid)
+    evaluations = await store.evaluations.of(sid)
     verdict = next((e["verdict"] for e in reversed(evaluations) if e["node_id"] == node_id), None)
     sizes = ", ".join(f"{k}={v}" for k, v in ((verdict and verdict.sizes) or session["sizes"]).items())
 

@@ -60,7 +60,7 @@ class Budget:
         return allowed
 
     def restore(self, totals: Mapping[str, float], variants_generated: int) -> None:
-        """Spending so far, as recorded (`Store.llm_totals`), for a resumed session."""
+        """Spending so far, as recorded (`Store.calls.totals`), for a resumed session."""
         self.spent_usd = float(totals["cost_usd"])
         self.spent_tokens = int(totals["tokens"])
         self.variants_generated = variants_generated

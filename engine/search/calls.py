@@ -67,7 +67,7 @@ async def call_llm(store: Store, bus: EventBus, budget: Budget, session_id: int,
         completion = await provider.complete([Message("user", prompt)], model, settings.max_output_tokens,
                                              settings.reasoning)
     except LLMError as exc:
-        call_id = await store.add_llm_call(
+        call_id = await store.calls.add(
             session_id=session_id, node_id=node_id, provider=provider.name, model=model,
             purpose=purpose, prompt=prompt, reply="", status="error", error=str(exc),
             latency_s=exc.latency_s, attempts=exc.attempts,
@@ -77,7 +77,7 @@ async def call_llm(store: Store, bus: EventBus, budget: Budget, session_id: int,
         return LLMResult("auth" if isinstance(exc, LLMAuthError) else "error", "", str(exc))
     u = completion.usage
     budget.charge(completion.cost_usd, u)
-    call_id = await store.add_llm_call(
+    call_id = await store.calls.add(
         session_id=session_id, node_id=node_id, provider=provider.name,
         model=completion.model or model, purpose=purpose, prompt=prompt, reply=completion.text,
         input_tokens=u.input, output_tokens=u.output, reasoning_tokens=u.reasoning,

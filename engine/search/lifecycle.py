@@ -1,7 +1,6 @@
 """The search's session as the DB and the readers see it: created or read back at the start,
 kept alive by a heartbeat and Progress events while it runs, and recorded (summary, status, best)
-at its end. A part of engine.search.orchestrator.Search, kept apart so the orchestrator reads as
-the work it runs."""
+at its end. The search owns one (`Search.record`), so the orchestrator reads as the work it runs."""
 
 from __future__ import annotations
 
@@ -9,22 +8,21 @@ import asyncio
 import os
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine import settings
 from engine.record.events import Progress, SessionDone, SessionStarted
-from engine.search.resume import load_session
+from engine.search.resume import Saved, load_session
 from engine.search.rows import root_row
 
 if TYPE_CHECKING:
     from engine.domain import Node
     from engine.evaluate import Evaluator, Verdict
     from engine.options import Placement
-    from engine.problems import Problem
+    from engine.problems import Cost, Problem
     from engine.record.events import EventBus
     from engine.record.store import Store
     from engine.search.budget import Budget
-    from engine.search.calls import LLMResult
     from engine.search.config import SearchConfig
     from engine.search.scheduler import Scheduler
     from engine.search.strategies import Strategy
@@ -32,35 +30,55 @@ if TYPE_CHECKING:
 HEARTBEAT_S = 2.0
 
 
-class SessionLifecycle:
-    """Search's session record, mixed into engine.search.orchestrator.Search: Search sets the
-    attributes below and gives the rest (`_sid`, `_added`, `best`, the names of its models)."""
+class Recorded(Protocol):
+    """What the session's record reads of the search (engine.search.Search): what it searches, with
+    what, and how far it has come."""
 
-    store: Store
-    bus: EventBus
     evaluator: Evaluator
     problem: Problem
     config: SearchConfig
     placement: Placement | None  # where it runs, as resolved (None: what the evaluator says)
+    backend: str
+    sizes: dict[str, int]
+    cost: Cost
+    scripted: bool
+    provider_names: str
+    model_names: list[str]
+    suite: Any  # engine.search.orchestrator.SuiteShare, or None
     strategy: Strategy
     budget: Budget
     sched: Scheduler
-    suite: Any  # engine.search.orchestrator.SuiteShare, or None
-    session_id: int | None
-    resuming: bool
     nodes: dict[int, Node]
     verdicts: dict[int, Verdict]
-    replies: dict[tuple[int, str], LLMResult]
-    started: float
-    run_before_s: float
     round: int
-    parents: list[int]
-    _last_progress: tuple | None
-    _last_progress_at: float
+    stop_reason: str | None
+
+    def best(self) -> Node | None: ...
+
+
+class SessionRecord:
+    """The session's row and what readers are told of it (SessionStarted, Progress, SessionDone),
+    for one search; `session_id` None until the session is created."""
+
+    def __init__(self, search: Recorded, store: Store, bus: EventBus, session_id: int | None = None):
+        self.search = search
+        self.store = store
+        self.bus = bus
+        self.session_id = session_id
+        self.resuming = session_id is not None
+        self.started = time.time()
+        self.run_before_s = 0.0  # seconds the session ran before this start (a resume's earlier runs)
+        self._last_progress: tuple | None = None
+        self._last_progress_at = 0.0
+
+    @property
+    def sid(self) -> int:
+        assert self.session_id is not None
+        return self.session_id
 
     # -- progress ---------------------------------------------------------------------------
 
-    async def _tick(self) -> None:
+    async def tick(self) -> None:
         """Progress events (when something changed, at most 4 a second, and once a second
         regardless) and the session's heartbeat (so a reader can tell a dead engine)."""
         last_beat = 0.0
@@ -69,22 +87,22 @@ class SessionLifecycle:
             now = time.time()
             try:
                 if now - last_beat >= HEARTBEAT_S:
-                    await self.store.update_session(self._sid, heartbeat_at=now)
-                    await self.store.set_run_s(self._sid, self.elapsed_s())
+                    await self.store.sessions.update(self.sid, heartbeat_at=now)
+                    await self.store.sessions.set_run_s(self.sid, self.elapsed_s())
                     last_beat = now
                 await self.publish_progress()
             except Exception as exc:  # end the search with it: a silent heartbeat reads as dead
-                self.sched.fail(exc)
+                self.search.sched.fail(exc)
                 return
 
     async def publish_progress(self, force: bool = False) -> None:
         """A Progress event, unless nothing changed in the last second (`force`: regardless)."""
-        cfg = self.config
-        devices = tuple(self.evaluator.device_states())
-        rounds = self.strategy.total_rounds()
-        spent = self.budget
-        state = (self.round, rounds, self.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6),
-                 self.sched.paused,
+        s = self.search
+        devices = tuple(s.evaluator.device_states())
+        rounds = s.strategy.total_rounds()
+        spent = s.budget
+        state = (s.round, rounds, s.sched.llm_running, spent.spent_tokens, round(spent.spent_usd, 6),
+                 s.sched.paused,
                  tuple((d["name"], d["busy"], d["jobs"], d["queue"], d["alive"], d.get("waiting_for"))
                        for d in devices))
         now = time.monotonic()
@@ -92,80 +110,82 @@ class SessionLifecycle:
             return
         self._last_progress, self._last_progress_at = state, now
         await self.bus.publish(Progress(
-            round=self.round, rounds=rounds, llm_running=state[2], tokens=spent.spent_tokens,
-            cost_usd=spent.spent_usd, budget_usd=cfg.budgets.budget_usd,
-            budget_tokens=cfg.budgets.budget_tokens,
-            elapsed_s=round(self.elapsed_s(), 2), paused=self.sched.paused, devices=devices,
+            round=s.round, rounds=rounds, llm_running=state[2], tokens=spent.spent_tokens,
+            cost_usd=spent.spent_usd, budget_usd=s.config.budgets.budget_usd,
+            budget_tokens=s.config.budgets.budget_tokens,
+            elapsed_s=round(self.elapsed_s(), 2), paused=s.sched.paused, devices=devices,
         ))
-
-
-    def placement_record(self) -> dict[str, Any]:
-        """Where the search runs, as the session records it (engine.options.Placement's fields)."""
-        if self.placement is not None:
-            return asdict(self.placement)
-        gpus = self.evaluator.gpus
-        return {"backend": self.backend, "gpus": list(gpus) if gpus else None}
-
-    async def _create(self) -> None:
-        cfg = self.config
-        self.session_id = await self.store.create_session(
-            problem=self.problem.name, problem_path=str(self.problem.path), backend=self.backend,
-            strategy=cfg.shape.strategy, provider=self.provider_names, models=self.model_names,
-            config={**cfg.record(), "flops": self.cost.flops, "bytes": self.cost.bytes,
-                    "cost_estimated": self.cost.estimated,
-                    # where it ran, as resolved (engine.options.Placement): a resume uses its GPUs again
-                    "placement": self.placement_record(),
-                    # KTREE_* settings that can change a time or a verdict (engine.settings)
-                    "environment": settings.recorded(),
-                    # The reference's output does not depend on its inputs (engine.problems).
-                    "degenerate": await asyncio.to_thread(lambda: self.problem.degenerate)},
-            sizes=self.sizes, suite_id=self.suite.suite_id if self.suite else None,
-        )
-        await self.store.update_session(self._sid, pid=os.getpid(), heartbeat_at=time.time())
-        await self._publish_started()
-        [root] = await self.store.add_nodes(self._sid, [root_row(self.problem.title, self.problem.source)])
-        await self._added(root)
-
-    async def _load(self) -> None:
-        """Take the session's state from the DB: nodes, verdicts, replies, rounds, spending."""
-        sid = self._sid
-        self.run_before_s = await self._ran_before(sid)
-        await self.store.update_session(sid, status="running", stop_reason=None, finished_at=None,
-                                        pid=os.getpid(), heartbeat_at=time.time())
-        await self._publish_started()
-        saved = await load_session(self.store, sid)
-        self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
-        self.round, self.parents = saved.round, saved.parents
-        self.budget.restore(saved.totals, saved.variants_generated)
-        if saved.paused:
-            self.sched.pause()
-        if not any(n.kind == "root" for n in self.nodes.values()):
-            [root] = await self.store.add_nodes(sid, [root_row(self.problem.title, self.problem.source)])
-            self.nodes[root.id] = root
-
-    async def _ran_before(self, sid: int) -> float:
-        """How long the session ran before this resume: as its engine recorded it, else (a DB
-        from before that record) from its start to its last sign of life."""
-        recorded = await self.store.run_s(sid)
-        if recorded is not None:
-            return recorded
-        row = await self.store.session(sid) or {}
-        end = row.get("finished_at") or row.get("heartbeat_at") or row.get("created_at") or 0.0
-        return max(0.0, end - (row.get("created_at") or end))
 
     def elapsed_s(self) -> float:
         """Seconds the session has run: its earlier runs, then this one."""
         return self.run_before_s + time.time() - self.started
 
+    # -- the start ----------------------------------------------------------------------------
+
+    def placement_record(self) -> dict[str, Any]:
+        """Where the search runs, as the session records it (engine.options.Placement's fields)."""
+        s = self.search
+        if s.placement is not None:
+            return asdict(s.placement)
+        gpus = s.evaluator.gpus
+        return {"backend": s.backend, "gpus": list(gpus) if gpus else None}
+
+    async def create(self) -> Node:
+        """A new session's row, announced; its root node (the reference), to be added."""
+        s, cfg = self.search, self.search.config
+        self.session_id = await self.store.sessions.create(
+            problem=s.problem.name, problem_path=str(s.problem.path), backend=s.backend,
+            strategy=cfg.shape.strategy, provider=s.provider_names, models=s.model_names,
+            config={**cfg.record(), "flops": s.cost.flops, "bytes": s.cost.bytes,
+                    "cost_estimated": s.cost.estimated,
+                    # where it ran, as resolved (engine.options.Placement): a resume uses its GPUs again
+                    "placement": self.placement_record(),
+                    # KTREE_* settings that can change a time or a verdict (engine.settings)
+                    "environment": settings.recorded(),
+                    # The reference's output does not depend on its inputs (engine.problems).
+                    "degenerate": await asyncio.to_thread(lambda: s.problem.degenerate)},
+            sizes=s.sizes, suite_id=s.suite.suite_id if s.suite else None,
+        )
+        await self.store.sessions.update(self.sid, pid=os.getpid(), heartbeat_at=time.time())
+        await self._publish_started()
+        [root] = await self.store.nodes.add_many(self.sid, [root_row(s.problem.title, s.problem.source)])
+        return root
+
+    async def load(self) -> Saved:
+        """The session marked running again, announced, and its state read back from the DB (nodes,
+        verdicts, replies, rounds, spending), a root node added where it had none."""
+        sid = self.sid
+        self.run_before_s = await self._ran_before(sid)
+        await self.store.sessions.update(sid, status="running", stop_reason=None, finished_at=None,
+                                         pid=os.getpid(), heartbeat_at=time.time())
+        await self._publish_started()
+        saved = await load_session(self.store, sid)
+        if not any(n.kind == "root" for n in saved.nodes.values()):
+            problem = self.search.problem
+            [root] = await self.store.nodes.add_many(sid, [root_row(problem.title, problem.source)])
+            saved.nodes[root.id] = root
+        return saved
+
+    async def _ran_before(self, sid: int) -> float:
+        """How long the session ran before this resume: as its engine recorded it, else (a DB
+        from before that record) from its start to its last sign of life."""
+        recorded = await self.store.sessions.run_s(sid)
+        if recorded is not None:
+            return recorded
+        row = await self.store.sessions.get(sid) or {}
+        end = row.get("finished_at") or row.get("heartbeat_at") or row.get("created_at") or 0.0
+        return max(0.0, end - (row.get("created_at") or end))
+
     async def _publish_started(self) -> None:
-        if hasattr(self.evaluator, "session"):  # a LocalEvaluator records it in its device locks
+        s = self.search
+        if hasattr(s.evaluator, "session"):  # a LocalEvaluator records it in its device locks
             path = getattr(self.store, "path", None)
-            self.evaluator.session = {"id": self._sid, "db": str(path) if path else None}
+            s.evaluator.session = {"id": self.sid, "db": str(path) if path else None}
         await self.bus.publish(SessionStarted(
-            self._sid, self.problem.name, self.backend, self.provider_names, self.scripted,
-            dict(self.sizes), {**self.config.record(), "placement": self.placement_record(),
-             "degenerate": self.problem.degenerate},
-            self.cost.describe(), resumed=self.resuming,
+            self.sid, s.problem.name, s.backend, s.provider_names, s.scripted,
+            dict(s.sizes), {**s.config.record(), "placement": self.placement_record(),
+             "degenerate": s.problem.degenerate},
+            s.cost.describe(), resumed=self.resuming,
             elapsed_s=round(self.run_before_s, 2),
         ))
 
@@ -173,27 +193,28 @@ class SessionLifecycle:
 
     def summary(self, status: str, elapsed_s: float | None = None) -> dict[str, Any]:
         """What the search did, as `ktree run --json` prints it."""
-        variants = [n for n in self.nodes.values() if n.kind == "variant"]
+        s = self.search
+        variants = [n for n in s.nodes.values() if n.kind == "variant"]
         by_status: dict[str, int] = {}
         for n in variants:
             by_status[n.status] = by_status.get(n.status, 0) + 1
-        best = self.best()
-        best_verdict = self.verdicts.get(best.id) if best else None
+        best = s.best()
+        best_verdict = s.verdicts.get(best.id) if best else None
         return {
             "session_id": self.session_id,
-            "problem": self.problem.name,
-            "backend": self.backend,
-            "provider": self.provider_names,
-            "models": self.model_names,
-            "scripted": self.scripted,
-            "strategy": self.config.shape.strategy,
-            "library_ops": self.config.checks.library_ops,
+            "problem": s.problem.name,
+            "backend": s.backend,
+            "provider": s.provider_names,
+            "models": s.model_names,
+            "scripted": s.scripted,
+            "strategy": s.config.shape.strategy,
+            "library_ops": s.config.checks.library_ops,
             "resumed": self.resuming,
             "status": status,
-            "stop_reason": self.stop_reason,
-            "rounds": self.round,
-            "sizes": self.sizes,
-            "ideas": sum(1 for n in self.nodes.values() if n.kind == "idea"),
+            "stop_reason": s.stop_reason,
+            "rounds": s.round,
+            "sizes": s.sizes,
+            "ideas": sum(1 for n in s.nodes.values() if n.kind == "idea"),
             "variants": len(variants),
             "by_status": by_status,
             "best": None if best is None else {
@@ -207,19 +228,20 @@ class SessionLifecycle:
             "elapsed_s": round(self.elapsed_s() if elapsed_s is None else elapsed_s, 2),
         }
 
-    async def _finish(self, status: str) -> dict[str, Any]:
+    async def finish(self, status: str) -> dict[str, Any]:
+        """The session's end recorded (shielded: an interrupted search still records how it ended)
+        and announced; the summary."""
         elapsed = self.elapsed_s()  # one reading: the summary says what the DB keeps for a resume
         summary = self.summary(status, elapsed)
         if self.session_id is None:
             return summary
-        summary["llm"] = await asyncio.shield(self.store.llm_totals(self._sid))
-        best = self.best()
-        # Shielded: an interrupted search still records how it ended.
-        await asyncio.shield(self.store.set_run_s(self._sid, elapsed))
-        await asyncio.shield(self.store.update_session(
-            self._sid, status=status, stop_reason=self.stop_reason, finished_at=time.time(),
+        summary["llm"] = await asyncio.shield(self.store.calls.totals(self.sid))
+        best, stop_reason = self.search.best(), self.search.stop_reason
+        await asyncio.shield(self.store.sessions.set_run_s(self.sid, elapsed))
+        await asyncio.shield(self.store.sessions.update(
+            self.sid, status=status, stop_reason=stop_reason, finished_at=time.time(),
             best_node_id=best.id if best else None, best_speedup=best.speedup if best else None,
         ))
         await self.publish_progress(force=True)
-        await self.bus.publish(SessionDone(self._sid, status, summary))
+        await self.bus.publish(SessionDone(self.sid, status, summary))
         return summary

@@ -45,8 +45,8 @@ from engine.search.calls import CallSettings, LLMResult, Models, call_llm
 from engine.search.config import SearchConfig
 from engine.search.history import describe, tried
 from engine.search.jobs import variant_job
-from engine.search.lifecycle import SessionLifecycle
-from engine.search.resume import CANCEL, FIX, recovery
+from engine.search.lifecycle import SessionRecord
+from engine.search.resume import CANCEL, FIX, Saved, recovery
 from engine.search.rows import asking_row, idea_row, variant_row
 from engine.search.scheduler import Scheduler
 from engine.search.steering import USER_STOP, Steering
@@ -72,7 +72,7 @@ class _Skipped(Exception):
     """A node's work did not start (a budget is spent, the search is stopping)."""
 
 
-class Search(SessionLifecycle):
+class Search:
     def __init__(
         self,
         store: Store,
@@ -107,18 +107,13 @@ class Search(SessionLifecycle):
         self.sizes = problem.sizes_for(self.backend)
         self.cost = problem.cost(self.backend)
         self._spread = 0  # ideas given languages so far (languages_for)
-        self.session_id: int | None = resume
-        self.resuming = resume is not None
+        self.record = SessionRecord(self, store, bus, resume)  # the session's row, start to end
         self.nodes: dict[int, Node] = {}
         self.verdicts: dict[int, Verdict] = {}
         self.replies: dict[tuple[int, str], LLMResult] = {}  # (node, purpose) -> how its call ended
-        self.started = time.time()
-        self.run_before_s = 0.0  # seconds the session ran before this start (a resume's earlier runs)
         self.round = 0
         self.parents: list[int] = []  # this round's parents
         self.sched = Scheduler(config.llm.llm_concurrency, suite.llm_limits if suite else None)
-        self._last_progress: tuple | None = None
-        self._last_progress_at = 0.0
         self._publishing: set[asyncio.Task[None]] = set()
         self._profiling: dict[int, asyncio.Lock] = {}  # node -> held while its profile is taken
         self._cap_hit: str | None = None  # the variant cap left work undone (the stop reason, at the end)
@@ -127,10 +122,10 @@ class Search(SessionLifecycle):
 
     async def run(self) -> dict[str, Any]:
         """Run (or resume) the search to its end; the summary, also recorded and published."""
-        if self.resuming:
-            await self._load()
+        if self.record.resuming:
+            self._restore(await self.record.load())
         else:
-            await self._create()
+            await self._added(await self.record.create())
         steering = Steering(self, self.store, self.bus, self._sid)
         status = "failed"
         background: list[asyncio.Task[None]] = []
@@ -142,7 +137,7 @@ class Search(SessionLifecycle):
             else:
                 await self._recover()  # before any command adds work of its own
                 await steering.apply_pending()
-            background = [asyncio.create_task(steering.poll()), asyncio.create_task(self._tick())]
+            background = [asyncio.create_task(steering.poll()), asyncio.create_task(self.record.tick())]
             await self._rounds(steering)
             await steering.apply_pending(kinds=("profile",))  # asked for while the search ended
             await self.sched.drain()
@@ -159,7 +154,7 @@ class Search(SessionLifecycle):
             for task in background:
                 task.cancel()
             await asyncio.shield(self.sched.cancel_all())
-            summary = await self._finish(status)
+            summary = await self.record.finish(status)
         return summary
 
     async def _rounds(self, steering: Steering) -> None:
@@ -179,7 +174,7 @@ class Search(SessionLifecycle):
             ends = last or not parents or self._over_budget()
             if ends:  # the search ends: its best is read
                 await self._profile_best()
-            profiles = (await self.store.profiles_per_round(self._sid)).get(self.round, 0)
+            profiles = (await self.store.profiles.per_round(self._sid)).get(self.round, 0)
             await self.bus.publish(RoundDone(self.round, tuple(parents), self.best_speedup(), tuple(ties),
                                              profiles=profiles, last=ends))
             if last:
@@ -198,7 +193,7 @@ class Search(SessionLifecycle):
         self.parents = list(parents)
         k = self.strategy.ideas_per_call()
         rows = [asking_row(p, r, k) for p in parents]
-        made = await self.store.add_nodes(self._sid, rows, round_parents=(r, self.parents))
+        made = await self.store.nodes.add_many(self._sid, rows, round_parents=(r, self.parents))
         for node in made:
             await self._added(node)
             self._spawn(node)
@@ -214,14 +209,14 @@ class Search(SessionLifecycle):
         """Commit changes to a node (unless already committed), then (unless a VerdictReady
         follows) publish them."""
         if commit:
-            await self.store.update_node(node_id, **changes)
+            await self.store.nodes.update(node_id, **changes)
         self.nodes[node_id] = replace(self.nodes[node_id], **changes)
         if publish:
             await self.bus.publish(NodeUpdated(self.nodes[node_id]))
 
     async def add_nodes(self, rows: list[dict[str, Any]], command_id: int | None = None) -> list[Node]:
         """Insert rows in one transaction (marking the command that made them applied)."""
-        return await self.store.add_nodes(self._sid, rows, command_id=command_id)
+        return await self.store.nodes.add_many(self._sid, rows, command_id=command_id)
 
     async def start(self, made: list[Node]) -> None:
         """Announce new nodes, then start the work of those that have some."""
@@ -289,7 +284,7 @@ class Search(SessionLifecycle):
             rows += [variant_row({"new": at}, idea.title, node.round, language=lang)
                      for lang in self.languages_for(m)[:count]]
         changes = {"status": "ok", "title": first.title, "text": first.description, "want": 0}
-        made = await self.store.add_nodes(self._sid, rows, update=(node.id, changes))
+        made = await self.store.nodes.add_many(self._sid, rows, update=(node.id, changes))
         await self.update(node.id, commit=False, **changes)
         await self.start(made)
 
@@ -368,7 +363,7 @@ class Search(SessionLifecycle):
                             "evaluate" if phase in DEVICE_PHASES else "phase")
 
             verdict = await self.evaluator.evaluate(job, on_phase, gate=self.sched)
-            await self.store.add_evaluation(node_id=node.id, session_id=self._sid, verdict=verdict)
+            await self.store.evaluations.add(node_id=node.id, session_id=self._sid, verdict=verdict)
             self.verdicts[node.id] = verdict
             crash.point("db")  # the evaluation is committed, the node not yet updated
         await self.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
@@ -376,7 +371,7 @@ class Search(SessionLifecycle):
                           disturbed=is_disturbed(verdict.flags), publish=False)
         if verdict.ref_eager_ms and verdict.status == "correct":
             best = self.best()  # the best so far, for the sessions list and show while it runs
-            await self.store.update_session(self._sid, ref_ms=verdict.ref_eager_ms,
+            await self.store.sessions.update(self._sid, ref_ms=verdict.ref_eager_ms,
                                             best_node_id=best.id if best else None,
                                             best_speedup=best.speedup if best else None)
         await self.bus.publish(VerdictReady(self.nodes[node.id], verdict))
@@ -400,7 +395,7 @@ class Search(SessionLifecycle):
             profiled = await self.evaluator.profile(self._job(node), verdict)
             if not profiled.profile:
                 return False
-            await self.store.add_profile(self._sid, node_id, profiled, round=max(1, round or self.round),
+            await self.store.profiles.add(self._sid, node_id, profiled, round=max(1, round or self.round),
                                          reason=reason)
             self.verdicts[node_id] = profiled
             await self.bus.publish(ProfileTaken(self.nodes[node_id], profiled, reason))
@@ -422,7 +417,7 @@ class Search(SessionLifecycle):
         except asyncio.CancelledError:
             if self.sched.cancelled.pop(node_id, None) is None:
                 raise  # the whole search is going: the command stays pending, for a resume
-        await self.store.mark_command_applied(command_id)
+        await self.store.commands.mark_applied(command_id)
         await self.bus.publish(CommandApplied(command_id, "profile", (node_id,)))
 
     async def _profile_best(self) -> None:
@@ -477,7 +472,7 @@ class Search(SessionLifecycle):
         """True once a budget is spent or the search is stopping; then no new work starts."""
         if self.stop_reason:
             return True
-        reason = self.budget.exceeded(time.time() - self.started)
+        reason = self.budget.exceeded(time.time() - self.record.started)
         if reason:
             self.stop_reason = reason
             task = asyncio.get_running_loop().create_task(self.bus.publish(BudgetReached(reason)))
@@ -491,6 +486,14 @@ class Search(SessionLifecycle):
             await self.bus.publish(BudgetReached(reason))
 
     # -- resuming (the session is read back by engine.search.lifecycle) -------------------------
+
+    def _restore(self, saved: Saved) -> None:
+        """Take up the session's state as the DB holds it: nodes, verdicts, replies, rounds, spending."""
+        self.nodes, self.verdicts, self.replies = saved.nodes, saved.verdicts, saved.replies
+        self.round, self.parents = saved.round, saved.parents
+        self.budget.restore(saved.totals, saved.variants_generated)
+        if saved.paused:
+            self.sched.pause()
 
     async def _recover(self) -> None:
         """Restart the current round's unfinished work; none of what is recorded is redone."""
@@ -507,9 +510,12 @@ class Search(SessionLifecycle):
     # -- helpers ----------------------------------------------------------------------------
 
     @property
+    def session_id(self) -> int | None:
+        return self.record.session_id
+
+    @property
     def _sid(self) -> int:
-        assert self.session_id is not None
-        return self.session_id
+        return self.record.sid
 
     @property
     def provider_names(self) -> str:

@@ -2,7 +2,7 @@
 the parents of a round (before their children's idea prompts are built), the final best, and
 whatever a person asks for (`ktree show N --profile NODE`, the TUI's profile key). Each profile is
 taken by the evaluator after the verdict (Evaluator.profile) and recorded with the verdict
-(`Store.add_profile`: the evaluation row holds it, a profiles row says when and why).
+(`Store.profiles.add`: the evaluation row holds it, a profiles row says when and why).
 
 Here: the checks on a profile asked for, and a profile taken outside a running search (the
 session is finished, stopped or interrupted); it rebuilds the job that was evaluated with
@@ -40,16 +40,16 @@ class ProfileTarget:
 async def profile_target(store: Store, session_id: int, node_id: int) -> ProfileTarget:
     """The session, node and verdict of a profile asked for; ProfileRequestError, in words, for
     a session or node that is not there or a node that is not a correct variant."""
-    session = await store.session(session_id)
+    session = await store.sessions.get(session_id)
     if session is None:
         raise ProfileRequestError(f"no session {session_id} in {store.path}")
-    node = next((n for n in await store.nodes(session_id) if n.id == node_id), None)
+    node = next((n for n in await store.nodes.of(session_id) if n.id == node_id), None)
     if node is None:
         raise ProfileRequestError(f"session {session_id} has no node {node_id}")
     if node.kind != "variant":
         raise ProfileRequestError(f"node {node_id} is {'the reference' if node.kind == 'root' else 'an idea'};"
                                   " only a correct variant can be profiled")
-    verdict = next((e["verdict"] for e in reversed(await store.evaluations(session_id))
+    verdict = next((e["verdict"] for e in reversed(await store.evaluations.of(session_id))
                     if e["node_id"] == node_id), None)
     if verdict is None or not verdict.ok:
         status = verdict.status if verdict is not None else node.status
@@ -67,7 +67,7 @@ async def profile_recorded(store: Store, target: ProfileTarget, evaluator: Evalu
                       session["config"].get("flops"), session["config"].get("bytes"))
     profiled = await evaluator.profile(job, target.verdict, on_phase)
     if profiled.profile:
-        rounds = await store.rounds(session["id"])
-        await store.add_profile(session["id"], node.id, profiled, round=max(rounds, default=node.round),
+        rounds = await store.nodes.rounds(session["id"])
+        await store.profiles.add(session["id"], node.id, profiled, round=max(rounds, default=node.round),
                                 reason="asked")
     return profiled

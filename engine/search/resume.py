@@ -29,28 +29,28 @@ class Saved:
     round: int = 0  # the last round started (0: none yet)
     parents: list[int] = field(default_factory=list)  # its parents
     paused: bool = False  # as the human left it
-    totals: dict[str, float] = field(default_factory=dict)  # Store.llm_totals
+    totals: dict[str, float] = field(default_factory=dict)  # Store.calls.totals
     variants_generated: int = 0
 
 
 async def load_session(store: Store, session_id: int) -> Saved:
     """Read the session's state back (reads only)."""
     saved = Saved()
-    saved.nodes = {n.id: n for n in await store.nodes(session_id)}
-    for e in await store.evaluations(session_id):
+    saved.nodes = {n.id: n for n in await store.nodes.of(session_id)}
+    for e in await store.evaluations.of(session_id):
         saved.verdicts[e["node_id"]] = e["verdict"]
-    for call in await store.llm_calls(session_id):
+    for call in await store.calls.of(session_id):
         if call["node_id"] is None:
             continue
         if call["status"] == "error" and "HTTP 401" in (call["error"] or ""):
             continue  # a rejected key: ask again (with the key now given)
         saved.replies[(call["node_id"], call["purpose"])] = LLMResult(call["status"], call["reply"],
                                                                       call["error"])
-    saved.totals = await store.llm_totals(session_id)
+    saved.totals = await store.calls.totals(session_id)
     # Counted as made (engine.search.budget): all but those cancelled before their code came.
     saved.variants_generated = sum(1 for n in saved.nodes.values()
                                    if n.kind == "variant" and (n.source or n.status != "cancelled"))
-    rounds = await store.rounds(session_id)
+    rounds = await store.nodes.rounds(session_id)
     if rounds:
         saved.round = max(rounds)
         saved.parents = rounds[saved.round]
@@ -58,7 +58,7 @@ async def load_session(store: Store, session_id: int) -> Saved:
         saved.round = max(n.round for n in saved.nodes.values())
         saved.parents = list(dict.fromkeys(n.parent_id for n in saved.nodes.values()  # type: ignore[misc]
                                            if n.kind == "idea" and n.round == saved.round))
-    for row in await store.commands(session_id):
+    for row in await store.commands.of(session_id):
         if row["applied_at"] is not None and row["kind"] in ("pause", "resume"):
             saved.paused = row["kind"] == "pause"
     return saved

@@ -1,4 +1,4 @@
-"""The node rows the search inserts (`Store.add_nodes`), built in one place so the reference,
+"""The node rows the search inserts (`store.nodes.add_many`), built in one place so the reference,
 an idea call, an idea and a variant look the same whoever adds them: a round, an LLM reply, a
 fix, or a human command. A row's parent may be {"new": i}: the i-th row of the same batch."""
 

@@ -73,7 +73,7 @@ class Steering:
         """Apply the commands recorded and not yet applied, in the order given (only those of
         `kinds`, when given)."""
         async with self._lock:
-            for row in await self.store.commands(self.session_id, pending_only=True):
+            for row in await self.store.commands.of(self.session_id, pending_only=True):
                 if row["id"] in self._started or (kinds is not None and row["kind"] not in kinds):
                     continue
                 try:
@@ -89,7 +89,7 @@ class Steering:
                 made_nodes = ids and isinstance(command, control.InjectIdea | control.EditVariant
                                                 | control.Expand)
                 if not made_nodes:  # (one that made nodes was marked in the same transaction)
-                    await self.store.mark_command_applied(row["id"])
+                    await self.store.commands.mark_applied(row["id"])
                 await self.bus.publish(CommandApplied(row["id"], row["kind"], tuple(ids)))
 
     async def apply(self, command_id: int, cmd: control.Command) -> tuple[int, ...]:

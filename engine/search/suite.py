@@ -85,12 +85,12 @@ class Suite:
     async def run(self) -> dict[str, Any]:
         """Run (or resume) every problem to its end; the suite's status."""
         if self.suite_id is None:
-            self.suite_id = await self.store.create_suite(
+            self.suite_id = await self.store.suites.create(
                 name=self.name, problems=[e.spec for e in self.entries], config=self.record)
         else:
-            await self.store.update_suite(self.suite_id, status="running", stop_reason=None, finished_at=None,
+            await self.store.suites.update(self.suite_id, status="running", stop_reason=None, finished_at=None,
                                           pid=os.getpid(), heartbeat_at=time.time())
-        sessions = {s["problem_path"]: s for s in await self.store.suite_sessions(self.suite_id)}
+        sessions = {s["problem_path"]: s for s in await self.store.suites.sessions(self.suite_id)}
         pool = Pool(self.cap_usd, spent_usd=sum(s["cost_usd"] for s in sessions.values()))
         share = SuiteShare(self.suite_id, pool)
         searches: list[tuple[SuiteEntry, Search]] = []
@@ -120,7 +120,7 @@ class Suite:
             status = "stopped" if pool.exceeded() else "finished"
         finally:
             beat.cancel()
-            await asyncio.shield(self.store.update_suite(
+            await asyncio.shield(self.store.suites.update(
                 self.suite_id, status=status, stop_reason=pool.exceeded(), finished_at=time.time()))
         return {"suite_id": self.suite_id, "status": status, "problems": len(self.entries),
                 "elapsed_s": round(time.time() - self.started, 2)}
@@ -133,13 +133,13 @@ class Suite:
             raise
         except Exception as exc:
             if search.session_id is not None:
-                await self.store.update_session(search.session_id, status="failed", finished_at=time.time(),
+                await self.store.sessions.update(search.session_id, status="failed", finished_at=time.time(),
                                                 stop_reason=f"{type(exc).__name__}: {exc}"[:500])
 
     async def _record_unloadable(self, entry: SuiteEntry) -> None:
         assert self.suite_id is not None
         backend = self.evaluator.backend
-        await self.store.create_session(
+        await self.store.sessions.create(
             problem=entry.name, problem_path=entry.spec, backend=backend, strategy="-", provider="-",
             models=[], config={}, sizes={}, suite_id=self.suite_id, status="failed",
             stop_reason=f"not searched: {entry.error}")
@@ -147,7 +147,7 @@ class Suite:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            await self.store.update_suite(self.suite_id, heartbeat_at=time.time())  # type: ignore[arg-type]
+            await self.store.suites.update(self.suite_id, heartbeat_at=time.time())  # type: ignore[arg-type]
 
 
 # --- the report: KernelBench's numbers from the stored verdicts -----------------------------------
@@ -197,21 +197,21 @@ async def suite_results(store: Store, suite_id: int) -> list[ProblemResult]:
     """Each problem of the suite from its stored verdicts and LLM calls (a session that excludes
     library ops counts none of its library-marked variants, as its best does not)."""
     out = []
-    sessions = await store.suite_sessions(suite_id)
+    sessions = await store.suites.sessions(suite_id)
     for s in sessions:
         library_ops = session_library_ops(s.get("config"))
-        correct = [e["verdict"] for e in await store.evaluations(s["id"])
+        correct = [e["verdict"] for e in await store.evaluations.of(s["id"])
                    if e["verdict"].status == "correct" and not library_excluded(e["verdict"], library_ops)]
         eager = [v.speedup_eager for v in correct if v.speedup_eager is not None]
         compiled = [v.speedup_compile for v in correct if v.speedup_compile is not None]
-        totals = await store.llm_totals(s["id"])
+        totals = await store.calls.totals(s["id"])
         out.append(ProblemResult(
             session_id=s["id"], problem=s["problem"], status=s["status"], reason=s.get("stop_reason"),
             correct=bool(correct), speedup_eager=max(eager, default=None),
             speedup_compile=max(compiled, default=None), variants=s["variants"],
             cost_usd=float(totals["cost_usd"]), tokens=int(totals["tokens"]),
             degenerate=bool((s.get("config") or {}).get("degenerate"))))
-    suite = await store.suite(suite_id)
+    suite = await store.suites.get(suite_id)
     listed = list((suite or {}).get("problems", []))
     recorded = {s["problem_path"] for s in sessions}
     for spec in listed:  # killed before its session was made: counted too
@@ -241,7 +241,7 @@ def scores(results: Sequence[ProblemResult]) -> dict[str, Any]:
 
 async def suite_report(store: Store, suite_id: int) -> dict[str, Any] | None:
     """`ktree show --suite N` as data: the suite row, each problem, the scores."""
-    suite = await store.suite(suite_id)
+    suite = await store.suites.get(suite_id)
     if suite is None:
         return None
     results = await suite_results(store, suite_id)

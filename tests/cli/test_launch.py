@@ -62,7 +62,7 @@ async def test_a_scripted_cpu_request_becomes_a_typed_prepared_search(tmp_path: 
         store = await Store.open(tmp_path / "k.db")
         try:
             search = prepared.search(store, EventBus())
-            assert isinstance(search, Search) and search.config is c and not search.resuming
+            assert isinstance(search, Search) and search.config is c and not search.record.resuming
         finally:
             await store.close()
     finally:
@@ -160,7 +160,7 @@ async def test_resume_reads_the_session_from_the_callers_store(tmp_path: Path, n
     store = await Store.open(tmp_path / "k.db")
     try:
         sid = await _session(store, "interrupted")
-        recorded = (await store.session(sid))["config"]
+        recorded = (await store.sessions.get(sid))["config"]
         request = ResumeRequest.of(sid, budget_usd=5.0, max_variants=9, isolation="basic")
         prepared = await prepare_resume(request, store)
         try:
@@ -174,10 +174,10 @@ async def test_resume_reads_the_session_from_the_callers_store(tmp_path: Path, n
             # given: they replace the recorded ones
             assert (c.budgets.budget_usd, c.budgets.max_variants) == (5.0, 9)
             assert prepared.placement.isolation == "basic" and prepared.placement.backend == "cpu"
-            assert prepared.search(store, EventBus()).resuming
+            assert prepared.search(store, EventBus()).record.resuming
         finally:
             await prepared.evaluator.close()
-        assert await store.session(sid) is not None  # the caller's store is still open and usable
+        assert await store.sessions.get(sid) is not None  # the caller's store is still open and usable
     finally:
         await store.close()
 

@@ -106,15 +106,15 @@ def test_the_problems_table_shows_the_eager_time_a_search_measured(tmp_path: Pat
     sizes = softmax.sizes_for("cpu")
 
     async def record(store: Store, sizes: dict, ref_ms: float) -> None:
-        sid = await store.create_session(problem="softmax", problem_path=str(softmax.path), backend="cpu",
+        sid = await store.sessions.create(problem="softmax", problem_path=str(softmax.path), backend="cpu",
                                          strategy="tree", provider="scripted", models=["scripted"], config={},
                                          sizes=sizes)
-        root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="ok",
+        root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="ok",
                                     source=softmax.source)
         v = Verdict(status="correct", time_ms=ref_ms / 2, ref_eager_ms=ref_ms, speedup_eager=2.0,
                     backend="cpu", device=device_name("cpu"), sizes=sizes)
-        await store.add_evaluation(node_id=root.id, session_id=sid, verdict=v)
-        await store.update_session(sid, ref_ms=ref_ms)
+        await store.evaluations.add(node_id=root.id, session_id=sid, verdict=v)
+        await store.sessions.update(sid, ref_ms=ref_ms)
 
     async def fill() -> None:
         store = await Store.open(tmp_path / "k.db")

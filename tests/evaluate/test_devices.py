@@ -8,12 +8,13 @@ import asyncio
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from engine.evaluate.host.eval_limit import EvalLimit
-from engine.evaluate.host.evaluator import LocalEvaluator
+from engine.evaluate.host.evaluator import EvaluatorConfig, LocalEvaluator
 from engine.evaluate.verdict import Verdict
 from engine.problems import load_problem
 from tests.conftest import run_ktree
@@ -299,3 +300,14 @@ def test_a_paused_search_checks_and_times_nothing_until_it_resumes():
     assert held == ["compiling", "waiting"]
     assert phases[:2] == ["compiling", "waiting"] and len(phases) > 2  # checked once resumed
     assert status == "incorrect"  # identity is not softmax: it was really evaluated
+
+
+def test_an_evaluator_takes_one_config_and_fields_by_name_over_it(tmp_path: Path):
+    """EvaluatorConfig declares how an evaluator evaluates; a field given by name takes its place,
+    and a name it does not declare is refused."""
+    config = EvaluatorConfig(cache_dir=tmp_path, devices=2, eval_timeout=30.0, worker=False)
+    evaluator = LocalEvaluator("cpu", config, eval_timeout=60.0)
+    assert evaluator.config == replace(config, eval_timeout=60.0) and config.eval_timeout == 30.0
+    assert [d.name for d in evaluator.devices] == ["cpu0", "cpu1"] and evaluator.eval_timeout == 60.0
+    with pytest.raises(TypeError):
+        LocalEvaluator("cpu", timeout=5)

@@ -171,7 +171,7 @@ async def test_a_worker_killed_mid_evaluation_is_rerun_elsewhere(cluster, tmp_pa
         sid = search.session_id
         variants = [r[0] for r in await (await store.conn.execute(
             "SELECT id FROM nodes WHERE session_id = ? AND kind = 'variant'", (sid,))).fetchall()]
-        evals = await store.evaluations(sid)
+        evals = await store.evaluations.of(sid)
         assert sorted(e["node_id"] for e in evals) == sorted(variants)  # none lost, none twice
         rerun = [e["verdict"] for e in evals if e["verdict"].placement.get("requeued")]
         assert len(rerun) == 1 and evaluator.requeues == 1

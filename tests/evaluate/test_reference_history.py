@@ -136,12 +136,12 @@ def test_the_store_keeps_the_mark(tmp_path):
     async def go() -> bool:
         store = await open_store(tmp_path / "s.db")
         try:
-            sid = await store.create_session(problem="p", problem_path="p.py", backend="cpu", strategy="tree",
+            sid = await store.sessions.create(problem="p", problem_path="p.py", backend="cpu", strategy="tree",
                                              provider="scripted", models=[], config={}, sizes={})
-            node = await store.add_node(session_id=sid, parent_id=None, kind="variant", round=1,
+            node = await store.nodes.add(session_id=sid, parent_id=None, kind="variant", round=1,
                                         status="correct", source="src")
-            await store.update_node(node.id, disturbed=True, speedup=0.1)
-            return (await store.nodes(sid))[0].disturbed
+            await store.nodes.update(node.id, disturbed=True, speedup=0.1)
+            return (await store.nodes.of(sid))[0].disturbed
         finally:
             await store.close()
 

@@ -36,7 +36,7 @@ class Steered:
 
     async def command(self, cmd: control.Command) -> int:
         assert self.store is not None and self.search is not None
-        return await self.store.add_command(self.search.session_id, *control.encode(cmd))
+        return await self.store.commands.add(self.search.session_id, *control.encode(cmd))
 
     async def _receive(self, event: Event) -> None:
         self.events.append(event)

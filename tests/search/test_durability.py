@@ -98,7 +98,7 @@ def test_a_reader_in_another_process_never_blocks_the_writer(tmp_path: Path):
 
     async def go() -> list[float]:
         store = await Store.open(db)
-        sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+        sid = await store.sessions.create(problem="softmax", problem_path="/p.py", backend="cpu",
                                          strategy="tree", provider="scripted", models=["m"],
                                          config={}, sizes={})
         reader = subprocess.Popen([sys.executable, "-c", READER, str(db), "4"], stdout=subprocess.PIPE,
@@ -108,7 +108,7 @@ def test_a_reader_in_another_process_never_blocks_the_writer(tmp_path: Path):
         took = []
         for i in range(20):
             t0 = time.monotonic()
-            await store.add_node(session_id=sid, parent_id=None, kind="root", round=0,
+            await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0,
                                  status="reference", title=f"n{i}")
             took.append(time.monotonic() - t0)
         await store.close()
@@ -128,11 +128,11 @@ def _damaged(tmp_path: Path, how: str) -> Path:
     async def fill() -> None:
         store = await Store.open(good)
         for _ in range(2):
-            sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+            sid = await store.sessions.create(problem="softmax", problem_path="/p.py", backend="cpu",
                                              strategy="tree", provider="scripted", models=["m"],
                                              config={}, sizes={})
             for _ in range(40):
-                await store.add_node(session_id=sid, parent_id=None, kind="root", round=0,
+                await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0,
                                      status="reference", source="x" * 3000)
         await store.close()
 

@@ -45,24 +45,24 @@ async def _library_session(db: Path, library_ops: str | None) -> dict[str, int]:
         config = {"rounds": 1, "ideas": 1, "variants": 4, "top": 1, "atol": 1e-2, "rtol": 1e-2}
         if library_ops is not None:
             config["library_ops"] = library_ops
-        sid = await store.create_session(problem="conv", problem_path="/conv.py", backend="cpu",
+        sid = await store.sessions.create(problem="conv", problem_path="/conv.py", backend="cpu",
                                          strategy="tree", provider="openai", models=["openai:o3"],
                                          config=config, sizes={"batch_size": 8}, status="finished")
-        root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference",
+        root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="reference",
                                     title="conv", source="class Model: ...")
-        idea = await store.add_node(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok",
+        idea = await store.nodes.add(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok",
                                     title="fuse the epilogue")
         ids = {}
         for name, verdict in (("A", _verdict(2.0, library=LIBRARY, notes=(LIBRARY_NOTE, TORCH_NOTE))),
                               ("B", _verdict(2.0)), ("C", _verdict(1.5)),
                               ("D", _verdict(None, status="incorrect"))):
-            node = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=1,
+            node = await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=1,
                                         status="queued", title="fuse the epilogue", language="cuda",
                                         source=f"class ModelNew:  # {name}\n    pass\n")
-            await store.add_llm_call(session_id=sid, node_id=node.id, provider="openai", model="o3",
+            await store.calls.add(session_id=sid, node_id=node.id, provider="openai", model="o3",
                                      purpose="implement", prompt=PROMPT, reply=f"```python\n# {name}\n```")
-            await store.add_evaluation(node_id=node.id, session_id=sid, verdict=verdict)
-            await store.update_node(node.id, status=verdict.status, speedup=verdict.speedup_eager,
+            await store.evaluations.add(node_id=node.id, session_id=sid, verdict=verdict)
+            await store.nodes.update(node.id, status=verdict.status, speedup=verdict.speedup_eager,
                                     time_ms=verdict.time_ms, library=", ".join(verdict.library.get("ops", [])))
             ids[name] = node.id
         return {"session": sid, **ids}
@@ -284,10 +284,10 @@ async def test_a_search_that_excludes_library_ops_never_grows_from_one_nor_names
         summary = await search.run()
         sid = search.session_id
         assert sid is not None
-        session = await store.session(sid)
+        session = await store.sessions.get(sid)
         assert session is not None and session["config"]["library_ops"] == library_ops
         # A resume reads it back (the session is made resumable by hand: it finished).
-        await store.update_session(sid, status="interrupted")
+        await store.sessions.update(sid, status="interrupted")
         prepared = await prepare_resume(ResumeRequest.of(sid, isolation="basic"), store)
         await prepared.evaluator.close()
         assert prepared.config.checks.library_ops == library_ops

@@ -130,7 +130,7 @@ async def test_a_profile_asked_of_the_running_engine_is_taken_and_marked_applied
     async def hook(event: Event, store: Store, search: Search) -> None:
         if isinstance(event, VerdictReady) and event.node.round == 1 and not asked:
             asked.append((0, event.node.id))  # (verdicts come from several tasks at once)
-            cid = await store.add_command(search.session_id, *control.encode(control.Profile(event.node.id)))
+            cid = await store.commands.add(search.session_id, *control.encode(control.Profile(event.node.id)))
             asked[0] = (cid, event.node.id)
 
     summary, events = await _search(db, evaluator, hook, rounds=1, ideas=2, variants=2, top=1)

@@ -83,8 +83,8 @@ def test_resume_after_sigkill(tmp_path: Path, case: str):
     # A command given while the engine was dead is honoured on resume.
     async def pin_root() -> None:
         store = await Store.open(db)
-        [root] = [n for n in await store.nodes(sid) if n.kind == "root"]
-        await store.add_command(sid, *control.encode(control.Pin(root.id)))
+        [root] = [n for n in await store.nodes.of(sid) if n.kind == "root"]
+        await store.commands.add(sid, *control.encode(control.Pin(root.id)))
         await store.close()
 
     asyncio.run(pin_root())

@@ -36,7 +36,7 @@ async def run(db: Path, resume: int | None = None) -> tuple[dict, list[Event], f
         summary = await asyncio.wait_for(search.run(), timeout=300)
     finally:
         await evaluator.close()
-        run_s = await store.run_s(search.session_id) if search.session_id else None
+        run_s = await store.sessions.run_s(search.session_id) if search.session_id else None
         await store.close()
     assert run_s is not None and abs(run_s - summary["elapsed_s"]) < 0.1
     return summary, events, time.time() - t0
@@ -71,7 +71,7 @@ async def test_a_resumed_sessions_clock_continues_from_its_earlier_elapsed_time(
     # holds the gap between the runs).
     store = await Store.open(db)
     try:
-        row = await store.session(first["session_id"])
+        row = await store.sessions.get(first["session_id"])
     finally:
         await store.close()
     assert row is not None and abs(row["run_s"] - second["elapsed_s"]) < 0.1

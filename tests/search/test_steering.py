@@ -1,5 +1,5 @@
 """Each human command on a real scripted CPU search: recorded in the DB the way the TUI records
-it (store.add_command), picked up by the engine, and its effect checked on the tree and the DB.
+it (store.commands.add), picked up by the engine, and its effect checked on the tree and the DB.
 
 Shapes are tiny (1 idea, 1-2 variants) and every source is one of the scripted library's, so the
 shared build cache makes each evaluation a few seconds.
@@ -263,7 +263,7 @@ async def test_a_command_given_after_the_end_runs_on_resume(tmp_path: Path):
     evaluations = query(db, "SELECT * FROM evaluations")
     store = await Store.open(db)
     edited = (DATA / "softmax" / "cpu" / "rowblock_1.py").read_text()
-    await store.add_command(sid, *control.encode(control.EditVariant(variant, edited)))
+    await store.commands.add(sid, *control.encode(control.EditVariant(variant, edited)))
     await store.close()
 
     from engine.cli import build_parser
@@ -309,7 +309,7 @@ def test_a_command_from_another_process_reaches_a_running_search(tmp_path: Path)
         async def stop() -> None:
             store = await Store.open(db)
             [(sid,)] = query(db, "SELECT id FROM sessions")
-            await store.add_command(sid, *control.encode(control.Stop()))
+            await store.commands.add(sid, *control.encode(control.Stop()))
             await store.close()
 
         asyncio.run(stop())
@@ -332,11 +332,11 @@ async def test_a_session_recorded_before_rounds_were_recorded_resumes_in_its_rou
     db = tmp_path / "k.db"
     store = await Store.open(db)
     problem = load_problem("softmax")
-    sid = await store.create_session(
+    sid = await store.sessions.create(
         problem="softmax", problem_path=str(problem.path), backend="cpu", strategy="tree",
         provider="scripted", models=["scripted:scripted"], config={"rounds": 1, "ideas": 1, "variants": 1},
         sizes=problem.sizes_for("cpu"))
-    root, idea, variant = await store.add_nodes(sid, [
+    root, idea, variant = await store.nodes.add_many(sid, [
         {"parent_id": None, "kind": "root", "round": 0, "status": "reference", "source": problem.source},
         {"parent_id": {"new": 0}, "kind": "idea", "round": 1, "status": "ok",
          "title": "Vectorized single-pass online softmax", "text": "Fuse the passes."},

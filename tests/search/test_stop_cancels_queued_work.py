@@ -47,7 +47,7 @@ async def test_a_fix_queued_when_the_user_stops_is_recorded_as_cancelled(tmp_pat
         if isinstance(event, NodeAdded) and event.node.origin == "fix" and not stopped:
             assert search is not None and search.session_id is not None
             stopped.append(event.node.id)
-            await store.add_command(search.session_id, *control.encode(control.Stop()))
+            await store.commands.add(search.session_id, *control.encode(control.Stop()))
 
     bus.subscribe(on_event)
     evaluator = LocalEvaluator("cpu")

@@ -68,7 +68,7 @@ async def test_stop_lets_the_variants_being_built_and_timed_finish(tmp_path: Pat
         if isinstance(event, NodeUpdated) and event.node.status == "timing" and not at_stop:
             assert search is not None and search.session_id is not None
             at_stop.update({i: n.status for i, n in search.nodes.items() if n.kind == "variant"})
-            await store.add_command(search.session_id, *control.encode(control.Stop()))
+            await store.commands.add(search.session_id, *control.encode(control.Stop()))
 
     bus.subscribe(on_event)
     search = Search(store, bus, [(ScriptedProvider("softmax", "cpu", seed=0), "scripted")], SlowEvaluator(),

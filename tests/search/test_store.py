@@ -9,33 +9,33 @@ from engine.record.store import SCHEMA_VERSION, Store, StoreError
 
 async def test_roundtrip_and_schema_version(tmp_path: Path):
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="softmax", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="scripted", models=["m"],
                                      config={"rounds": 1}, sizes={"dim": 8})
-    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0,
+    root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0,
                                 status="reference")
-    var = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1,
+    var = await store.nodes.add(session_id=sid, parent_id=root.id, kind="variant", round=1,
                                status="queued", source="code")
-    await store.add_evaluation(node_id=var.id, session_id=sid, verdict=Verdict(
+    await store.evaluations.add(node_id=var.id, session_id=sid, verdict=Verdict(
         status="correct", time_ms=1.0, ref_eager_ms=2.0, speedup_eager=2.0,
         backend="cpu", device="x", sizes={"dim": 8}))
-    await store.update_node(var.id, status="correct", speedup=2.0)
-    await store.add_llm_call(session_id=sid, node_id=var.id, provider="scripted", model="m",
+    await store.nodes.update(var.id, status="correct", speedup=2.0)
+    await store.calls.add(session_id=sid, node_id=var.id, provider="scripted", model="m",
                              purpose="implement", prompt="p", reply="r", input_tokens=3,
                              output_tokens=4)
-    await store.update_session(sid, status="finished", best_speedup=2.0)
+    await store.sessions.update(sid, status="finished", best_speedup=2.0)
     await store.close()
 
     store = await Store.open(tmp_path / "k.db")
-    [session] = await store.sessions()
+    [session] = await store.sessions.all()
     assert session["status"] == "finished" and session["variants"] == 1
     assert session["config"] == {"rounds": 1} and session["sizes"] == {"dim": 8}
-    nodes = await store.nodes(sid)
+    nodes = await store.nodes.of(sid)
     assert [(n.kind, n.status, n.speedup) for n in nodes] == [
         ("root", "reference", None), ("variant", "correct", 2.0)]
-    [ev] = await store.evaluations(sid)
+    [ev] = await store.evaluations.of(sid)
     assert ev["sizes"] == {"dim": 8} and ev["verdict"].time_ms == 1.0
-    [call] = await store.llm_calls(sid)
+    [call] = await store.calls.of(sid)
     assert (call["input_tokens"], call["output_tokens"]) == (3, 4)
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:
@@ -47,18 +47,18 @@ async def test_an_old_verdict_row_with_missing_and_unknown_keys_loads(tmp_path: 
     """Rows written by an older version come back as Verdicts: missing keys take their defaults,
     keys no longer known are dropped, and the written Verdict reads back equal."""
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="softmax", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="softmax", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="scripted", models=["m"],
                                      config={}, sizes={})
-    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
     written = Verdict(status="flagged", flags=("torch-ops",), time_ms=2.0, gpu={"slot": "gpu1"}, device="H200")
-    await store.add_evaluation(node_id=root.id, session_id=sid, verdict=written)
+    await store.evaluations.add(node_id=root.id, session_id=sid, verdict=written)
     await store.conn.execute(
         "INSERT INTO evaluations(node_id, session_id, status, backend, device, sizes, verdict, created_at)"
         " VALUES (?, ?, 'incorrect', 'cpu', '', '{}', ?, 0)",
         (root.id, sid, '{"time_ms": 1.5, "gone": true}'))
     await store.conn.commit()
-    new, old = [e["verdict"] for e in await store.evaluations(sid)]
+    new, old = [e["verdict"] for e in await store.evaluations.of(sid)]
     assert new == written
     assert old == Verdict(status="incorrect", time_ms=1.5)
     await store.close()
@@ -88,17 +88,17 @@ async def test_non_sqlite_and_foreign_databases_are_refused(tmp_path: Path):
 
 async def test_llm_totals_per_session_node_and_branch(tmp_path: Path):
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["x:m"], config={},
                                      sizes={})
-    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="r")
-    idea = await store.add_node(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
-    a = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
-    b = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
-    other = await store.add_node(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
+    root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="r")
+    idea = await store.nodes.add(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
+    a = await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
+    b = await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=1, status="q")
+    other = await store.nodes.add(session_id=sid, parent_id=root.id, kind="idea", round=1, status="ok")
 
     async def call(node_id: int, tin: int, tout: int, cost: float) -> None:
-        await store.add_llm_call(session_id=sid, node_id=node_id, provider="x", model="m",
+        await store.calls.add(session_id=sid, node_id=node_id, provider="x", model="m",
                                  purpose="implement", prompt="p", reply="r", input_tokens=tin,
                                  output_tokens=tout, reasoning_tokens=1, cost_usd=cost)
 
@@ -106,20 +106,20 @@ async def test_llm_totals_per_session_node_and_branch(tmp_path: Path):
     await call(a.id, 20, 2, 0.25)
     await call(b.id, 30, 3, 0.125)
     await call(other.id, 7, 7, 1.0)
-    session = await store.llm_totals(sid)
+    session = await store.calls.totals(sid)
     assert (session["calls"], session["input_tokens"], session["cost_usd"]) == (4, 157, 1.875)
-    node = await store.llm_totals(sid, a.id)
+    node = await store.calls.totals(sid, a.id)
     assert (node["calls"], node["output_tokens"], node["reasoning_tokens"]) == (1, 2, 1)
-    branch = await store.llm_totals(sid, idea.id, subtree=True)
+    branch = await store.calls.totals(sid, idea.id, subtree=True)
     assert (branch["calls"], branch["input_tokens"], branch["cost_usd"]) == (2, 50, 0.375)
     await store.close()
 
 
 async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Path):
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["m"], config={}, sizes={})
-    await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:  # take it back to what version 1 wrote
         conn.executescript(
@@ -132,10 +132,10 @@ async def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path: Pat
             " UPDATE meta SET value = '1' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
-    [root] = await store.nodes(sid)
+    [root] = await store.nodes.of(sid)
     assert (root.kind, root.pinned, root.pruned, root.language) == ("root", False, False, "")
-    await store.update_node(root.id, pinned=True)
-    assert (await store.nodes(sid))[0].pinned is True
+    await store.nodes.update(root.id, pinned=True)
+    assert (await store.nodes.of(sid))[0].pinned is True
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION)
@@ -149,19 +149,19 @@ async def test_the_library_mark_round_trips_and_a_version_7_database_gets_it_fro
     from engine.evaluate.verdict import Verdict
 
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["m"], config={}, sizes={})
-    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
-    marked = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
-    own = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
+    root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    marked = await store.nodes.add(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
+    own = await store.nodes.add(session_id=sid, parent_id=root.id, kind="variant", round=1, status="queued")
     library = {"ops": ["aten.convolution"], "share": 0.87}
-    await store.add_evaluation(node_id=marked.id, session_id=sid,
+    await store.evaluations.add(node_id=marked.id, session_id=sid,
                                verdict=Verdict(status="correct", library=library, speedup_eager=2.0))
-    await store.add_evaluation(node_id=own.id, session_id=sid, verdict=Verdict(status="correct"))
-    await store.update_node(marked.id, status="correct", library="aten.convolution")
-    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations(sid)}
+    await store.evaluations.add(node_id=own.id, session_id=sid, verdict=Verdict(status="correct"))
+    await store.nodes.update(marked.id, status="correct", library="aten.convolution")
+    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations.of(sid)}
     assert verdicts[marked.id].library == library and verdicts[own.id].library == {}
-    assert {n.id: n.library for n in await store.nodes(sid)}[marked.id] == "aten.convolution"
+    assert {n.id: n.library for n in await store.nodes.of(sid)}[marked.id] == "aten.convolution"
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:  # a verdict from before the field; back to schema 7
         conn.execute("UPDATE evaluations SET verdict = json_remove(verdict, '$.library') WHERE node_id = ?",
@@ -170,9 +170,9 @@ async def test_the_library_mark_round_trips_and_a_version_7_database_gets_it_fro
                            " UPDATE meta SET value = '7' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
-    assert {n.id: n.library for n in await store.nodes(sid)} == {root.id: "", marked.id: "aten.convolution",
+    assert {n.id: n.library for n in await store.nodes.of(sid)} == {root.id: "", marked.id: "aten.convolution",
                                                                  own.id: ""}
-    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations(sid)}
+    verdicts = {e["node_id"]: e["verdict"] for e in await store.evaluations.of(sid)}
     assert verdicts[own.id].library == {} and verdicts[marked.id].library == library
     await store.close()
 
@@ -183,14 +183,14 @@ async def test_a_version_8_database_gets_the_disturbed_mark_from_its_verdicts(tm
     from engine.evaluate.verdict import Verdict
 
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["m"], config={}, sizes={})
-    root = await store.add_node(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
-    hit = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
-    quiet = await store.add_node(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
-    await store.add_evaluation(node_id=hit.id, session_id=sid, verdict=Verdict(
+    root = await store.nodes.add(session_id=sid, parent_id=None, kind="root", round=0, status="reference")
+    hit = await store.nodes.add(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
+    quiet = await store.nodes.add(session_id=sid, parent_id=root.id, kind="variant", round=1, status="correct")
+    await store.evaluations.add(node_id=hit.id, session_id=sid, verdict=Verdict(
         status="correct", flags=("noisy", "reference-disturbed: the reference took 15.35 ms here ...")))
-    await store.add_evaluation(node_id=quiet.id, session_id=sid,
+    await store.evaluations.add(node_id=quiet.id, session_id=sid,
                                verdict=Verdict(status="correct", flags=("noisy",)))
     await store.close()
     with sqlite3.connect(tmp_path / "k.db") as conn:
@@ -198,7 +198,7 @@ async def test_a_version_8_database_gets_the_disturbed_mark_from_its_verdicts(tm
                            " UPDATE meta SET value = '8' WHERE key = 'schema_version';")
 
     store = await Store.open(tmp_path / "k.db")
-    marks = {n.id: n.disturbed for n in await store.nodes(sid)}
+    marks = {n.id: n.disturbed for n in await store.nodes.of(sid)}
     assert marks == {root.id: False, hit.id: True, quiet.id: False}
     await store.close()
 
@@ -207,14 +207,14 @@ async def test_commands_are_recorded_in_order_and_marked_applied(tmp_path: Path)
     from engine.record import control
 
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["m"], config={}, sizes={})
-    first = await store.add_command(sid, *control.encode(control.Expand(7, variants=2)))
-    await store.add_command(sid, *control.encode(control.InjectIdea(3, "tile it")))
-    await store.mark_command_applied(first)
-    [pending] = await store.commands(sid, pending_only=True)
+    first = await store.commands.add(sid, *control.encode(control.Expand(7, variants=2)))
+    await store.commands.add(sid, *control.encode(control.InjectIdea(3, "tile it")))
+    await store.commands.mark_applied(first)
+    [pending] = await store.commands.of(sid, pending_only=True)
     assert control.decode(pending["kind"], pending["args"]) == control.InjectIdea(3, "tile it")
-    everything = await store.commands(sid)
+    everything = await store.commands.of(sid)
     assert [c["kind"] for c in everything] == ["expand", "inject_idea"]
     assert control.decode("expand", everything[0]["args"]) == control.Expand(7, ideas=0, variants=2)
     with pytest.raises(ValueError, match="unknown command"):
@@ -228,26 +228,26 @@ async def test_a_batch_of_nodes_is_one_transaction(tmp_path: Path):
     from engine.record import control
 
     store = await Store.open(tmp_path / "k.db")
-    sid = await store.create_session(problem="p", problem_path="/p.py", backend="cpu",
+    sid = await store.sessions.create(problem="p", problem_path="/p.py", backend="cpu",
                                      strategy="tree", provider="x", models=["m"], config={}, sizes={})
-    [root] = await store.add_nodes(sid, [{"parent_id": None, "kind": "root", "round": 0,
+    [root] = await store.nodes.add_many(sid, [{"parent_id": None, "kind": "root", "round": 0,
                                           "status": "reference"}])
-    cid = await store.add_command(sid, *control.encode(control.InjectIdea(root.id, "t")))
+    cid = await store.commands.add(sid, *control.encode(control.InjectIdea(root.id, "t")))
     with pytest.raises(sqlite3.IntegrityError):
-        await store.add_nodes(sid, [
+        await store.nodes.add_many(sid, [
             {"parent_id": root.id, "kind": "idea", "round": 1, "status": "ok", "title": "t"},
             {"parent_id": {"new": 0}, "kind": "not-a-kind", "round": 1, "status": "generating"},
         ], command_id=cid, round_parents=(1, [root.id]))
-    assert [n.id for n in await store.nodes(sid)] == [root.id]
-    assert await store.rounds(sid) == {}
-    assert len(await store.commands(sid, pending_only=True)) == 1
-    idea, variant = await store.add_nodes(sid, [
+    assert [n.id for n in await store.nodes.of(sid)] == [root.id]
+    assert await store.nodes.rounds(sid) == {}
+    assert len(await store.commands.of(sid, pending_only=True)) == 1
+    idea, variant = await store.nodes.add_many(sid, [
         {"parent_id": root.id, "kind": "idea", "round": 1, "status": "ok", "title": "t"},
         {"parent_id": {"new": 0}, "kind": "variant", "round": 1, "status": "generating"},
     ], command_id=cid, round_parents=(1, [root.id]))
     assert variant.parent_id == idea.id
-    assert await store.rounds(sid) == {1: [root.id]}
-    assert await store.commands(sid, pending_only=True) == []
+    assert await store.nodes.rounds(sid) == {1: [root.id]}
+    assert await store.commands.of(sid, pending_only=True) == []
     await store.close()
 
 
@@ -287,7 +287,7 @@ def test_a_read_only_database_is_read_by_the_commands_that_only_read(tmp_path: P
     async def write() -> None:
         s = await Store.open(db, read_only=True)
         try:
-            await s.add_command(sid, "pause", {})
+            await s.commands.add(sid, "pause", {})
         finally:
             await s.close()
 

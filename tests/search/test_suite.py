@@ -220,18 +220,18 @@ async def test_sessions_screen_groups_a_suite_pauses_it_and_prunes_a_problem(tmp
 
     db = tmp_path / "k.db"
     store = await Store.open(db)
-    alone = await store.create_session(problem="gelu", problem_path="/g.py", backend="cpu", strategy="tree",
+    alone = await store.sessions.create(problem="gelu", problem_path="/g.py", backend="cpu", strategy="tree",
                                        provider="scripted", models=[], config={}, sizes={})
-    await store.update_session(alone, status="finished")
-    suite = await store.create_suite(name="level1", problems=["/a.py", "/b.py", "/c.py"], config={})
+    await store.sessions.update(alone, status="finished")
+    suite = await store.suites.create(name="level1", problems=["/a.py", "/b.py", "/c.py"], config={})
     made = []
     for name in ("a", "b"):
-        sid = await store.create_session(problem=name, problem_path=f"/{name}.py", backend="cpu",
+        sid = await store.sessions.create(problem=name, problem_path=f"/{name}.py", backend="cpu",
                                          strategy="tree", provider="scripted", models=[], config={},
                                          sizes={}, suite_id=suite)
-        await store.update_session(sid, pid=os.getpid(), heartbeat_at=time.time() + 3600)
+        await store.sessions.update(sid, pid=os.getpid(), heartbeat_at=time.time() + 3600)
         made.append(sid)
-    await store.create_session(problem="c", problem_path="/c.py", backend="cpu", strategy="-", provider="-",
+    await store.sessions.create(problem="c", problem_path="/c.py", backend="cpu", strategy="-", provider="-",
                                models=[], config={}, sizes={}, suite_id=suite, status="failed",
                                stop_reason="not searched: no answers")
     await store.close()

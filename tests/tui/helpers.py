@@ -28,7 +28,7 @@ async def suite_of_two(path: Path) -> tuple[Path, int, float]:
     store = await Store.open(path)
     try:
         paths = ["problems/level1/softmax.py", "problems/level1/relu.py"]
-        suite = await store.create_suite(name="level1-two", problems=paths, config={})
+        suite = await store.suites.create(name="level1-two", problems=paths, config={})
         for seed, spec in enumerate(paths):
             sid = await write_fake_session(store, 20, seed=seed, t0=T0 + 700 * seed)
             await store.conn.execute(

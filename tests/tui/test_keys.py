@@ -62,9 +62,9 @@ async def test_prune_pin_marked_pending_recorded_then_confirmed(running):
 
         # The engine (another process) applies both: flags on the node, commands marked applied.
         store = await Store.open(db)
-        await store.update_node(vid, pruned=1, pinned=1)
-        for c in await store.commands(sid):
-            await store.mark_command_applied(c["id"])
+        await store.nodes.update(vid, pruned=1, pinned=1)
+        for c in await store.commands.of(sid):
+            await store.commands.mark_applied(c["id"])
         await store.close()
         await wait_until(pilot, lambda: not screen.model.pending)  # the next poll sees it
         label = label_of(tree, vid)
@@ -301,9 +301,9 @@ async def test_profile_key_asks_the_engine_and_the_profile_shows_once_taken(runn
         verdict = screen.model.verdicts[vid]
         profile = {"tool": "cpu", "kernels": [], "diagnosis": {"bound": "memory", "numbers": {},
                                                                "evidence": "achieved bandwidth 71% of peak"}}
-        await store.add_profile(sid, vid, replace(verdict, profile=profile), round=1, reason="asked")
-        for c in await store.commands(sid):
-            await store.mark_command_applied(c["id"])
+        await store.profiles.add(sid, vid, replace(verdict, profile=profile), round=1, reason="asked")
+        for c in await store.commands.of(sid):
+            await store.commands.mark_applied(c["id"])
         await store.close()
         await wait_until(pilot, lambda: not screen.model.pending and screen.model.verdicts[vid].profile)
         screen.select_node(vid)
@@ -368,7 +368,7 @@ async def test_steering_a_variant_that_is_not_correct_refuses_with_why(running):
         assert commands(db) == []
 
         store = await Store.open(db)  # pinned before it failed (or by another process): unpinned
-        await store.update_node(broken, pinned=1)
+        await store.nodes.update(broken, pinned=1)
         await store.close()
         await wait_until(pilot, lambda: screen.model.nodes[broken].pinned)
         await pilot.press("p")
@@ -424,7 +424,7 @@ async def test_profile_key_on_a_finished_session_profiles_here(tmp_path: Path,
         assert not any("--profile" in m for m in said) and commands(db) == []
         await pilot.press("q")
     store = await Store.open(db)  # recorded, as `ktree show --profile` records it
-    [evaluation] = [e for e in await store.evaluations(sid) if e["node_id"] == vid and e["verdict"].profile]
+    [evaluation] = [e for e in await store.evaluations.of(sid) if e["node_id"] == vid and e["verdict"].profile]
     await store.close()
     assert evaluation["verdict"].profile["diagnosis"]["bound"] == "memory"
 

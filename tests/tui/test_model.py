@@ -240,10 +240,10 @@ async def test_a_past_session_from_its_rows(tmp_path: Path):
         model = ScreenModel(session_id=sid)
         rows = await read_rows(store, sid, model, first=True)
         changes = model.apply(rows)
-        nodes = await store.nodes(sid)
-        evaluations = await store.evaluations(sid)
-        session = await store.session(sid)
-        totals = await store.llm_totals(sid)
+        nodes = await store.nodes.of(sid)
+        evaluations = await store.evaluations.of(sid)
+        session = await store.sessions.get(sid)
+        totals = await store.calls.totals(sid)
     finally:
         await store.close()
     assert model.mode == "read-only" and changes.bulk
@@ -266,8 +266,8 @@ async def test_a_followed_session_from_its_polls(tmp_path: Path):
     store = await Store.open(tmp_path / "k.db")
     try:
         sid = await write_fake_session(store, 20, status="running")
-        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
-        before = await store.add_command(sid, *control.encode(control.Prune(idea.id)))
+        idea = next(n for n in await store.nodes.of(sid) if n.kind == "idea")
+        before = await store.commands.add(sid, *control.encode(control.Prune(idea.id)))
         model = ScreenModel(session_id=sid, follow=True)
         model.apply(await read_rows(store, sid, model, first=True))
         assert model.mode == "following" and model.status == "running"
@@ -275,16 +275,16 @@ async def test_a_followed_session_from_its_polls(tmp_path: Path):
         old_best = model.best_id
 
         # Another process adds a variant, evaluates it, applies the prune, ends the session.
-        new = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+        new = await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                    status="compiling", title=idea.title, source="class ModelNew: pass\n")
         changes = model.apply(await read_rows(store, sid, model))
         assert changes.added == [new.id] and model.nodes[new.id].status == "compiling"
         assert new.id not in changes.rows and model.pending  # not evaluated, prune not applied
 
-        await store.add_evaluation(node_id=new.id, session_id=sid, verdict=verdict(50.0))
-        await store.update_node(new.id, status="correct", speedup=50.0, time_ms=0.04)
-        await store.mark_command_applied(before)
-        await store.update_session(sid, status="finished", finished_at=1.0, stop_reason="budget")
+        await store.evaluations.add(node_id=new.id, session_id=sid, verdict=verdict(50.0))
+        await store.nodes.update(new.id, status="correct", speedup=50.0, time_ms=0.04)
+        await store.commands.mark_applied(before)
+        await store.sessions.update(sid, status="finished", finished_at=1.0, stop_reason="budget")
         changes = model.apply(await read_rows(store, sid, model))
     finally:
         await store.close()
@@ -300,13 +300,13 @@ async def test_a_verdict_whose_node_row_did_not_change_still_redraws(tmp_path: P
     store = await Store.open(tmp_path / "k.db")
     try:
         sid = await write_fake_session(store, 20, status="running")
-        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
-        new = await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+        idea = next(n for n in await store.nodes.of(sid) if n.kind == "idea")
+        new = await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                    status="checking", title=idea.title, source="x = 1\n")
         model = ScreenModel(session_id=sid, follow=True)
         model.apply(await read_rows(store, sid, model, first=True))
         model.seen_ts += 1e6  # the node's row is older than the cursor: only its evaluation is new
-        await store.add_evaluation(node_id=new.id, session_id=sid, verdict=verdict(None, "incorrect"))
+        await store.evaluations.add(node_id=new.id, session_id=sid, verdict=verdict(None, "incorrect"))
         changes = model.apply(await read_rows(store, sid, model))
     finally:
         await store.close()
@@ -320,21 +320,21 @@ async def test_the_live_view_and_a_follower_say_the_same_queues(tmp_path: Path):
     Both views count the nodes now, the one record both have."""
     from types import SimpleNamespace
 
-    from engine.search.lifecycle import SessionLifecycle
+    from engine.search.lifecycle import SessionRecord
 
     store = await Store.open(tmp_path / "k.db")
     try:
         sid = await write_fake_session(store, 20, status="running")
-        idea = next(n for n in await store.nodes(sid) if n.kind == "idea")
+        idea = next(n for n in await store.nodes.of(sid) if n.kind == "idea")
         for status in ("queued", "compiling", "waiting", "waiting", "timing"):
-            await store.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+            await store.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                  status=status, title=idea.title, source="x = 1\n")
         follower = ScreenModel(session_id=sid, follow=True, clock=lambda: NOW)
         follower.apply(await read_rows(store, sid, follower, first=True))
         live = ScreenModel(live=True, clock=lambda: NOW)
         live.apply(SessionStarted(session_id=sid, problem="softmax", backend="cpu", provider="scripted",
                                   scripted=True, sizes={"dim": 4096}, config={"rounds": 2}))
-        for n in await store.nodes(sid):
+        for n in await store.nodes.of(sid):
             live.apply(NodeAdded(n))
     finally:
         await store.close()
@@ -347,9 +347,9 @@ async def test_the_live_view_and_a_follower_say_the_same_queues(tmp_path: Path):
         config=SimpleNamespace(budgets=SimpleNamespace(budget_usd=None, budget_tokens=None)),
         evaluator=SimpleNamespace(waiting={"compile": 0, "device": 0}, device_states=lambda: []),
         strategy=SimpleNamespace(total_rounds=lambda: 2), budget=SimpleNamespace(spent_tokens=0, spent_usd=0.0),
-        sched=SimpleNamespace(llm_running=0, paused=False), round=1, _last_progress=None,
-        _last_progress_at=0.0, elapsed_s=lambda: 5.0, bus=SimpleNamespace(publish=publish))
-    await SessionLifecycle.publish_progress(engine, force=True)  # type: ignore[arg-type]
+        sched=SimpleNamespace(llm_running=0, paused=False), round=1)
+    record = SessionRecord(engine, None, SimpleNamespace(publish=publish))  # type: ignore[arg-type]
+    await record.publish_progress(force=True)
     live.apply(published[0])
 
     def queues(model: ScreenModel) -> str:  # (the LLM calls: the live one saw none of the old ones)

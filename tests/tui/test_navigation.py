@@ -46,7 +46,7 @@ async def run_app(db: Path, resumed: int | None = None) -> KtreeApp:
     session = None
     if resumed is not None:
         store = await Store.open(db)
-        session = await store.session(resumed)
+        session = await store.sessions.get(resumed)
         await store.close()
     return KtreeApp(db_path=db, search_factory=lambda store, bus: FakeSearch(bus, session))
 

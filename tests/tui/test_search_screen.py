@@ -34,16 +34,16 @@ async def test_follow_shows_what_another_process_writes(tmp_path: Path):
         idea = next(n for n in screen.model.nodes.values() if n.kind == "idea")
         # The engine, elsewhere, adds a variant, then evaluates it, then ends the session.
         other = await Store.open(db)
-        node = await other.add_node(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
+        node = await other.nodes.add(session_id=sid, parent_id=idea.id, kind="variant", round=idea.round,
                                     status="compiling", title=idea.title, source="class ModelNew: pass\n")
         tree = screen.query_one("#tree", SearchTree)
         await wait_until(pilot, lambda: node.id in tree.items)
         assert f"#{node.id}" in label_of(tree, node.id) and "compiling" in label_of(tree, node.id)
         verdict = Verdict(status="correct", max_abs_err=1e-6, time_ms=0.1, ref_eager_ms=2.0,
                           speedup_eager=20.0)
-        await other.add_evaluation(node_id=node.id, session_id=sid, verdict=verdict)
-        await other.update_node(node.id, status="correct", speedup=20.0, time_ms=0.1)
-        await other.update_session(sid, status="finished", finished_at=T0 + 10)
+        await other.evaluations.add(node_id=node.id, session_id=sid, verdict=verdict)
+        await other.nodes.update(node.id, status="correct", speedup=20.0, time_ms=0.1)
+        await other.sessions.update(sid, status="finished", finished_at=T0 + 10)
         await other.close()
         await wait_until(pilot, lambda: screen.model.status == "finished" and screen.model.best_id == node.id)
         label = label_of(tree, node.id)
@@ -252,12 +252,12 @@ async def test_following_a_first_cold_build_shows_it_in_the_tree_and_the_status_
         assert isinstance(screen, SearchScreen) and screen.model.follow
         tree = screen.query_one("#tree", SearchTree)
         other = await Store.open(db)
-        await other.update_node(vid, status="compiling")
+        await other.nodes.update(vid, status="compiling")
         await wait_until(pilot, lambda: "compiling" in label_of(tree, vid))
         assert "building the precompiled header (first build, ~1 min)" in label_of(tree, vid)
         status = screen.query_one("#status-line", Static)
         assert PCH_NOTE in str(status.content)
-        await other.update_node(vid, status="waiting")
+        await other.nodes.update(vid, status="waiting")
         await other.close()
         await wait_until(pilot, lambda: "waiting" in label_of(tree, vid))
         assert "precompiled" not in label_of(tree, vid)

@@ -118,7 +118,7 @@ async def test_compare_two_sessions(tmp_path: Path):
         assert isinstance(screen, CompareScreen)
         store = app.store
         for sid in (a, b):
-            nodes = await store.nodes(sid)
+            nodes = await store.nodes.of(sid)
             rounds = best_per_round(nodes)
             assert list(rounds.values()) == sorted(rounds.values())  # best so far never drops
             fastest = max((n for n in nodes if n.status == "correct"), key=lambda n: n.speedup)
@@ -130,7 +130,8 @@ async def test_compare_two_sessions(tmp_path: Path):
         table = screen.query_one("#compare-table", DataTable)
         rows = {table.get_row_at(i)[0]: table.get_row_at(i)[1:] for i in range(table.row_count)}
         assert "cost" in rows and "best after round 1" in rows
-        tokens = [int((await store.llm_totals(sid))["tokens"]) for sid in screen.ids]  # columns in marked order
+        # columns in marked order
+        tokens = [int((await store.calls.totals(sid))["tokens"]) for sid in screen.ids]
         assert rows["tokens"] == [str(t) for t in tokens]  # input + output + reasoning, the one total
         await pilot.press("escape")
         assert isinstance(app.screen, SessionsScreen)
@@ -180,7 +181,7 @@ async def test_a_sessions_duration_is_the_engines_run_time_as_its_progress_pane_
     """One session, one duration: the list reads the run time the engine recorded (over all its
     runs), as the search's progress pane does, not the wall from its creation to its end."""
     db, a, b = await two_sessions(tmp_path / "k.db")
-    with sqlite3.connect(db) as conn:  # (as the engine records it: engine.record.store.Store.set_run_s)
+    with sqlite3.connect(db) as conn:  # (as the engine records it: Store.sessions.set_run_s)
         conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (f"session_run_s:{b}", "108.0"))
     async with app_on(db, size=(140, 30)) as (app, pilot):
         table = app.screen.query_one("#sessions", DataTable)

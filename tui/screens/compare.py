@@ -105,9 +105,9 @@ class CompareScreen(StyledAhead, Screen):
     async def _load(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
         for sid in self.ids:
-            session = await store.session(sid)
-            nodes = await store.nodes(sid)
-            totals = await store.llm_totals(sid)
+            session = await store.sessions.get(sid)
+            nodes = await store.nodes.of(sid)
+            totals = await store.calls.totals(sid)
             library_ops = session_library_ops(session and session["config"])
             best = best_variant(nodes, library_ops)
             self.data[sid] = {"session": session, "rounds": best_per_round(nodes, library_ops),

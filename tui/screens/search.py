@@ -8,11 +8,12 @@ records commands; the engine applies them and confirms.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from rich.text import Text
 from textual import on
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
@@ -28,7 +29,7 @@ from tui.keymap import fit_footer
 from tui.model import Changes, ModelInput, Note, ScreenModel, isolation_words, read_rows
 from tui.screens.ahead import SteadyBelow, StyledAhead
 from tui.screens.filtering import FilterBar, matches, number
-from tui.screens.steering import STEERING, SteeringMixin
+from tui.screens.steering import STEERING, SteeringKeys
 from tui.widgets.banner import banner_text, status_text
 from tui.widgets.code_pane import CodePane, idea_text
 from tui.widgets.footer import SteadyFooter
@@ -59,19 +60,19 @@ class EngineEvent(Message):
         self.event = event
 
 
-class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
+class SearchScreen(SteadyBelow, StyledAhead, Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="back", tooltip="back to the sessions screen"),
-        Binding("x", "prune", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
-        Binding("u", "undo_prune", "Unprune", id="undo_prune", tooltip=STEERING_HELP["undo_prune"]),
-        Binding("e", "expand", "Expand", id="expand", tooltip=STEERING_HELP["expand"]),
-        Binding("p", "pin", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
-        Binding("i", "inject", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
-        Binding("E", "edit", "Edit", id="edit_variant", tooltip=STEERING_HELP["edit"]),
-        Binding("f", "profile", "Profile", id="profile", tooltip=STEERING_HELP["profile"]),
-        Binding("P", "pause", "Pause", id="pause", tooltip=STEERING_HELP["pause"]),
-        Binding("S", "stop", "Stop", id="stop", tooltip=STEERING_HELP["stop"]),
-        Binding("w", "export", "Export", id="export", tooltip=STEERING_HELP["export"]),
+        Binding("x", "steer('prune')", "Prune", id="prune", tooltip=STEERING_HELP["prune"]),
+        Binding("u", "steer('undo_prune')", "Unprune", id="undo_prune", tooltip=STEERING_HELP["undo_prune"]),
+        Binding("e", "steer('expand')", "Expand", id="expand", tooltip=STEERING_HELP["expand"]),
+        Binding("p", "steer('pin')", "Pin", id="pin", tooltip=STEERING_HELP["pin"]),
+        Binding("i", "steer('inject')", "Idea", id="inject_idea", tooltip=STEERING_HELP["inject"]),
+        Binding("E", "steer('edit')", "Edit", id="edit_variant", tooltip=STEERING_HELP["edit"]),
+        Binding("f", "steer('profile')", "Profile", id="profile", tooltip=STEERING_HELP["profile"]),
+        Binding("P", "steer('pause')", "Pause", id="pause", tooltip=STEERING_HELP["pause"]),
+        Binding("S", "steer('stop')", "Stop", id="stop", tooltip=STEERING_HELP["stop"]),
+        Binding("w", "steer('export')", "Export", id="export", tooltip=STEERING_HELP["export"]),
         Binding("d", "diff", "Diff", id="diff", tooltip=STEERING_HELP["diff"]),
         Binding("o", "sort", "Sort", id="sort", tooltip="sort the timings: speedup, round, time"),
         Binding("b", "best", "Best", id="goto_best", tooltip=STEERING_HELP["best"]),
@@ -104,8 +105,7 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         super().__init__()
         self.model = ScreenModel(session_id=session_id, live=live, follow=follow)
         self.isolation = isolation  # how generated code runs, where this process runs it
-        self._pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
-        self._profiling: set[int] = set()  # variants `f` profiles in this process
+        self.steering = SteeringKeys(self)  # its steering keys (the `steer` action)
         self._sorted: tuple[str, bool] | None = None  # the timings' chosen order, kept through a filter
         self.selected: int | None = None
         self._why: str | None = None  # why the selected node waits, as the verdict pane says it
@@ -584,6 +584,14 @@ class SearchScreen(SteadyBelow, StyledAhead, SteeringMixin, Screen):
         target = (after or found)[0]
         self.select_node(target)
         self.feed(Note(find_note(query, target, len(found))))
+
+    async def action_steer(self, verb: str) -> None:
+        """A steering key (tui.screens.steering): recorded for the engine, or done here."""
+        await self.steering.run(verb)
+
+    def palette_commands(self) -> Iterator[SystemCommand]:
+        """What the command palette offers on this screen: the steering actions."""
+        return self.steering.palette_commands()
 
     def action_back(self) -> None:
         """Back to the sessions screen (the app knows which: the one below, or a new one)."""

@@ -148,10 +148,10 @@ class SessionsScreen(SteadyBelow, Screen):
 
     async def action_reload(self) -> None:
         store = self.app.store  # type: ignore[attr-defined]
-        rows = await store.sessions()  # (each with the engine's recorded run time: run_time)
+        rows = await store.sessions.all()  # (each with the engine's recorded run time: run_time)
         self.rows = {s["id"]: s for s in rows}
         self.suites = {}
-        for suite in await store.suites():  # each with its running fast_p line
+        for suite in await store.suites.all():  # each with its running fast_p line
             suite["line"], suite["short"], suite["geomean"] = await suite_line(store, suite["id"])
             self.suites[suite["id"]] = suite
         self.marked = [m for m in self.marked if m in self.rows]
@@ -306,7 +306,7 @@ class SessionsScreen(SteadyBelow, Screen):
         paused = await _paused(store, running[0]["id"])
         command = control.Resume() if paused else control.Pause()
         for r in running:
-            await store.add_command(r["id"], *control.encode(command))
+            await store.commands.add(r["id"], *control.encode(command))
         self.notify(f"suite {suite['id']}: {'resume' if paused else 'pause'} sent to {len(running)} problems")
 
     async def action_prune_problem(self) -> None:
@@ -321,7 +321,7 @@ class SessionsScreen(SteadyBelow, Screen):
         if session_status(row) != "running":
             self.notify(f"{row['problem']} is {session_status(row)}: nothing to prune", severity="warning")
             return
-        await self.app.store.add_command(row["id"], *control.encode(control.Stop()))  # type: ignore[attr-defined]
+        await self.app.store.commands.add(row["id"], *control.encode(control.Stop()))  # type: ignore[attr-defined]
         self.notify(f"pruned {row['problem']} from suite {row['suite_id']}")
 
     @on(DataTable.RowSelected, "#sessions")
@@ -394,7 +394,7 @@ class SessionsScreen(SteadyBelow, Screen):
 
         async def done(yes: bool | None) -> None:
             if yes:
-                await self.app.store.delete_session(row["id"])  # type: ignore[attr-defined]
+                await self.app.store.sessions.delete(row["id"])  # type: ignore[attr-defined]
                 if row["id"] in self.marked:  # (nothing left to compare it by)
                     self.marked.remove(row["id"])
                 self.notify(f"deleted session {row['id']}")
@@ -468,7 +468,7 @@ def fit(text: str, width: int) -> str:
 
 async def _paused(store: Any, session_id: int) -> bool:
     """As the last pause / resume command given to the session left it."""
-    kinds = [c["kind"] for c in await store.commands(session_id) if c["kind"] in ("pause", "resume")]
+    kinds = [c["kind"] for c in await store.commands.of(session_id) if c["kind"] in ("pause", "resume")]
     return bool(kinds) and kinds[-1] == "pause"
 
 

@@ -8,10 +8,11 @@ marked applied, for a followed session), which clears the mark.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from textual.app import SystemCommand
 
@@ -51,44 +52,72 @@ def export_path(problem: str, node_id: int, directory: Path) -> Path:
     return path
 
 
-class SteeringMixin:
-    """The steering actions, mixed into SearchScreen (a Screen holding a ScreenModel)."""
+VERBS = ("prune", "undo_prune", "expand", "pin", "inject", "edit", "profile", "pause", "stop", "export")
+
+
+class SteeringScreen(Protocol):
+    """What the steering keys use of the screen that owns them (tui.screens.search.SearchScreen)."""
 
     model: ScreenModel
     selected: int | None
-    _profiling: set[int]  # variants being profiled in this process (a session no engine runs)
+    app: Any
 
-    if TYPE_CHECKING:  # what the screen it is mixed into provides
-        app: Any
-        store: Any
+    @property
+    def store(self) -> Any: ...
 
-        def feed(self, message: ModelInput) -> Changes: ...
+    def feed(self, message: ModelInput) -> Changes: ...
 
-        def notify(self, message: str, *, severity: str = "information") -> None: ...
+    def notify(self, message: str, *, severity: str = ...) -> None: ...
 
-        def run_action(self, action: str) -> Any: ...
+    def run_action(self, action: str) -> Any: ...
 
-        def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
+    def run_worker(self, work: Any, **kwargs: Any) -> Any: ...
+
+
+def action_of(verb: str) -> str:
+    """The screen's action for a palette entry: a steering verb goes through `steer`."""
+    return f"steer('{verb}')" if verb in VERBS else verb
+
+
+class SteeringKeys:
+    """The steering keys of a search screen, owned by it (`SearchScreen.steering`): the screen's
+    `steer` action runs one by its verb."""
+
+    def __init__(self, screen: SteeringScreen):
+        self.screen = screen
+        self.pruned: list[int] = []  # this screen's prunes, the last first to be undone (u)
+        self.profiling: set[int] = set()  # variants `f` profiles in this process
+
+    @property
+    def model(self) -> ScreenModel:
+        return self.screen.model
+
+    async def run(self, verb: str) -> None:
+        if verb not in VERBS:
+            raise ValueError(f"no steering key {verb!r}")
+        done = getattr(self, verb)()
+        if inspect.isawaitable(done):
+            await done
 
     def palette_commands(self) -> Iterator[SystemCommand]:
-        """What the command palette offers on this screen: the steering actions."""
-        for action, title, help_text in STEERING:
-            yield SystemCommand(title, help_text, partial(self.run_action, action))
+        """What the command palette offers on the search screen: the steering actions."""
+        for verb, title, help_text in STEERING:
+            yield SystemCommand(title, help_text, partial(self.screen.run_action, action_of(verb)))
 
     def _steerable(self) -> bool:
         sid = self.model.session_id
         if sid is None:
-            self.notify("the search has not started yet", severity="warning")
+            self.screen.notify("the search has not started yet", severity="warning")
             return False
         if self.model.status != "running":
-            self.notify(f"session {sid} is {self.model.status}: nothing to steer", severity="warning")
+            self.screen.notify(f"session {sid} is {self.model.status}: nothing to steer", severity="warning")
             return False
         return True
 
     def _target(self, kinds: tuple[str, ...], what: str) -> Node | None:
-        node = self.model.nodes.get(self.selected) if self.selected is not None else None
+        node = self.model.nodes.get(self.screen.selected) if self.screen.selected is not None else None
         if node is None or node.kind not in kinds:
-            self.notify(f"select {what} first", severity="warning")
+            self.screen.notify(f"select {what} first", severity="warning")
             return None
         return node
 
@@ -104,40 +133,40 @@ class SteeringMixin:
         else:
             why = (f"#{node.id} is {node.status}: only a correct variant can be {what}"
                    " (E edits it into a new variant)")
-        self.notify(why, severity="warning")
+        self.screen.notify(why, severity="warning")
         return True
 
     async def _send(self, command: control.Command, node_id: int | None, mark: str) -> int:
         """Record a command; mark it pending in the tree at once, confirmed when the engine applies it."""
         if node_id is not None:
-            self.feed(Steered(node_id, mark))
-        cid = await self.store.add_command(self.model.session_id, *control.encode(command))
-        self.feed(CommandRecorded(cid, command.kind, node_id, mark))
+            self.screen.feed(Steered(node_id, mark))
+        cid = await self.screen.store.commands.add(self.model.session_id, *control.encode(command))
+        self.screen.feed(CommandRecorded(cid, command.kind, node_id, mark))
         return cid
 
-    async def action_prune(self) -> None:
+    async def prune(self) -> None:
         node = self._target(("idea", "variant"), "an idea or a variant to prune")
         if node is None or not self._steerable():
             return
         if node.pruned:
-            self.notify(f"#{node.id} is already pruned")
+            self.screen.notify(f"#{node.id} is already pruned")
             return
         await self._send(control.Prune(node.id), node.id, "prune")
-        self._pruned.append(node.id)
+        self.pruned.append(node.id)
 
-    async def action_undo_prune(self) -> None:
+    async def undo_prune(self) -> None:
         if not self._steerable():
             return
-        undone = self._pruned
+        undone = self.pruned
         while undone and not self.model.nodes[undone[-1]].pruned:
             undone.pop()  # taken back already (or never applied)
         if not undone:
-            self.notify("no prune to undo", severity="warning")
+            self.screen.notify("no prune to undo", severity="warning")
             return
         node_id = undone.pop()
         await self._send(control.Prune(node_id, pruned=False), node_id, "unprune")
 
-    async def action_pin(self) -> None:
+    async def pin(self) -> None:
         node = self._target(("variant",), "a variant to pin")
         if node is None or not self._steerable():
             return
@@ -146,7 +175,7 @@ class SteeringMixin:
         await self._send(control.Pin(node.id, pinned=not node.pinned), node.id,
                          "unpin" if node.pinned else "pin")
 
-    def action_expand(self) -> None:
+    def expand(self) -> None:
         node = self._target(("root", "idea", "variant"), "a node to expand")
         if node is None or not self._steerable() or self._no_parent(node, "expanded"):
             return
@@ -161,9 +190,9 @@ class SteeringMixin:
             if count:
                 await self._send(control.Expand(node.id, **{field: count}), node.id, f"+{count} {field}")
 
-        self.app.push_screen(AskNumber(prompt, int(default or 2)), done)
+        self.screen.app.push_screen(AskNumber(prompt, int(default or 2)), done)
 
-    def action_inject(self) -> None:
+    def inject(self) -> None:
         node = self._target(("root", "idea", "variant"), "a variant to add an idea under")
         if node is None or not self._steerable():
             return
@@ -175,35 +204,35 @@ class SteeringMixin:
             if text:
                 await self._send(control.InjectIdea(parent.id, text), parent.id, "idea")
 
-        self.app.push_screen(AskText(f"Your idea for #{parent.id} (implemented like any other):",
+        self.screen.app.push_screen(AskText(f"Your idea for #{parent.id} (implemented like any other):",
                                      "e.g. fuse the max and the sum into one pass"), done)
 
-    def action_edit(self) -> None:
+    def edit(self) -> None:
         node = self._target(("variant",), "a variant to edit")
         if node is None or not self._steerable():
             return
         if not node.source:
-            self.notify(f"#{node.id} has no source yet", severity="warning")
+            self.screen.notify(f"#{node.id} has no source yet", severity="warning")
             return
 
         async def done(source: str | None) -> None:
             if source:
                 await self._send(control.EditVariant(node.id, source), node.id, "edit")
 
-        self.app.push_screen(EditSource(f"Edit #{node.id} — saved as a new variant, evaluated", node.source),
-                             done)
+        title = f"Edit #{node.id} — saved as a new variant, evaluated"
+        self.screen.app.push_screen(EditSource(title, node.source), done)
 
-    async def action_profile(self) -> None:
+    async def profile(self) -> None:
         node = self._target(("variant",), "a correct variant to profile")
         if node is None:
             return
         verdict = self.model.verdicts.get(node.id)
         if verdict is None or not verdict.ok:
-            self.notify(f"#{node.id} is {node.status}: only a correct variant can be profiled",
+            self.screen.notify(f"#{node.id} is {node.status}: only a correct variant can be profiled",
                         severity="warning")
             return
         if verdict.profile:
-            self.notify(f"#{node.id} has its profile already (see the verdict pane)")
+            self.screen.notify(f"#{node.id} has its profile already (see the verdict pane)")
             return
         if self.model.status != "running":  # no engine to ask: profiled here
             self._profile_here(node)
@@ -214,11 +243,12 @@ class SteeringMixin:
         """A session no engine runs: its variant profiled in this process, as `ktree show SESSION
         --profile NODE` does, the profile recorded and shown (a worker: the screen stays live)."""
         sid = self.model.session_id
-        if node.id in self._profiling:
-            self.notify(f"#{node.id} is being profiled")
+        if node.id in self.profiling:
+            self.screen.notify(f"#{node.id} is being profiled")
             return
-        self._profiling.add(node.id)
-        self.notify(f"profiling #{node.id} (session {sid} is {self.model.status}: here, not by its engine)")
+        self.profiling.add(node.id)
+        self.screen.notify(f"profiling #{node.id} (session {sid} is {self.model.status}:"
+                           " here, not by its engine)")
 
         async def work() -> None:
             from engine.launch import profile_evaluator
@@ -226,32 +256,32 @@ class SteeringMixin:
             from engine.search.profile_requests import profile_recorded, profile_target
 
             try:
-                target = await profile_target(self.store, sid, node.id)  # type: ignore[arg-type]
+                target = await profile_target(self.screen.store, sid, node.id)  # type: ignore[arg-type]
                 evaluator = await asyncio.to_thread(profile_evaluator, target.session)
                 try:
-                    verdict = await profile_recorded(self.store, target, evaluator)
+                    verdict = await profile_recorded(self.screen.store, target, evaluator)
                 finally:
                     await evaluator.close()
             except Exception as exc:  # said in one line (no GPU for a cuda session, a closed store)
-                self.notify(f"#{node.id}: cannot profile: {exc}", severity="error")
+                self.screen.notify(f"#{node.id}: cannot profile: {exc}", severity="error")
                 return
             finally:
-                self._profiling.discard(node.id)
+                self.profiling.discard(node.id)
             if not verdict.profile:
-                self.notify(f"#{node.id}: no profile taken (profiling is off)", severity="warning")
+                self.screen.notify(f"#{node.id}: no profile taken (profiling is off)", severity="warning")
                 return
-            self.feed(ProfileTaken(target.node, verdict, "asked"))
-            self.notify(f"#{node.id}: {profile_line(verdict.profile)}")
+            self.screen.feed(ProfileTaken(target.node, verdict, "asked"))
+            self.screen.notify(f"#{node.id}: {profile_line(verdict.profile)}")
 
-        self.run_worker(work(), name="profile", group="profile", exit_on_error=False)
+        self.screen.run_worker(work(), name="profile", group="profile", exit_on_error=False)
 
-    async def action_pause(self) -> None:
+    async def pause(self) -> None:
         if not self._steerable():
             return
         paused = self.model.paused
         await self._send(control.Resume() if paused else control.Pause(), None, "resume" if paused else "pause")
 
-    def action_stop(self) -> None:
+    def stop(self) -> None:
         if not self._steerable():
             return
 
@@ -259,17 +289,18 @@ class SteeringMixin:
             if yes:
                 await self._send(control.Stop(), None, "stop")
 
-        self.app.push_screen(Confirm(f"Stop session {self.model.session_id}? In-flight work finishes."), done)
+        question = f"Stop session {self.model.session_id}? In-flight work finishes."
+        self.screen.app.push_screen(Confirm(question), done)
 
-    async def action_export(self) -> None:
+    async def export(self) -> None:
         node = self._target(("variant",), "a variant to export")
         if node is None:
             return
         try:
-            text = await solution_text(self.store, node.id)
+            text = await solution_text(self.screen.store, node.id)
         except ExportError as exc:
-            self.notify(str(exc), severity="warning")
+            self.screen.notify(str(exc), severity="warning")
             return
         path = export_path(self.model.info.get("problem", "problem"), node.id, Path.cwd())
         path.write_text(text)
-        self.feed(Note(f"exported #{node.id} to {path}"))  # (the status line: a toast covered it)
+        self.screen.feed(Note(f"exported #{node.id} to {path}"))  # (the status line: a toast covered it)

@@ -81,7 +81,7 @@ class LLMPane(SteadyScrollBars, CodeView):
         ids, purpose, why = llm_request(node, nodes)
         calls = []
         for nid in sorted(ids):
-            calls += await store.llm_calls(session_id, node_id=nid, purpose=purpose)
+            calls += await store.calls.of(session_id, node_id=nid, purpose=purpose)
         calls.sort(key=lambda c: c["id"])
         if self._wanted != node.id:  # the selection moved on meanwhile
             return

@@ -360,7 +360,7 @@ def _die_with_parent() -> None:
 
 def pin_cores() -> None:
     """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
-    cpu backend's pinned timer, engine.evaluate.host.evaluator.split_cores); whatever it starts
+    cpu backend's pinned timer, engine.evaluate.host.devices.split_cores); whatever it starts
     (compilers, the candidate) inherits them."""
     cores = settings.get("KTREE_CPU_CORES", "")
     if cores and hasattr(os, "sched_setaffinity"):

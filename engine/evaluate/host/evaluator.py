@@ -56,68 +56,76 @@ PROFILE_YIELD_S = 5.0  # a profile lets evaluations waiting for a device go firs
 LOCK_WAIT_S = 600.0  # a gated profile process waits this long for the device's lock, then gives up
 
 
+@dataclasses.dataclass(frozen=True)
+class EvaluatorConfig:
+    """How a LocalEvaluator evaluates (None: the default, or what the problem or host says).
+
+    gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU); ValueError for
+    one that is not visible. devices: on cpu, this many independent devices (for tests of the
+    dispatch: they share the cores, so no timing is quiet, and they take no host lock). host_lock:
+    hold each device's host-wide lock (engine.evaluate.host.hostlock) while checking and timing on
+    it, so that ktree processes on one host queue for a device. profile: auto | ncu | torch | off
+    (engine.evaluate.profile.profiler): how correct variants are profiled, within
+    `profile_budget_s`; a runtime error from an illegal or misaligned access is re-run once under
+    compute-sanitizer (any mode but off). profile_each: profile each correct variant in evaluate(),
+    after its verdict, still holding its device (`ktree eval --profile`); False: only those
+    profile() is asked for (a search profiles what it reads: the parents and the best). cpu_timer
+    (cpu backend, one device; devices.cpu_timer_cores): `pause` holds every compile slot while it
+    times, so builds wait; `pin` gives the timer half the cores and the builds the other half, so
+    both go on at once. worker: a long-lived worker per device (None: KTREE_WORKER, on by default).
+    compile_baseline: time torch.compile's reference (None: KTREE_COMPILE_BASELINE, on by default)."""
+
+    cache_dir: str | Path | None = None
+    compile_workers: int | None = None
+    compile_timeout_s: float | None = None
+    eval_timeout: float | None = None  # --eval-timeout; None: from the problem (eval_limit)
+    cuda_arch: str | None = None
+    isolation: str = "auto"
+    limits: Limits | None = None
+    worker: bool | None = None
+    worker_max_jobs: int = 32
+    gpus: list[int] | None = None
+    devices: int = 1
+    host_lock: bool = True
+    profile: str = "off"
+    profile_budget_s: float = DEFAULT_BUDGET_S
+    cpu_timer: str | None = None
+    profile_each: bool = True
+    compile_baseline: bool | None = None
+
+
 class LocalEvaluator(ReferenceTimings):
     """The `Evaluator` on this host: a compile pool and one device per chosen GPU (or cpu slot)."""
 
-    def __init__(
-        self,
-        backend: str,
-        cache_dir: str | Path | None = None,
-        compile_workers: int | None = None,
-        compile_timeout_s: float | None = None,
-        eval_timeout: float | None = None,
-        cuda_arch: str | None = None,
-        isolation: str = "auto",
-        limits: Limits | None = None,
-        worker: bool | None = None,
-        worker_max_jobs: int = 32,
-        gpus: list[int] | None = None,
-        devices: int = 1,
-        host_lock: bool = True,
-        profile: str = "off",
-        profile_budget_s: float = DEFAULT_BUDGET_S,
-        cpu_timer: str | None = None,
-        profile_each: bool = True,
-        compile_baseline: bool | None = None,
-    ):
-        """gpus: the physical GPU indices to evaluate on (cuda; default: every visible GPU);
-        ValueError for one that is not visible. devices: on cpu, this many independent devices
-        (for tests of the dispatch: they share the cores, so no timing is quiet, and they take no
-        host lock). host_lock: hold each device's host-wide lock (engine.evaluate.host.hostlock) while
-        checking and timing on it, so that ktree processes on one host queue for a device.
-        profile: auto | ncu | torch | off (engine.evaluate.profile.profiler): how correct variants are
-        profiled, within `profile_budget_s`; a runtime error from an illegal or misaligned access
-        is re-run once under compute-sanitizer (any mode but off). profile_each: profile each
-        correct variant in evaluate(), after its verdict, still holding its device (`ktree eval
-        --profile`); False: only those profile() is asked for (a search profiles what it reads:
-        the parents and the best). cpu_timer (cpu backend, one device; devices.cpu_timer_cores):
-        `pause` holds every compile slot while it times, so builds wait; `pin` gives the timer half
-        the cores and the builds the other half, so both go on at once."""
+    def __init__(self, backend: str, config: EvaluatorConfig | None = None, **fields: Any):
+        """`config`: how it evaluates; `fields`: some of its fields by name, over `config`
+        (`LocalEvaluator("cpu", devices=2)`; a name EvaluatorConfig lacks is a TypeError)."""
+        c = self.config = dataclasses.replace(config or EvaluatorConfig(), **fields)
         self.backend = backend
         self.session: Any = None  # who evaluates (the search's session id): recorded in the lock
         # Hears, in the job's own task, what a job waits on that its phases do not say: another
         # process holding the device's host lock (once per holder), the reference warmed or timed.
         self.on_note: Callable[[str], None] | None = None
-        self.cache_dir = str(cache_dir or default_cache_dir())
+        self.cache_dir = str(c.cache_dir or default_cache_dir())
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
-        self.compile_workers = compile_workers or default_compile_workers()
+        self.compile_workers = c.compile_workers or default_compile_workers()
         default_compile = DEFAULT_TIMEOUTS[backend]
-        self.compile_timeout_s = compile_timeout_s or default_compile
-        self.eval_timeout = eval_timeout  # for a job that carries none (EvalJob.eval_timeout)
+        self.compile_timeout_s = c.compile_timeout_s or default_compile
+        self.eval_timeout = c.eval_timeout  # for a job that carries none (EvalJob.eval_timeout)
         self.history = ReferenceHistory()  # the reference's measured times (reference_history)
         self._compile_slots = asyncio.Semaphore(self.compile_workers)
-        self.sandbox = Sandbox(isolation, backend, limits or Limits())  # for every child below
+        self.sandbox = Sandbox(c.isolation, backend, c.limits or Limits())  # for every child below
         env = {"MAX_JOBS": "2", "KTREE_LEDGER_DIR": ledger_dir(self.cache_dir), **memory_env()}
         if settings.get("KTREE_LANGUAGES"):  # more kernel languages: the children load them too
             env["KTREE_LANGUAGES"] = settings.get("KTREE_LANGUAGES") or ""
         if backend == "cuda":
-            env["TORCH_CUDA_ARCH_LIST"] = cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+            env["TORCH_CUDA_ARCH_LIST"] = c.cuda_arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["TORCH_CUDA_ARCH_LIST"] = ""
         for language in registry().values():  # e.g. Triton's interpreter on the cpu
             env.update(language.process_env(backend))
-        self.cpu_timer, timer_cores, build_cores = cpu_timer_cores(cpu_timer, backend, devices,
+        self.cpu_timer, timer_cores, build_cores = cpu_timer_cores(c.cpu_timer, backend, c.devices,
                                                                    timer_cores_now())
         if timer_cores is not None:
             env["KTREE_CPU_CORES"] = ",".join(map(str, timer_cores))
@@ -126,8 +134,8 @@ class LocalEvaluator(ReferenceTimings):
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         if build_cores is not None:
             self._compile_env["KTREE_CPU_CORES"] = ",".join(map(str, build_cores))
-        self.profiler = Profiler(profile, self.cache_dir, profile_budget_s)
-        self.profile_each = profile_each
+        self.profiler = Profiler(c.profile, self.cache_dir, c.profile_budget_s)
+        self.profile_each = c.profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
         # The check trials' input seed: secret to this evaluator (one session, one `ktree eval`
         # run), sent with each job, never written down (engine.evaluate.harness.expected_cache).
@@ -139,29 +147,31 @@ class LocalEvaluator(ReferenceTimings):
         self._builds_allowed.set()
         # Host-wide, every ktree process together: the host's build slots, and on the cpu backend
         # the timer's cores against other processes' builds and worker starts (host.admission).
-        self._admission = HostAdmission(cpu=backend == "cpu" and host_lock)
+        self._admission = HostAdmission(cpu=backend == "cpu" and c.host_lock)
+        worker = c.worker
         if worker is None:  # KTREE_WORKER=0: a fresh process per evaluation, as before the worker
             worker = settings.get("KTREE_WORKER", "1") != "0"
         # The torch.compile baseline (cuda): compiled and timed once per problem and GPU, tens of
         # seconds to minutes cold (conv2d: 213 s on a fresh H100 box). KTREE_COMPILE_BASELINE=0
         # skips it (speedup vs torch.compile then unknown), for checks that do not read it.
+        compile_baseline = c.compile_baseline
         if compile_baseline is None:
             compile_baseline = settings.get("KTREE_COMPILE_BASELINE", "1") != "0"
         self.compile_baseline = compile_baseline
         self.gpus: list[int] | None = None
         if backend == "cuda":
             visible = visible_gpus()
-            self.gpus = list(visible) if gpus is None else list(gpus)
+            self.gpus = list(visible) if c.gpus is None else list(c.gpus)
             check_gpus(self.gpus, visible)
             slots = [(f"gpu{g}", g, {"CUDA_VISIBLE_DEVICES": visible[g]}) for g in self.gpus]
-            keys = [gpu_key(g, visible[g]) if host_lock else None for g in self.gpus]
+            keys = [gpu_key(g, visible[g]) if c.host_lock else None for g in self.gpus]
         else:
-            if gpus:
+            if c.gpus:
                 raise ValueError("GPUs are chosen on the cuda backend only")
-            slots = [(f"cpu{i}", i, {}) for i in range(max(1, devices))]
+            slots = [(f"cpu{i}", i, {}) for i in range(max(1, c.devices))]
             # One cpu device: the whole host's cores ("cpu"). Several (tests of the dispatch, which
             # share the cores on purpose): no host lock.
-            keys = ["cpu" if host_lock and devices <= 1 else None] * len(slots)
+            keys = ["cpu" if c.host_lock and c.devices <= 1 else None] * len(slots)
         self.devices: list[Device] = []
         self._starting: dict[int, asyncio.Task[Any]] = {}  # early worker starts (start_workers), by device
         self._free: asyncio.Queue[Device] = asyncio.Queue()  # one queue: first free device first
@@ -170,7 +180,7 @@ class LocalEvaluator(ReferenceTimings):
             # A GPU's next worker is kept started ahead (worker.Worker: a replacement waits only
             # for its CUDA context). Not on the cpu: its start would take cores from the timing
             # of the job it overlaps.
-            runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=worker_max_jobs,
+            runner = (Worker(device_env, self.sandbox, self.cache_dir, max_jobs=c.worker_max_jobs,
                              standby="always" if backend == "cuda" else False,
                              standby_depth=GPU_STANDBYS) if worker else None)
             device = Device(name, index, device_env, runner, lock_key=key, builds_allowed=self._builds_allowed)

@@ -54,7 +54,7 @@ from engine.evaluate.verdict import Verdict
 AUDIT_CALLS = 3
 MOST_CALLS = 15  # (an extra pair costs ~10 ms on the cpu; a big model's more on a GPU: the deadline holds)
 # The most of each output handed over a call (a window the judge picks with the seed): on a GPU the
-# copy and the judge's compare are held time (a variant held the GPU ~2 s in all: issue 57).
+# copy and the judge's compare are held time.
 HANDOVER_BYTES = {"cpu": 256 * 2**20, "cuda": 32 * 2**20}
 # A claimed time is believed down to the outside figure over BELIEF, less SLACK_MS: an honest median
 # of flushed, rotated calls against one call on freshly drawn inputs timed from another process.

@@ -69,10 +69,10 @@ def visible_gpu_indices() -> list[int]:
 def local_evaluator(backend: str, arch: str | None, gpus: Sequence[int] | None = None,
                     **kw: Any) -> LocalEvaluator:
     """This host's evaluator: one device per chosen GPU (`--gpus`, checked), else every visible one;
-    `kw`: LocalEvaluator's own (isolation, profile, cpu_timer, ...)."""
-    from engine.evaluate.host.evaluator import LocalEvaluator
+    `kw`: the rest of its EvaluatorConfig (isolation, profile, cpu_timer, ...)."""
+    from engine.evaluate.host.evaluator import EvaluatorConfig, LocalEvaluator
 
-    return LocalEvaluator(backend, cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw)
+    return LocalEvaluator(backend, EvaluatorConfig(cuda_arch=arch, gpus=checked_gpus(backend, gpus), **kw))
 
 
 def check_cpu_timer() -> None:

@@ -163,7 +163,7 @@ class EvalActor:
         if self.evaluator is not None:
             return self.info
 
-        from engine.evaluate.host.evaluator import LocalEvaluator, default_compile_workers
+        from engine.evaluate.host.evaluator import EvaluatorConfig, LocalEvaluator, default_compile_workers
 
         ctx = ray.get_runtime_context()
         node_id = ctx.get_node_id()
@@ -176,10 +176,10 @@ class EvalActor:
             workers = workers or max(1, default_compile_workers() // max(1, int(on_node)))
             major, minor = torch.cuda.get_device_capability(0)
             arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
-        self.evaluator = LocalEvaluator(self.backend, compile_workers=workers or 1, cuda_arch=arch,
-                                   isolation=self.isolation, compile_timeout_s=self.compile_timeout_s,
-                                   profile=self.profile,
-                                   profile_each=self.profile_each)
+        self.evaluator = LocalEvaluator(self.backend, EvaluatorConfig(
+            compile_workers=workers or 1, cuda_arch=arch, isolation=self.isolation,
+            compile_timeout_s=self.compile_timeout_s, profile=self.profile,
+            profile_each=self.profile_each))
         self.info = {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid(), "gpus": gpus,
                      "compile_workers": self.evaluator.compile_workers, "keys": key_names(os.environ),
                      "engine_dir": str(Path(engine.__file__).parent)}  # the package shipped here

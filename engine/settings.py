@@ -73,6 +73,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("KTREE_GATE", "internal", "a profile process's gate file (engine.evaluate.gate)"),
     Setting("KTREE_GATE_WAIT_S", "internal", "how long a gated process waits for its gate"),
     Setting("KTREE_DEVICE_INDEX", "internal", "the physical GPU index of a worker"),
+    Setting("KTREE_PCH_AHEAD", "internal", "a build goes on without a missing precompiled header, which"
+            " the engine makes beside it (engine.evaluate.host.pch_ahead)"),
     Setting("KTREE_LEDGER_DIR", "internal", "the host-wide memory ledger's dir"),
     Setting("KTREE_MEMORY_LIMIT", "internal", "an evaluation process's resident-memory limit (bytes)"),
 )}

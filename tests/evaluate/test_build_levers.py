@@ -73,6 +73,84 @@ def test_a_source_the_mini_header_cannot_build_falls_through_and_the_choice_is_k
     assert tried == ["full"]
 
 
+def test_a_build_ahead_of_the_precompiled_header_goes_without_it_and_keeps_that_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """In the compile pool with PCH_AHEAD on, a build that finds no header for its flags is not held
+    while one is made: it builds without it, names its flags for the engine to make it beside the
+    builds, and its record keeps it without; a later build of other flags finds the header made."""
+    import torch.utils.cpp_extension as ce
+
+    if fastbuild.torch_pch_command([], []) is None:
+        pytest.skip("torch has no PCH command line on this platform")
+    includes: list[list[str]] = []
+
+    def fake_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+                         extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
+                         build_directory=None, verbose=False, with_cuda=None, is_python_module=True,
+                         with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False,
+                         no_implicit_headers=False):
+        includes.append(list(extra_include_paths or []))
+        return "module"
+
+    def made(flags: list[str]) -> Path:  # a header as fastbuild.ensure_pch leaves it
+        _, root, _ = fastbuild._pch_place(str(tmp_path), flags, [])
+        (root / "torch").mkdir(parents=True)
+        (root / "torch" / "extension.h.gch").write_bytes(b"gch")
+        (root / "torch" / "extension.h").write_text("#pragma once\n")
+        return root
+
+    monkeypatch.setattr(ce, "load_inline", fake_load_inline)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setitem(fastbuild.PREBUILT, "on", False)
+    monkeypatch.setitem(fastbuild.PROBE, "on", False)
+    monkeypatch.setattr(fastbuild, "PCH_AHEAD", {"on": True, "wanted": []})
+    fastbuild.install(str(tmp_path), levers=("pch",))
+    assert ce.load_inline(name="a", cpp_sources="void f();", extra_cflags=["-O3"]) == "module"
+    assert includes == [[]]  # built without a header, not after making one
+    assert fastbuild.PCH_AHEAD["wanted"] == [{"extra_cflags": ["-O3"], "extra_include_paths": []}]
+    assert '"pch": false' in (tmp_path / "ktree-levers-a.json").read_text()
+    root = made(["-O3"])  # the engine made it beside the build (host.pch_ahead)
+    assert fastbuild.pch_ready(str(tmp_path), ["-O3"], []) == (str(root), False)
+    includes.clear()
+    ce.load_inline(name="a", cpp_sources="void f();", extra_cflags=["-O3"])  # its record: still without
+    ce.load_inline(name="b", cpp_sources="void g();", extra_cflags=["-O3"])  # a new build: with it
+    assert includes == [[], [str(root)]] and len(fastbuild.PCH_AHEAD["wanted"]) == 1
+
+
+@pytest.mark.slow
+def test_the_first_build_on_a_cold_cache_does_not_wait_for_the_precompiled_header(tmp_path: Path):
+    """End to end on the cpu (with the header ahead, as on a GPU): the first build goes without the
+    header, the engine makes it beside, and the variant built without it is judged from that build."""
+    import asyncio
+
+    from engine.evaluate.host.evaluator import LocalEvaluator
+    from engine.problems import load_problem
+
+    if fastbuild.torch_pch_command([], []) is None:
+        pytest.skip("torch has no PCH command line on this platform")
+    softmax = load_problem("softmax")
+    source = (Path(__file__).resolve().parents[2] / "engine" / "scripted_library" / "softmax" / "cpu"
+              / "online_1.py").read_text()
+
+    async def go() -> tuple[dict, list[Path], object]:
+        evaluator = LocalEvaluator("cpu", cache_dir=tmp_path, pch_ahead=True)
+        try:
+            cost = softmax.cost("cpu")
+            job = evaluator.job(softmax.path, source, softmax.sizes_for("cpu"), flops=cost.flops,
+                                bytes=cost.bytes)
+            outcome, result, log = await evaluator.build(job)
+            assert outcome == "ok" and result is not None and result["status"] == "compiled", log
+            await evaluator.pch_ahead.wait()
+            made = list(tmp_path.glob("pch/*/torch/extension.h.gch"))
+            return result, made, await evaluator.evaluate(job)
+        finally:
+            await evaluator.close()
+
+    result, made, verdict = asyncio.run(go())
+    assert result["pch_wanted"] and made  # went without it; made beside it
+    assert verdict.status == "correct", verdict.log
+
+
 def _build_error(output: str) -> RuntimeError:
     """What torch raises when ninja fails: a RuntimeError caused by the compiler's exit."""
     cause = subprocess.CalledProcessError(1, ["ninja"], output=output)

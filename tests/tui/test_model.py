@@ -458,6 +458,19 @@ def test_the_first_build_on_a_cold_cache_says_it_builds_the_precompiled_header()
     assert model.wait_reason(3) is None and model.status_line == PCH_DONE
 
 
+def test_on_a_gpu_the_first_builds_go_on_while_the_header_is_made_beside_them():
+    from dataclasses import replace
+
+    from tui.model import PCH_AHEAD_NOTE
+
+    model = ScreenModel(live=True, cold_cache=lambda: True)
+    model.apply(replace(_started(), backend="cuda"))
+    model.apply(NodeAdded(_variant("queued")))
+    model.apply(NodeUpdated(_variant("compiling")))
+    assert model.status_line == PCH_AHEAD_NOTE and not model.first_build
+    assert "precompiled" not in node_label(model.nodes[2], model).plain and model.wait_reason(2) is None
+
+
 def test_a_warm_cache_or_a_past_session_says_nothing_of_it():
     warm = ScreenModel(live=True, cold_cache=lambda: False)
     past = ScreenModel(cold_cache=lambda: True)  # read from the DB, not running: no build runs

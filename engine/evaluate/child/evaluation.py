@@ -67,14 +67,18 @@ PROBLEM_TOO_LARGE = "ktree cannot evaluate this problem here"
 
 
 def run_compile(job: EvalJob) -> dict[str, Any]:
+    """Mode "compile": the build, and the precompiled headers it went without (`pch_wanted`: the
+    engine makes them beside the builds, engine.evaluate.host.pch_ahead)."""
     t0 = clocks.perf_counter()
+    fastbuild.PCH_AHEAD["on"] = bool(settings.get("KTREE_PCH_AHEAD"))
+    wanted = fastbuild.PCH_AHEAD["wanted"]
     try:
         load_solution(job)
     except EvalFailure as exc:
         note = retarget_note(job)
         log = f"{note['note']}\n{exc}" if note else str(exc)
-        return {"status": exc.status, "log": log, "compile_s": clocks.since(t0)}
-    return {"status": "compiled", "log": "", "compile_s": clocks.since(t0)}
+        return {"status": exc.status, "log": log, "compile_s": clocks.since(t0), "pch_wanted": wanted}
+    return {"status": "compiled", "log": "", "compile_s": clocks.since(t0), "pch_wanted": wanted}
 
 
 def run_evaluate(job: EvalJob, on_phase: Callable[[str], None] | None = None) -> Verdict:

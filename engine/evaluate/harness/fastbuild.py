@@ -141,23 +141,48 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_pch(cache_dir: str, extra_cflags: list[str], extra_include_paths: list[str]) -> str | None:
-    """An include dir holding torch/extension.h.gch for these flags, built once (under a lock,
-    atomically) and shared by every build that uses the same flags; None if it cannot be had."""
+# In the compile pool's process (child.evaluation.run_compile) `on`: a build that finds no precompiled
+# header for its flags goes on without it and names the flags in `wanted`; the engine makes the
+# header beside the builds (engine.evaluate.host.pch_ahead), and the builds after it use it. (Made
+# first, it held the first build a minute on a cold cache.)
+PCH_AHEAD: dict[str, Any] = {"on": False, "wanted": []}
+
+
+def _pch_place(cache_dir: str, extra_cflags: list[str],
+               extra_include_paths: list[str]) -> tuple[list[str], Path, str] | None:
+    """(torch's PCH command line for these flags, the include dir it goes to, its key); None where
+    torch has none."""
     cmd = torch_pch_command(extra_cflags, extra_include_paths)
     if cmd is None or "-o" not in cmd:
         return None
     key = hashlib.sha256(json.dumps(cmd).encode()).hexdigest()[:16]
-    root = Path(cache_dir) / "pch" / key
-    gch = root / "torch" / "extension.h.gch"
-    failed = root / "failed.txt"
-    forward = root / "torch" / "extension.h"
-    if gch.exists() and forward.exists():
-        return str(root)
-    if failed.exists():
-        return None
+    return cmd, Path(cache_dir) / "pch" / key, key
+
+
+def pch_ready(cache_dir: str, extra_cflags: list[str],
+              extra_include_paths: list[str]) -> tuple[str | None, bool]:
+    """(the include dir of a header built for these flags, else None; whether one could still be
+    made: none built, none failed), without building."""
+    place = _pch_place(cache_dir, extra_cflags, extra_include_paths)
+    if place is None:
+        return None, False
+    root = place[1]
+    if (root / "torch" / "extension.h.gch").exists() and (root / "torch" / "extension.h").exists():
+        return str(root), False
+    return None, not (root / "failed.txt").exists()
+
+
+def ensure_pch(cache_dir: str, extra_cflags: list[str], extra_include_paths: list[str]) -> str | None:
+    """An include dir holding torch/extension.h.gch for these flags, built once (under a lock,
+    atomically) and shared by every build that uses the same flags; None if it cannot be had."""
+    root, missing = pch_ready(cache_dir, extra_cflags, extra_include_paths)
+    if root is not None or not missing:
+        return root
+    place = _pch_place(cache_dir, extra_cflags, extra_include_paths)
+    assert place is not None
+    cmd, root_dir, key = place
     try:
-        return _build_pch(cmd, Path(cache_dir) / "pch" / f"{key}.lock", root)
+        return _build_pch(cmd, Path(cache_dir) / "pch" / f"{key}.lock", root_dir)
     except OSError:  # a cache this process may not write (an evaluation's scratch build): none
         return None
 
@@ -487,13 +512,19 @@ def install(cache_dir: str, levers: tuple[str, ...] | None = None) -> None:
         used: dict[str, Any] = _read_json(str(record)) or {}
         cpp = _as_list(call["cpp_sources"])
         cuda = _as_list(call.get("cuda_sources"))
-        if "pch" in levers and not call.get("use_pch") and (
+        if "pch" in levers and not call.get("use_pch") and used.get("pch") is not False and (
             not call.get("no_implicit_headers") or _starts_with_extension_header(cpp)
         ):
-            root = ensure_pch(cache_dir, list(call.get("extra_cflags") or []),
-                              list(call.get("extra_include_paths") or []))
+            flags, includes = list(call.get("extra_cflags") or []), list(call.get("extra_include_paths") or [])
+            if PCH_AHEAD["on"]:  # built beside this build, not before it
+                root, missing = pch_ready(cache_dir, flags, includes)
+                if root is None and missing:
+                    PCH_AHEAD["wanted"].append({"extra_cflags": flags, "extra_include_paths": includes})
+                    used["pch"] = False  # (this build's flags stay without it, wherever it is loaded)
+            else:
+                root = ensure_pch(cache_dir, flags, includes)
             if root is not None:
-                call["extra_include_paths"] = [root, *(call.get("extra_include_paths") or [])]
+                call["extra_include_paths"] = [root, *includes]
                 used["pch"] = True
 
         # Header levers, lightest first: "mini" (ktree's header), then "slim" (<torch/types.h>
@@ -588,3 +619,21 @@ def as_compile_error(verdict: Any) -> Any:
     line = first_error(FAILED_BUILDS[0])
     log = verdict.log if not line or verdict.log.startswith(line) else f"{line}\n{verdict.log}"
     return dataclasses.replace(verdict, status="compile_error", log=log)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m engine.evaluate.harness.fastbuild pch CACHE_DIR EXTRA_CFLAGS_JSON INCLUDE_PATHS_JSON`:
+    the precompiled header for those flags, made once (engine.evaluate.host.pch_ahead starts it)."""
+    cores = settings.get("KTREE_CPU_CORES", "")  # the build cores, beside a pinned cpu timer
+    if cores and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(ValueError, OSError):
+            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+    if len(argv) != 5 or argv[1] != "pch":
+        print("usage: python -m engine.evaluate.harness.fastbuild pch CACHE_DIR CFLAGS_JSON INCLUDES_JSON",
+              file=sys.stderr)
+        return 2
+    return 0 if ensure_pch(argv[2], list(json.loads(argv[3])), list(json.loads(argv[4]))) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -39,6 +39,7 @@ from engine.evaluate.host.eval_limit import UNKNOWN_S, EvalLimit, eval_limit
 from engine.evaluate.host.hostlock import describe_holder, gpu_key
 from engine.evaluate.host.judge import judged
 from engine.evaluate.host.make_job import make_job
+from engine.evaluate.host.pch_ahead import PchAhead
 from engine.evaluate.host.reference_history import ReferenceHistory
 from engine.evaluate.host.reference_times import ReferenceTimings
 from engine.evaluate.host.runner import default_cache_dir, failed_verdict, run_child, run_tool
@@ -92,6 +93,9 @@ class EvaluatorConfig:
     cpu_timer: str | None = None
     profile_each: bool = True
     compile_baseline: bool | None = None
+    # A build goes on without a missing precompiled header, made beside it (None: unless the cpu
+    # timer pauses builds, where the header comes first).
+    pch_ahead: bool | None = None
 
 
 class LocalEvaluator(ReferenceTimings):
@@ -134,6 +138,14 @@ class LocalEvaluator(ReferenceTimings):
         self._compile_env = {**env, "CUDA_VISIBLE_DEVICES": ""}
         if build_cores is not None:
             self._compile_env["KTREE_CPU_CORES"] = ",".join(map(str, build_cores))
+        # The precompiled header made beside the first builds, not before them, where builds need
+        # not wait for a timer (host.pch_ahead); with the cpu timer pausing builds, it comes first.
+        pch_ahead = c.pch_ahead if c.pch_ahead is not None else (backend == "cuda"
+                                                                 or self.cpu_timer == "pin")
+        if pch_ahead:
+            self._compile_env["KTREE_PCH_AHEAD"] = "1"
+        self.pch_ahead = PchAhead(self.cache_dir, self.sandbox, self._compile_env,
+                                  lambda: self._slot("compile"))
         self.profiler = Profiler(c.profile, self.cache_dir, c.profile_budget_s)
         self.profile_each = c.profile_each
         self.waiting = {"compile": 0, "device": 0}  # jobs queued for each stage
@@ -216,7 +228,9 @@ class LocalEvaluator(ReferenceTimings):
         return [d.state() for d in self.devices]
 
     async def close(self) -> None:
-        """Stop the worker processes (they also end by themselves when the engine dies)."""
+        """Stop the worker processes (they also end by themselves when the engine dies), once the
+        precompiled headers being made are (host.pch_ahead)."""
+        await self.pch_ahead.close()
         for task in list(self._starting.values()):
             task.cancel()
         for device in self.devices:
@@ -233,8 +247,10 @@ class LocalEvaluator(ReferenceTimings):
         """The job's build in the compile pool, a slot held (a build made before: remembered):
         the compile process's (outcome, result, log)."""
         async with self._slot("compile"):
-            return await build_memo.compile_job(
+            built = await build_memo.compile_job(
                 job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
+        self.pch_ahead.after_build(built[1])
+        return built
 
     async def run_alone(self, job: EvalJob) -> tuple[str, dict[str, Any] | None, str]:
         """The job in a fresh process of its own (no worker, no device held): (outcome, result, log)."""
@@ -255,6 +271,7 @@ class LocalEvaluator(ReferenceTimings):
             outcome, result, log = await build_memo.compile_job(  # a build made before: remembered
                 job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
             build_wall = time.monotonic() - t_build
+        self.pch_ahead.after_build(result)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
         build_s = bounded_seconds(result.get("compile_s"), build_wall)

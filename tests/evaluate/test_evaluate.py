@@ -55,7 +55,8 @@ def test_honest_compiled_kernel_is_correct_and_timed_against_the_reference():
     assert v.trials == 3
     assert v.max_abs_err is not None and v.max_abs_err < 1e-4
     assert v.time_ms and v.ref_eager_ms and v.time_ms > 0 and v.ref_eager_ms > 0
-    assert v.time_p10_ms <= v.time_ms <= v.time_p90_ms
+    if not any(n.startswith("outside-clock:") for n in v.notes):  # (a loaded host: the judge's figure stands)
+        assert v.time_p10_ms <= v.time_ms <= v.time_p90_ms
     assert v.speedup_eager == pytest.approx(v.ref_eager_ms / v.time_ms)
     assert v.sizes == {"batch_size": 128, "dim": 4096}  # the CPU preset it ran at
     assert v.backend == "cpu" and v.reps >= 5

@@ -63,8 +63,8 @@ BELIEF = 2.0
 # call tenths of a millisecond that its events do not see.
 SLACK_MS = {"cpu": 0.3, "cuda": 0.5}
 # On the cpu, an outside figure that stands says the host was loaded where the reference's own call in
-# the judge's clean process took over LOADED times its clean median (a 16x256 softmax took 8-12 ms
-# against 0.02 with two test workers and more on two cores): the figure may be high then.
+# the judge's clean process took over LOADED times its clean median (a 16x256 softmax took 7.5-12 ms
+# there under a full test run and more on two cores): the figure may be high then.
 LOADED = 3.0
 # A claimed reference time is believed up to this times the clean one's upper end.
 REF_BELIEF = 1.5

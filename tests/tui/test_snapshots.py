@@ -75,8 +75,11 @@ def test_search_screen_80x24_with_tabs(snap_compare, tmp_path: Path):
 
     async def tabs(pilot) -> None:  # noqa: ANN001
         await pilot.press("t")
+        await pilot.wait_for_scheduled_animations()  # (on a loaded host the tabs drew after one pause)
         await pilot.pause()
         pilot.app.screen.select_node(pilot.app.screen.model.best_id)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
         await pilot.pause()
 
     assert snap_compare(KtreeApp(db_path=db, session_id=1), terminal_size=(80, 24), run_before=tabs)

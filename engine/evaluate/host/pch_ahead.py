@@ -33,8 +33,11 @@ class PchAhead:
         self.tasks: set[asyncio.Task[int | None]] = set()
 
     def after_build(self, result: dict[str, Any] | None) -> None:
-        """Start making each header a build went without (once per set of flags)."""
-        for wanted in (result or {}).get("pch_wanted") or []:
+        """Start making each header a build went without (once per set of flags; not for a build
+        remembered from before, whose header was asked for when it was made)."""
+        if not result or result.get("cached"):
+            return
+        for wanted in result.get("pch_wanted") or []:
             key = json.dumps(wanted, sort_keys=True)
             if key in self._started:
                 continue

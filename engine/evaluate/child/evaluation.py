@@ -53,6 +53,7 @@ from engine.evaluate.child.measure import (
     timing_floor_s,
 )
 from engine.evaluate.harness import clocks, expected_cache, fastbuild, integrity_checks, outbox
+from engine.evaluate.harness.timing import pin_cores  # (read as child.evaluation.pin_cores too)
 from engine.evaluate.jobs import EvalJob
 from engine.evaluate.languages import for_job
 from engine.evaluate.loading import load_module_from_path
@@ -360,16 +361,6 @@ def _die_with_parent() -> None:
                 os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True, name="ktree-parent-watch").start()
-
-
-def pin_cores() -> None:
-    """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
-    cpu backend's pinned timer, engine.evaluate.host.devices.split_cores); whatever it starts
-    (compilers, the candidate) inherits them."""
-    cores = settings.get("KTREE_CPU_CORES", "")
-    if cores and hasattr(os, "sched_setaffinity"):
-        with contextlib.suppress(ValueError, OSError):
-            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 
 
 def main(argv: list[str]) -> int:

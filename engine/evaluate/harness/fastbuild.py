@@ -624,10 +624,9 @@ def as_compile_error(verdict: Any) -> Any:
 def main(argv: list[str]) -> int:
     """`python -m engine.evaluate.harness.fastbuild pch CACHE_DIR EXTRA_CFLAGS_JSON INCLUDE_PATHS_JSON`:
     the precompiled header for those flags, made once (engine.evaluate.host.pch_ahead starts it)."""
-    cores = settings.get("KTREE_CPU_CORES", "")  # the build cores, beside a pinned cpu timer
-    if cores and hasattr(os, "sched_setaffinity"):
-        with contextlib.suppress(ValueError, OSError):
-            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+    from engine.evaluate.harness.timing import pin_cores
+
+    pin_cores()  # the build cores, beside a pinned cpu timer
     if len(argv) != 5 or argv[1] != "pch":
         print("usage: python -m engine.evaluate.harness.fastbuild pch CACHE_DIR CFLAGS_JSON INCLUDES_JSON",
               file=sys.stderr)

@@ -153,6 +153,17 @@ def time_pass(ref: Callable[..., object], new: Callable[..., object], device: st
     return noise.Pass(stats, cpu_wait, contention, note)
 
 
+def pin_cores() -> None:
+    """Run on the cores the evaluator gave this process (KTREE_CPU_CORES, e.g. "1" or "2,3": the
+    cpu backend's pinned timer, engine.evaluate.host.devices.split_cores); whatever it starts
+    (compilers, the candidate) inherits them. The evaluation's process and the precompiled header's
+    (engine.evaluate.harness.fastbuild) call it first."""
+    cores = settings.get("KTREE_CPU_CORES", "")
+    if cores and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(ValueError, OSError):
+            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+
+
 def fix_threads() -> int:
     """Fix this process's intra-op thread count (KTREE_THREADS, else one per core it may run
     on) so that every timing on this host uses the same; returns it, for the verdict."""

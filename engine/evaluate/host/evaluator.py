@@ -247,8 +247,13 @@ class LocalEvaluator(ReferenceTimings):
         """The job's build in the compile pool, a slot held (a build made before: remembered):
         the compile process's (outcome, result, log)."""
         async with self._slot("compile"):
-            built = await build_memo.compile_job(
-                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
+            return await self._compile(job)
+
+    async def _compile(self, job: EvalJob) -> tuple[str, dict[str, Any] | None, str]:
+        """The job's build (remembered where made before), its slot held by the caller; the
+        precompiled headers it went without started beside it (host.pch_ahead)."""
+        built = await build_memo.compile_job(
+            job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
         self.pch_ahead.after_build(built[1])
         return built
 
@@ -268,10 +273,8 @@ class LocalEvaluator(ReferenceTimings):
         async with self._slot("compile"):
             await phase("compiling")
             t_build = time.monotonic()
-            outcome, result, log = await build_memo.compile_job(  # a build made before: remembered
-                job.replace(mode="compile"), self.compile_timeout_s, self._compile_env, self.sandbox)
+            outcome, result, log = await self._compile(job)
             build_wall = time.monotonic() - t_build
-        self.pch_ahead.after_build(result)
         if outcome != "ok" or result is None:
             return failed_verdict(outcome, f"while compiling: {log}", job)
         build_s = bounded_seconds(result.get("compile_s"), build_wall)

@@ -99,8 +99,13 @@ async def gpu_cost_bench(backend: str, arch: str | None = None, problems: list[s
                        **{f"{k}_s": (round(v, 4) if v is not None else None)
                           for k, v in split(verdict, held_total).items()}}
                 rows.append(row)
+                # the phases said as each variant ends: a run cut before its JSON still tells them
+                phases = " ".join(f"{k} {row[f'{k}_s']:.2f}" for k in PHASES if row.get(f"{k}_s"))
+                parts = " ".join(f"{k} {v:.2f}" for k, v in (row["ref_parts_s"] or {}).items()
+                                 if isinstance(v, (int, float)))
                 print(f"{name}/{f.name}: {verdict.status}, held {held_total:.2f} s"
-                      f" (floor {row['floor_s'] or 0:.3f} s)", file=sys.stderr, flush=True)
+                      f" (floor {row['floor_s'] or 0:.3f} s){': ' + phases if phases else ''}"
+                      f"{'; ref: ' + parts if parts else ''}", file=sys.stderr, flush=True)
     finally:
         await evaluator.close()
     return {"backend": backend, "gpu": (device.info or {}).get("name"), "profile": profile,

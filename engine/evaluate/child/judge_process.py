@@ -10,9 +10,12 @@ line in, one out, after `{"judging": pid}`:
 - `{"call": {"job", "seed", "out", "max_bytes", "window"}}`: the reference on inputs drawn from `seed`,
   its outputs written as bytes (harness.handover, as the candidate's side writes them) and kept here as
   the answers for that seed -> `{"called": seed, "inner_ms": its own clock's time of the call,
-  "setup_ms": the reference made for the job, on its first call}`. The judge times the round trip from
-  its side: the round trip less both is what drawing, writing and the pipe cost, which the judge takes
-  out of the candidate's round trips.
+  "extra_ms": what this side did that the candidate's side does not (the reference made for the job
+  on its first call, the answers kept, the written files removed), "setup_ms", "draw_ms", "write_ms":
+  parts of it, for reading}`. The judge times the round trip from its side: the round trip less
+  `inner_ms` and `extra_ms` is what drawing, writing and the pipe cost, which the judge takes out of
+  the candidate's round trips (on a GPU, removing a 32 MiB window's file alone once cost several ms:
+  left in, it hid a 6.7 ms kernel behind a forged 0.17 ms claim).
 - `{"compare": {"seed", "path", "atol", "rtol"}}`: the candidate's bytes for that seed against the
   answers, by engine.evaluate.child.check.compare -> `{"ok", "errs", "reason"}`.
 - `{"forget": 1}`: the answers dropped (and on cuda the model: the GPU's memory is the next job's).
@@ -63,16 +66,21 @@ def call(request: dict[str, Any]) -> dict[str, Any]:
     from engine.evaluate.harness import clocks, handover
     from engine.evaluate.languages.common import make_inputs
 
+    t_all = clocks.perf_counter()
     job = EvalJob.from_dict(request["job"])
     t_setup = clocks.perf_counter()
     problem, model, device, cast = _reference(job)  # (made on the job's first call: not a call's cost)
     setup_ms = 1e3 * clocks.since(t_setup)
     seed = int(request["seed"])
     with torch.no_grad():
+        # The steps the candidate's side takes too (engine.evaluate.child.audit), each timed here:
+        # drawing, the call, writing. Whatever else this call does is `extra_ms`.
+        t_draw = clocks.perf_counter()
         torch.manual_seed(seed)
         inputs = make_inputs(problem, device, cast)
         if device == "cuda":
             torch.cuda.synchronize()
+        draw_ms = 1e3 * clocks.since(t_draw)
         t0 = clocks.perf_counter()
         out = flatten(model(*inputs))
         if device == "cuda":
@@ -81,13 +89,18 @@ def call(request: dict[str, Any]) -> dict[str, Any]:
         path = str(request["out"])
         # written as the candidate's side writes (the same cost), kept as the answers: the window the
         # candidate will hand over, and each output's whole shape
+        t_write = clocks.perf_counter()
         meta, written = handover.write(out, path, int(request["max_bytes"]), float(request["window"]))
+        write_ms = 1e3 * clocks.since(t_write)
         if device == "cuda":  # kept where the compare is quick: the device (the windows are small)
             written = [t.detach().reshape(-1)[m["start"]:m["start"] + m["count"]].clone()
                        for t, m in zip(out, meta, strict=True)]
         _ANSWERS[seed] = (written, [(m["shape"], m["start"]) for m in meta])
         handover.remove(path)  # (the mapped windows stay)
-    return {"called": seed, "inner_ms": inner_ms, "setup_ms": setup_ms}
+        del inputs, out
+    extra_ms = max(1e3 * clocks.since(t_all) - draw_ms - inner_ms - write_ms, 0.0)
+    return {"called": seed, "inner_ms": inner_ms, "extra_ms": extra_ms, "setup_ms": setup_ms,
+            "draw_ms": draw_ms, "write_ms": write_ms}
 
 
 def compare(request: dict[str, Any]) -> dict[str, Any]:

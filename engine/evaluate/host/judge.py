@@ -181,7 +181,8 @@ class Judge:
                 why = (answer or {}).get("error", "no answer")
                 return {"error": f"the reference failed on fresh inputs: {why}", "judge": True}
             c["ref_ms"], c["inner_ms"] = 1e3 * took, float(answer["inner_ms"])
-            c["setup_ms"] = float(answer.get("setup_ms") or 0.0)
+            for part in ("extra_ms", "setup_ms", "draw_ms", "write_ms"):
+                c[part] = float(answer.get(part) or 0.0)
             out = job_dir / f"audit-{i}"
             reply, took = await call_candidate({"seed": c["seed"], "out": str(out), "max_bytes": handover,
                                                 "window": c["window"]}, deadline - time.monotonic())
@@ -252,13 +253,15 @@ def keep_peaks(cache_dir: str, told: dict[str, Any] | None) -> None:
 def outside_ms(calls: list[dict[str, Any]]) -> float | None:
     """The least time a call of the candidate can have taken, by the judge's clock: the candidate's
     quickest round trip less the least that drawing, handing over and the pipe cost the reference's
-    calls (a round trip less the call's own time and, on the job's first call, the making of the
-    reference). The least of each, not pair by pair: one reference call slowed by something else (its
-    process's first kernels, the host) once zeroed the figure, and a forged 6x claim stood on a GPU."""
+    calls (a round trip less the call's own time and what the clean process did that the candidate's
+    does not: `extra_ms`, the making of the reference on the job's first call among it). The least of
+    each, not pair by pair: one reference call slowed by something else (its process's first kernels,
+    the host) once zeroed the figure, and a forged 6x claim stood on a GPU."""
     timed = [c for c in calls if "cand_ms" in c and "ref_ms" in c]
     if not timed:
         return None
-    overhead = min(max(c["ref_ms"] - c["inner_ms"] - c.get("setup_ms", 0.0), 0.0) for c in timed)
+    overhead = min(max(c["ref_ms"] - c["inner_ms"] - c.get("extra_ms", c.get("setup_ms", 0.0)), 0.0)
+                   for c in timed)
     return max(min(c["cand_ms"] for c in timed) - overhead, 0.0)
 
 

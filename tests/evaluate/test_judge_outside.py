@@ -228,3 +228,13 @@ def test_peaks_a_candidate_wrote_mislead_no_later_evaluation(build_cache: Path):
     for path in (build_cache / "judge" / "peaks").glob("*.json"):
         assert json.loads(path.read_text())["bandwidth"] < 1e13, path
     assert os.environ.get("KTREE_CACHE_DIR") == str(build_cache)
+
+
+def test_on_a_gpu_the_figure_is_believed_to_within_eight_times():
+    # Two readings from an H200 (after 15 pairs each): an honest 0.26 ms Triton SiLU read 3.47 ms from
+    # outside, a forged 0.18 ms claim on a 6.7 ms kernel 13.1 ms. The first stands, the second does not;
+    # the cpu keeps its factor of 2.
+    assert not disbelieved(0.2558, 3.473, "cuda")
+    assert disbelieved(0.1756, 13.09, "cuda")
+    assert disbelieved(0.1756, 6.7, "cuda")  # (had the figure read the kernel's true time)
+    assert disbelieved(0.2558, 3.473, "cpu")

@@ -97,7 +97,6 @@ def call(request: dict[str, Any]) -> dict[str, Any]:
                        for t, m in zip(out, meta, strict=True)]
         _ANSWERS[seed] = (written, [(m["shape"], m["start"]) for m in meta])
         handover.remove(path)  # (the mapped windows stay)
-        del inputs, out
     extra_ms = max(1e3 * clocks.since(t_all) - draw_ms - inner_ms - write_ms, 0.0)
     return {"called": seed, "inner_ms": inner_ms, "extra_ms": extra_ms, "setup_ms": setup_ms,
             "draw_ms": draw_ms, "write_ms": write_ms}

@@ -23,7 +23,7 @@ MOST_CALLS: a host's load only ever adds to a round trip, so a candidate slowed 
 sooner or later, while work the candidate hid from its own clock is in every call.
 
 `compose` then decides: an output that differs on fresh inputs is `incorrect`; a claimed time that
-the judge's clock cannot allow (below `(min cand_ms - min overhead) / BELIEF - slack`) is
+the judge's clock cannot allow (below `(min cand_ms - min overhead) / BELIEF - slack`, CUDA_BELIEF on a GPU) is
 not believed: the outside figure stands and the speedups are taken against it, with a note
 (`outside-clock: ...`; not a flag: a kernel's honest first-call costs on fresh inputs can do it
 too); a claimed reference time above the one measured where no candidate ran is
